@@ -1,0 +1,88 @@
+"""Apache Airflow provider: Horovod training on Ray clusters through Ray Train.
+
+This module is imported on the Ray cluster too (the runtime ships inside this package), so it
+must import nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+_RAY_HOOK = "airflow_provider_horovod.hooks.ray.RayHook"
+
+
+def get_provider_info() -> dict:
+    """Describe the provider to Airflow (entry point ``apache_airflow_provider``)."""
+    return {
+        "package-name": "airflow-provider-horovod",
+        "name": "Horovod on Ray",
+        "description": "Launch multi-worker Horovod training on a Ray cluster through Ray Train.",
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "Ray",
+                "external-doc-url": "https://docs.ray.io/en/latest/cluster/running-applications/job-submission/index.html",
+                "tags": ["software"],
+            },
+            {
+                "integration-name": "Horovod",
+                "external-doc-url": "https://horovod.readthedocs.io/",
+                "tags": ["software"],
+            },
+        ],
+        "operators": [
+            {
+                "integration-name": "Horovod",
+                "python-modules": ["airflow_provider_horovod.operators.horovod"],
+            }
+        ],
+        "sensors": [
+            {"integration-name": "Ray", "python-modules": ["airflow_provider_horovod.sensors.ray"]}
+        ],
+        "hooks": [
+            {"integration-name": "Ray", "python-modules": ["airflow_provider_horovod.hooks.ray"]}
+        ],
+        "triggers": [
+            {"integration-name": "Ray", "python-modules": ["airflow_provider_horovod.triggers.ray"]}
+        ],
+        "extra-links": ["airflow_provider_horovod.links.ray.RayJobLink"],
+        "connection-types": [
+            {
+                "connection-type": "ray",
+                "hook-class-name": _RAY_HOOK,
+                "hook-name": "Ray",
+                "conn-fields": {
+                    "verify": {
+                        "label": "Verify TLS",
+                        "description": "true, false, or the path of a CA bundle. Default: true.",
+                        "schema": {"type": ["string", "null"], "default": "true"},
+                    },
+                    "headers": {
+                        "label": "Extra HTTP headers",
+                        "description": 'JSON object sent with every request, e.g. {"X-Team": "ml"}.',
+                        "schema": {"type": ["string", "null"]},
+                    },
+                    "runtime_env": {
+                        "label": "Default runtime_env",
+                        "description": "JSON Ray runtime_env merged under each job's own.",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                },
+                "ui-field-behaviour": {
+                    "hidden-fields": ["login", "extra"],
+                    "relabeling": {
+                        "host": "Ray dashboard host",
+                        "port": "Dashboard port",
+                        "schema": "Scheme (http or https)",
+                        "password": "Ray auth token",
+                    },
+                    "placeholders": {
+                        "host": "ray-head.example.com, or 'local' for an embedded local cluster",
+                        "port": "8265",
+                        "schema": "http",
+                        "password": "contents of ~/.ray/auth_token on the head node",
+                    },
+                },
+            }
+        ],
+    }
