@@ -82,18 +82,20 @@ class Storage:
         return None if text is None else json.loads(text)
 
     def write_json(self, uri: str, data: dict) -> None:
+        self.write_bytes(uri, json.dumps(data, sort_keys=True, default=str).encode("utf-8"))
+
+    def write_bytes(self, uri: str, body: bytes) -> None:
         """Write atomically: a local temp file renamed into place, or a single S3 put."""
-        body = json.dumps(data, sort_keys=True, default=str)
         scheme, path = split_uri(uri)
         if scheme == "":
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
+            with os.fdopen(fd, "wb") as f:
                 f.write(body)
             os.replace(tmp, path)
             return
         bucket, _, key = path.partition("/")
-        self._s3.put_object(Bucket=bucket, Key=key, Body=body.encode("utf-8"))
+        self._s3.put_object(Bucket=bucket, Key=key, Body=body)
 
     def exists(self, uri: str) -> bool:
         return self.read_text(uri) is not None
@@ -106,6 +108,16 @@ class Storage:
         bucket, _, prefix = path.partition("/")
         listing = self._s3.list_objects_v2(Bucket=bucket, Prefix=prefix.rstrip("/") + "/", MaxKeys=1)
         return listing.get("KeyCount", 0) > 0
+
+    def download_file(self, uri: str, dest: str) -> str:
+        """A local file with the content of ``uri``: local paths as they are, S3 copied to ``dest``."""
+        scheme, path = split_uri(uri)
+        if scheme == "":
+            return path
+        bucket, _, key = path.partition("/")
+        os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+        self._s3.download_file(bucket, key, dest)
+        return dest
 
     def download_folder(self, uri: str, dest: str) -> str:
         """A local folder holding the files of ``uri``: local paths as they are, S3 copied to ``dest``.

@@ -33,7 +33,7 @@ def horovod_quickstart():
     train = HorovodTrainOperator(
         task_id="train",
         train_fn="airflow_provider_horovod.examples.quickstart:train_func",
-        train_loop_config={"num_epochs": 5, "lr": 0.05, "batch_size": 16},
+        train_loop_config={"num_epochs": 5, "lr": 0.1, "batch_size": 16},
         datasets={"train": train_dataset},
         num_workers=2,
         storage_path="{{ params.storage_path }}",

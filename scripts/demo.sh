@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 py=.venv/bin/python
 export AIRFLOW_HOME=${AIRFLOW_HOME:-$PWD/.airflow}
 export AIRFLOW__CORE__DAGS_FOLDER=$PWD/dags AIRFLOW__CORE__LOAD_EXAMPLES=False
-dag=${DEMO_DAG:-horovod_quickstart}
+dag=${DEMO_DAG:-horovod_retraining}
 date=${DEMO_DATE:-2026-11-01}
 
 trap '"$py" -m airflow_provider_horovod.local down >/dev/null 2>&1 || true' EXIT

@@ -170,7 +170,7 @@ class HorovodTrainOperator(BaseOperator):
         self.check_cluster_resources = check_cluster_resources
         # Kept on the instance in case the task gets killed.
         self.submission_id: str | None = None
-        self._killed = threading.Event()
+        self._killed: threading.Event | None = None  # made in execute: operators get copied
 
     # --- building the job (pure, checked before anything is submitted) -------------------------
 
@@ -217,6 +217,7 @@ class HorovodTrainOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict:
         ti = context["ti"]
+        self._killed = threading.Event()
         # Everything the user gave is checked before the cluster is even asked.
         spec, _, _ = self.build_spec(context)
         hook = self._hook()
@@ -265,7 +266,8 @@ class HorovodTrainOperator(BaseOperator):
 
     def on_kill(self) -> None:
         # The signal handler must not raise: stop the job, and let the wait loop notice.
-        self._killed.set()
+        if self._killed is not None:
+            self._killed.set()
         if self.submission_id:
             self.log.info("Task killed: stopping Ray job %s", self.submission_id)
             try:
@@ -353,7 +355,7 @@ class HorovodTrainOperator(BaseOperator):
                     raise RayJobPendingTimeoutError(
                         pending_timeout_message(sid, waited, asked, hook.get_cluster_resources()),
                         submission_id=sid, status=state)
-            if self._killed.wait(self.poll_interval_seconds):
+            if self._killed is not None and self._killed.wait(self.poll_interval_seconds):
                 raise RayJobError(f"Task killed; Ray job {sid} was stopped.", submission_id=sid, status="STOPPED")
 
     def _finish(self, context: Context, hook: RayHook, sid: str, job_status: str | None, error_type: str | None,

@@ -11,14 +11,14 @@ from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
 from airflow_provider_horovod.sensors.ray import RayJobSensor
 
 QUICKSTART = "airflow_provider_horovod.examples.quickstart:train_func"
-CONFIG = {"num_epochs": 4, "lr": 0.05, "batch_size": 16}
+CONFIG = {"num_epochs": 5, "lr": 0.1, "batch_size": 8}
 STORAGE = "{{ dag_run.conf.get('storage_path', '') }}"
 
 
 def train_dataset():
     from airflow_provider_horovod.examples.quickstart import make_dataset
 
-    return make_dataset(n=128)
+    return make_dataset(n=256)
 
 
 def failing_train(config):

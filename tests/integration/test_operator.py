@@ -160,7 +160,7 @@ def test_stopped_job_fails_the_task(ray_cluster, ray_hook, tmp_path):
 def test_retry_reattaches_to_the_running_job(ray_cluster, ray_hook, tmp_path):
     run_id = f"retry-{uuid.uuid4().hex[:6]}"
     first = make_operator(tmp_path, train_fn="airflow_provider_horovod.examples.quickstart:train_func",
-                          train_loop_config={"num_epochs": 6, "lr": 0.05, "batch_size": 16},
+                          train_loop_config={"num_epochs": 6, "lr": 0.1, "batch_size": 16},
                           datasets={"train": small_dataset})
     # A worker that dies mid-wait: its loop ends, the job goes on.
     thread, _ = run_in_thread(first, {"ti": FakeTI(run_id)})
@@ -172,7 +172,7 @@ def test_retry_reattaches_to_the_running_job(ray_cluster, ray_hook, tmp_path):
     retry_ti = FakeTI(run_id)
     retry_ti.try_number = 2
     second = make_operator(tmp_path, train_fn="airflow_provider_horovod.examples.quickstart:train_func",
-                           train_loop_config={"num_epochs": 6, "lr": 0.05, "batch_size": 16},
+                           train_loop_config={"num_epochs": 6, "lr": 0.1, "batch_size": 16},
                            datasets={"train": small_dataset})
     result = second.execute({"ti": retry_ti})
     assert result["submission_id"] == sid

@@ -1,0 +1,67 @@
+"""Entrypoint of the Ray job: ``python -m airflow_provider_horovod.runtime.job <payload module>``.
+
+Prints a banner, trains, writes the result record and prints it as one ``AHP_RESULT`` line. On
+failure it prints one ``AHP_ERROR`` line (the error type and what to do) and exits 1, so the job
+ends FAILED and the Airflow task shows why.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+
+WORKER_DIED_HINT = (
+    "a training worker died (process killed, out of memory, or node lost). Raise max_failures to "
+    "let Ray Train restart the workers from the last checkpoint, or give the workers more memory."
+)
+
+
+def describe(err: BaseException) -> str:
+    """One line for the task log: the error type, its message, and a hint when a worker died."""
+    chain, seen = [], set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        chain.append(err)
+        err = err.__cause__ or err.__context__
+    text = " <- ".join(f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+                       for e in chain)
+    died = any(type(e).__name__ in ("ActorDiedError", "RayActorError", "WorkerCrashedError",
+                                    "ActorUnavailableError", "NodeDiedError") for e in chain)
+    return f"{text} -- {WORKER_DIED_HINT}" if died else text
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m airflow_provider_horovod.runtime.job <payload module>", file=sys.stderr)
+        return 2
+    started_at = time.time()
+    from airflow_provider_horovod.runtime.payload import read_payload
+
+    spec, folder = read_payload(argv[0])
+    if spec.trainer_api == "legacy":
+        # Ray 2.60 refuses HorovodTrainer under Train V2; must be set before ray.train is imported.
+        os.environ["RAY_TRAIN_V2_ENABLED"] = "0"
+    print(
+        f"airflow-provider-horovod: job {spec.submission_id}, attempt {spec.attempt}, "
+        f"{spec.num_workers} Horovod workers ({'GPU' if spec.use_gpu else 'CPU'}), trainer {spec.trainer_api}, "
+        f"storage {spec.run_uri}",
+        flush=True,
+    )
+    from airflow_provider_horovod.runtime.trainers import run
+
+    try:
+        record = run(spec, folder, started_at)
+    except Exception as err:  # the job must end FAILED with a readable reason
+        traceback.print_exc()
+        print(f"AHP_ERROR {describe(err)}", flush=True)
+        return 1
+    print(f"AHP_RESULT {record.to_json().replace(chr(10), '')}", flush=True)
+    print(f"checkpoint: {record.checkpoint_uri}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Storage on the cluster, through pyarrow.fs (what Ray Train itself uses): the result record,
+finding checkpoints, and URIs with their scheme."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+
+from airflow_provider_horovod.spec import ResultRecord
+
+_CHECKPOINT_DIR = re.compile(r"^checkpoint_(\d+)$")
+
+
+def _fs(uri: str):
+    """(filesystem, path) for a URI or a local path."""
+    import pyarrow.fs
+
+    if "://" not in uri:
+        return pyarrow.fs.LocalFileSystem(), os.path.abspath(uri)
+    return pyarrow.fs.FileSystem.from_uri(uri)
+
+
+def to_uri(storage_uri: str, path: str) -> str:
+    """A pyarrow path (no scheme for S3) back to a URI in the scheme of the storage."""
+    if "://" in storage_uri and "://" not in path:
+        scheme = storage_uri.split("://", 1)[0]
+        if scheme != "file":
+            return f"{scheme}://{path.lstrip('/')}"
+    return path
+
+
+def write_record(uri: str, record: ResultRecord) -> None:
+    """Write the record in one step: readers see it whole or not at all."""
+    body = record.to_json().encode("utf-8")
+    if "://" not in uri or uri.startswith("file://"):
+        path = uri[len("file://"):] if uri.startswith("file://") else uri
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(body)
+        os.replace(tmp, path)
+        return
+    fs, path = _fs(uri)
+    # An S3 object appears only when its single PUT completes.
+    with fs.open_output_stream(path) as out:
+        out.write(body)
+
+
+def read_record(uri: str) -> ResultRecord | None:
+    import pyarrow.fs
+
+    fs, path = _fs(uri)
+    if fs.get_file_info(path).type == pyarrow.fs.FileType.NotFound:
+        return None
+    with fs.open_input_stream(path) as f:
+        return ResultRecord.from_json(f.read().decode("utf-8"))
+
+
+def latest_checkpoint(attempt_uri: str) -> str | None:
+    """The newest non-empty ``checkpoint_N`` folder anywhere under an attempt's folder, as a URI."""
+    import pyarrow.fs
+
+    fs, root = _fs(attempt_uri)
+    if fs.get_file_info(root).type == pyarrow.fs.FileType.NotFound:
+        return None
+    found: list[tuple[int, str]] = []
+    for info in fs.get_file_info(pyarrow.fs.FileSelector(root, recursive=True)):
+        match = _CHECKPOINT_DIR.match(info.base_name)
+        if info.type == pyarrow.fs.FileType.Directory and match:
+            files = fs.get_file_info(pyarrow.fs.FileSelector(info.path, recursive=True))
+            if any(f.type == pyarrow.fs.FileType.File for f in files):
+                found.append((int(match.group(1)), info.path))
+    if not found:
+        return None
+    return to_uri(attempt_uri, max(found)[1])

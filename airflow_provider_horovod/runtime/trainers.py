@@ -1,0 +1,216 @@
+"""Builds and runs the Horovod trainer from a training spec, on the cluster."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from airflow_provider_horovod.runtime.result import latest_checkpoint, to_uri, write_record
+from airflow_provider_horovod.spec import ResultRecord, TrainingSpec
+
+
+class PendingTimeoutError(RuntimeError):
+    """The workers' resources were not available within the pending timeout."""
+
+
+def load_callable(ref: dict[str, str], folder: str) -> Callable:
+    """A function from ``{"import": "pkg.mod:fn"}`` or ``{"pickle": "<file in the payload>"}``."""
+    if "import" in ref:
+        module, _, attr = ref["import"].partition(":")
+        target: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            target = getattr(target, part)
+        return target
+    import cloudpickle
+
+    with open(os.path.join(folder, ref["pickle"]), "rb") as f:
+        return cloudpickle.load(f)
+
+
+def takes_config(fn: Callable) -> bool:
+    """Ray passes ``train_loop_config`` only to functions with a required parameter."""
+    return any(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+               for p in inspect.signature(fn).parameters.values())
+
+
+def load_datasets(spec: TrainingSpec, folder: str) -> dict:
+    import ray.data
+
+    readers = {"parquet": ray.data.read_parquet, "csv": ray.data.read_csv, "json": ray.data.read_json}
+    datasets = {}
+    for name, ref in spec.datasets.items():
+        if "uri" in ref:
+            datasets[name] = readers[ref["format"]](ref["uri"])
+        else:
+            datasets[name] = load_callable(ref, folder)()
+    return datasets
+
+
+def resources_per_worker(spec: TrainingSpec) -> dict[str, float]:
+    """What Ray Train asks for each worker (its defaults: 1 CPU, or 1 GPU)."""
+    if spec.resources_per_worker:
+        return dict(spec.resources_per_worker)
+    return {"GPU": 1.0} if spec.use_gpu else {"CPU": 1.0}
+
+
+def wait_for_resources(spec: TrainingSpec) -> None:
+    """Fail clearly when the workers' resources do not appear within the pending timeout.
+
+    Ray Train would otherwise wait for ever for GPUs that no node has, the job RUNNING all along.
+    """
+    if not spec.pending_timeout_s:
+        return
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    bundle = {k: v for k, v in resources_per_worker(spec).items() if v}
+    group = placement_group([bundle] * spec.num_workers, strategy="PACK")
+    ready, _ = ray.wait([group.ready()], timeout=spec.pending_timeout_s)
+    remove_placement_group(group)
+    if not ready:
+        raise PendingTimeoutError(
+            f"the {spec.num_workers} workers, each asking for {json.dumps(bundle, sort_keys=True)}, found no "
+            f"room within {spec.pending_timeout_s:g} s (pending_timeout_seconds); the cluster has "
+            f"{json.dumps(ray.cluster_resources(), sort_keys=True)} of which "
+            f"{json.dumps(ray.available_resources(), sort_keys=True)} are free."
+        )
+
+
+def resume_checkpoint(spec: TrainingSpec) -> str | None:
+    """The newest checkpoint of the earlier attempts, newest attempt first."""
+    for attempt_uri in spec.resume_from:
+        if found := latest_checkpoint(attempt_uri):
+            return found
+    return None
+
+
+def build_legacy_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, resume_from: str | None):
+    """Ray's own HorovodTrainer (Train V1; needs RAY_TRAIN_V2_ENABLED=0 before ray.train loads)."""
+    from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.horovod import HorovodConfig, HorovodTrainer
+
+    return HorovodTrainer(
+        train_loop_per_worker=train_fn,
+        train_loop_config=spec.train_loop_config if takes_config(train_fn) else None,
+        horovod_config=HorovodConfig(timeout_s=spec.horovod_timeout_s,
+                                     nics=set(spec.horovod_nics) if spec.horovod_nics else None),
+        scaling_config=scaling_config(spec),
+        run_config=run_config(spec, RunConfig, CheckpointConfig, FailureConfig),
+        datasets=datasets or None,
+        resume_from_checkpoint=Checkpoint(path=resume_from) if resume_from else None,
+    )
+
+
+def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, resume_from: str | None):
+    """Horovod on Ray Train V2, through the provider's own backend."""
+    from airflow_provider_horovod.runtime.horovod_v2 import build_v2_trainer as build
+    from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig
+
+    return build(
+        train_fn,
+        train_loop_config=spec.train_loop_config if takes_config(train_fn) else None,
+        datasets=datasets or None,
+        scaling_config=scaling_config(spec),
+        run_config=run_config(spec, RunConfig, CheckpointConfig, FailureConfig),
+        resume_from_checkpoint=Checkpoint(path=resume_from) if resume_from else None,
+        timeout_s=spec.horovod_timeout_s,
+        nics=set(spec.horovod_nics) if spec.horovod_nics else None,
+        horovod_env=spec.horovod_env,
+    )
+
+
+def scaling_config(spec: TrainingSpec):
+    from ray.train import ScalingConfig
+
+    return ScalingConfig(
+        num_workers=spec.num_workers,
+        use_gpu=spec.use_gpu,
+        resources_per_worker=spec.resources_per_worker or None,
+        # The coordinator only drives the workers; a whole CPU for it would cost a worker slot.
+        trainer_resources={"CPU": 0},
+    )
+
+
+def run_config(spec: TrainingSpec, RunConfig, CheckpointConfig, FailureConfig):
+    parent, name = spec.run_uri.rsplit("/", 1)
+    return RunConfig(
+        storage_path=parent,
+        name=name,
+        checkpoint_config=CheckpointConfig(
+            num_to_keep=spec.checkpoint_num_to_keep,
+            checkpoint_score_attribute=spec.checkpoint_score_attribute,
+            checkpoint_score_order=spec.checkpoint_score_order,
+        ),
+        failure_config=FailureConfig(max_failures=spec.max_failures),
+    )
+
+
+TRAINER_BUILDERS = {"legacy": build_legacy_trainer, "v2": build_v2_trainer}
+
+
+def json_safe(metrics: dict) -> dict:
+    out = {}
+    for key, value in metrics.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            out[key] = str(value)
+            continue
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        out[key] = value
+    return out
+
+
+def best_checkpoint(result, spec: TrainingSpec):
+    """The best checkpoint by the score attribute, else the latest."""
+    if not spec.checkpoint_score_attribute or not result.best_checkpoints:
+        return result.checkpoint
+    scored = [(m.get(spec.checkpoint_score_attribute), c) for c, m in result.best_checkpoints]
+    scored = [(s, c) for s, c in scored if isinstance(s, (int, float))]
+    if not scored:
+        return result.checkpoint
+    pick = max if spec.checkpoint_score_order == "max" else min
+    return pick(scored, key=lambda sc: sc[0])[1]
+
+
+def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
+    """Train, then write the attempt's result record. Raises when training fails."""
+    train_fn = load_callable(spec.train_fn, folder)
+    datasets = load_datasets(spec, folder)
+    wait_for_resources(spec)
+    resume_from = resume_checkpoint(spec)
+    if resume_from:
+        print(f"Resuming from checkpoint {resume_from}", flush=True)
+    trainer = TRAINER_BUILDERS[spec.trainer_api](spec, train_fn, datasets, resume_from)
+    fit_start = time.monotonic()
+    result = trainer.fit()
+    fit_s = time.monotonic() - fit_start
+    if getattr(result, "error", None):
+        raise result.error
+    latest = result.checkpoint
+    best = best_checkpoint(result, spec)
+    latest_uri = to_uri(spec.storage_uri, latest.path) if latest else resume_from
+    record = ResultRecord(
+        submission_id=spec.submission_id,
+        attempt=spec.attempt,
+        storage_uri=spec.storage_uri,
+        run_uri=spec.run_uri,
+        # Resumed past the last epoch: the model is the checkpoint it resumed from.
+        checkpoint_uri=latest_uri,
+        best_checkpoint_uri=to_uri(spec.storage_uri, best.path) if best else latest_uri,
+        metrics=json_safe(dict(result.metrics or {})),
+        world_size=spec.num_workers,
+        trainer_api=spec.trainer_api,
+        resumed_from=resume_from,
+        timings={"started_at": started_at, "finished_at": time.time(), "fit_s": round(fit_s, 3),
+                 "total_s": round(time.time() - started_at, 3)},
+    )
+    write_record(spec.result_uri, record)
+    return record
