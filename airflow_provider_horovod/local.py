@@ -1,0 +1,233 @@
+"""The embedded local Ray cluster: what the provider uses when no ``ray_default`` connection exists.
+
+A Ray head on 127.0.0.1 with the dashboard on and token auth on, on free ports, its state under
+``$AIRFLOW_HOME/ray-local``. Started once and reused by every task (a file lock keeps concurrent
+tasks from starting two).
+
+    python -m airflow_provider_horovod.local up|status|down
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+NUM_CPUS_ENV = "AIRFLOW_PROVIDER_HOROVOD_LOCAL_NUM_CPUS"
+STATE_FILE = "cluster.json"
+TOKEN_FILE = "auth_token"
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalCluster:
+    dashboard_url: str
+    gcs_address: str
+    temp_dir: str
+    token: str = dataclasses.field(repr=False)  # never printed
+
+    @property
+    def ray_version(self) -> str:
+        return _version(self.dashboard_url, self.token) or ""
+
+
+def state_dir() -> str:
+    home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
+    return os.path.join(home, "ray-local")
+
+
+def _temp_dir(state: str) -> str:
+    """Ray's session folder. Unix socket paths are limited to 107 bytes and Ray nests its sockets
+    deep in the session folder, so a long state path gets a short sibling under /tmp instead."""
+    candidate = os.path.join(state, "tmp")
+    if len(candidate) <= 40:
+        return candidate
+    digest = hashlib.sha256(os.path.abspath(state).encode()).hexdigest()[:10]
+    return f"/tmp/ahp-ray-{digest}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _version(url: str, token: str, timeout: float = 3.0) -> str | None:
+    request = urllib.request.Request(f"{url}/api/version", headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.load(response).get("ray_version")
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def _locked(state: str):
+    os.makedirs(state, exist_ok=True)
+    with open(os.path.join(state, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _read_state(state: str) -> dict | None:
+    try:
+        with open(os.path.join(state, STATE_FILE)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _token(state: str) -> str:
+    path = os.path.join(state, TOKEN_FILE)
+    if not os.path.exists(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    with open(path) as f:
+        return f.read().strip()
+
+
+def _running(state: str) -> LocalCluster | None:
+    data = _read_state(state)
+    if not data:
+        return None
+    cluster = LocalCluster(data["dashboard_url"], data["gcs_address"], data["temp_dir"], _token(state))
+    return cluster if _version(cluster.dashboard_url, cluster.token) else None
+
+
+def status() -> LocalCluster | None:
+    """The running local cluster, or None."""
+    return _running(state_dir())
+
+
+def ensure_running(timeout: float = 120.0) -> LocalCluster:
+    """Start the local head, or reuse the one already running."""
+    state = state_dir()
+    with _locked(state):
+        if cluster := _running(state):
+            return cluster
+        _stop(state)  # leftovers of a head that died
+        return _start(state, timeout)
+
+
+def _ray_env(state: str) -> dict[str, str]:
+    bin_dir = os.path.dirname(sys.executable)
+    return {
+        **os.environ,
+        # The job's `python` must be this environment's, which has Ray, torch and Horovod.
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+        # Token auth on, with the token in our state folder rather than ~/.ray.
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": os.path.join(state, TOKEN_FILE),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+
+
+def _start(state: str, timeout: float) -> LocalCluster:
+    token = _token(state)
+    temp_dir = _temp_dir(state)
+    os.makedirs(temp_dir, exist_ok=True)
+    gcs, dashboard, agent, client = (_free_port() for _ in range(4))
+    num_cpus = os.environ.get(NUM_CPUS_ENV) or str(max(4, os.cpu_count() or 1))
+    cmd = [
+        os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head",
+        "--node-ip-address=127.0.0.1", f"--port={gcs}",
+        "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
+        f"--dashboard-agent-listen-port={agent}", f"--ray-client-server-port={client}",
+        f"--temp-dir={temp_dir}", f"--num-cpus={num_cpus}", "--num-gpus=0", "--disable-usage-stats",
+    ]
+    run = subprocess.run(cmd, env=_ray_env(state), capture_output=True, text=True, timeout=timeout)
+    if run.returncode != 0:
+        raise RuntimeError(f"Could not start the local Ray head:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
+    cluster = LocalCluster(f"http://127.0.0.1:{dashboard}", f"127.0.0.1:{gcs}", temp_dir, token)
+    deadline = time.monotonic() + timeout
+    while not _version(cluster.dashboard_url, token):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"The local Ray dashboard did not answer at {cluster.dashboard_url}")
+        time.sleep(0.5)
+    with open(os.path.join(state, STATE_FILE), "w") as f:
+        json.dump({"dashboard_url": cluster.dashboard_url, "gcs_address": cluster.gcs_address,
+                   "temp_dir": temp_dir, "num_cpus": num_cpus}, f)
+    return cluster
+
+
+def _cluster_pids(temp_dir: str) -> list[int]:
+    """Processes of this cluster only: they name its temp folder on their command line or hold a
+    file open in it (their logs; Ray's agents rename their command line). `ray stop` would stop
+    every Ray cluster of the machine."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                mine = temp_dir in f.read().replace(b"\0", b" ").decode(errors="replace")
+            if not mine:
+                fds = f"/proc/{entry}/fd"
+                mine = any(os.readlink(os.path.join(fds, fd)).startswith(temp_dir) for fd in os.listdir(fds))
+        except OSError:
+            continue
+        if mine:
+            pids.append(int(entry))
+    return pids
+
+
+def _stop(state: str, timeout: float = 5.0) -> bool:
+    data = _read_state(state)
+    if not data:
+        return False
+    temp_dir = data["temp_dir"]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = _cluster_pids(temp_dir)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + (timeout if sig == signal.SIGTERM else 5)
+        while _cluster_pids(temp_dir) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    os.remove(os.path.join(state, STATE_FILE))
+    if temp_dir.startswith("/tmp/ahp-ray-"):
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    return True
+
+
+def down() -> bool:
+    """Stop the local cluster and everything it started. True when one was running."""
+    state = state_dir()
+    with _locked(state):
+        return _stop(state)
+
+
+def main(argv: list[str] | None = None) -> int:
+    command = (argv if argv is not None else sys.argv[1:]) or ["status"]
+    if command[0] == "up":
+        cluster = ensure_running()
+        print(f"Ray dashboard: {cluster.dashboard_url} (token in {os.path.join(state_dir(), TOKEN_FILE)})")
+    elif command[0] == "status":
+        cluster = status()
+        print(f"running: {cluster.dashboard_url}" if cluster else "not running")
+        return 0 if cluster else 1
+    elif command[0] == "down":
+        print("stopped" if down() else "not running")
+    else:
+        print("usage: python -m airflow_provider_horovod.local up|status|down", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
