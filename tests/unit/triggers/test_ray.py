@@ -1,4 +1,5 @@
 import asyncio
+import re
 
 import pytest
 
@@ -59,7 +60,7 @@ class FakeHook:
 
     async def a_get_job_info(self, sid):
         status = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
-        return {"status": status, "message": "msg", "metadata": {}, "start_time": 0}
+        return {"status": status, "message": "msg", "metadata": {}, "start_time": 1000}
 
     async def a_get_job_logs_since(self, sid, offset, final=False):
         from airflow_provider_horovod.hooks.ray import split_new_lines
@@ -85,24 +86,26 @@ def _run(trigger):
     return asyncio.run(collect())
 
 
-def test_run_streams_each_line_once_and_yields_one_event(monkeypatch, caplog):
+def streamed(capsys) -> list[str]:
+    """Log lines the trigger streamed (Airflow's logging writes them to stdout)."""
+    return re.findall(r"\[ray\] (\S+)", capsys.readouterr().out)
+
+
+def test_run_streams_each_line_once_and_yields_one_event(monkeypatch, capsys):
     hook = FakeHook(["RUNNING", "RUNNING", "SUCCEEDED"], ["a\nb", "a\nb\nc\n", "a\nb\nc\nd"])
     trigger = RayJobTrigger(submission_id="sid", poll_interval_seconds=0.01)
     monkeypatch.setattr(trigger, "_hook", lambda: hook)
-    with caplog.at_level("INFO"):
-        events = _run(trigger)
+    events = _run(trigger)
     assert len(events) == 1 and events[0].payload["status"] == "success"
-    streamed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("[ray]")]
-    assert streamed == ["[ray] a", "[ray] b", "[ray] c", "[ray] d"]
+    assert streamed(capsys) == ["a", "b", "c", "d"]
 
 
-def test_run_twice_from_serialized_offset_repeats_no_line(monkeypatch, caplog):
+def test_run_twice_from_serialized_offset_repeats_no_line(monkeypatch, capsys):
     hook = FakeHook(["SUCCEEDED"], ["a\nb\nc\n"])
     trigger = RayJobTrigger(submission_id="sid", log_offset=2)
     monkeypatch.setattr(trigger, "_hook", lambda: hook)
-    with caplog.at_level("INFO"):
-        _run(trigger)
-    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("[ray]")] == ["[ray] c"]
+    _run(trigger)
+    assert streamed(capsys) == ["c"]
 
 
 def test_pending_too_long_stops_the_job_and_fails(monkeypatch):
