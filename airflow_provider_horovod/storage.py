@@ -132,6 +132,8 @@ class Storage:
         paginator = self._s3.get_paginator("list_objects_v2")
         for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
             for obj in page.get("Contents", []):
+                if obj["Key"].endswith("/"):
+                    continue  # a folder marker, as pyarrow writes them
                 target = os.path.join(dest, obj["Key"][len(prefix):])
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 self._s3.download_file(bucket, obj["Key"], target)

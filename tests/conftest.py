@@ -66,7 +66,11 @@ class MotoServer:
 def moto_server():
     """A real S3-protocol server (moto's server mode) on 127.0.0.1. Its address and test
     credentials go into the environment, so the Ray head started afterwards inherits them."""
+    import logging
+
     from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per S3 request otherwise
 
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
