@@ -156,7 +156,7 @@ def horovod_retraining():
         folder = f"{ROOT}/data/{ds_nodash}"
         storage = Storage()
         uris = {}
-        for name, n, offset in (("train", 1024, 0), ("holdout", 256, 1_000_000)):
+        for name, n, offset in (("train", 512, 0), ("holdout", 256, 1_000_000)):
             buffer = io.BytesIO()
             pq.write_table(pa.table(make_data(seed + offset, n)), buffer)
             uris[name] = f"{folder}/{name}.parquet"
@@ -178,7 +178,7 @@ def horovod_retraining():
         task_id="train",
         train_fn=train_regressor,
         train_loop_config={
-            "num_epochs": 8,
+            "num_epochs": 5,
             "lr": 0.01,
             "batch_size": 32,
             "init_checkpoint": "{{ ti.xcom_pull(task_ids='champion_checkpoint') }}",

@@ -26,7 +26,7 @@ def test_every_dag_file_imports_without_the_training_stack():
     code = (
         "import sys\n"
         "from airflow.dag_processing.dagbag import DagBag\n"
-        f"bag = DagBag(dag_folder={str(DAGS)!r}, include_examples=False)\n"
+        f"bag = DagBag(dag_folder={str(DAGS)!r})\n"
         "heavy = [m for m in ('torch', 'horovod', 'ray.train', 'ray.data') if m in sys.modules]\n"
         "print('RESULT', sorted(bag.dag_ids), dict(bag.import_errors), heavy)\n"
     )
