@@ -75,7 +75,8 @@ def test_backfill_of_three_days(retraining_env, ray_hook):
 def list_runs() -> list[dict]:
     out = subprocess.run([airflow_bin(), "dags", "list-runs", DAG_ID, "-o", "json"], capture_output=True,
                          text=True, timeout=120, check=True)
-    return json.loads(out.stdout)
+    # Airflow may log a warning before the JSON.
+    return json.loads(next(line for line in out.stdout.splitlines() if line.startswith("[")))
 
 
 def tasks_test(task_id: str, run_id: str) -> subprocess.CompletedProcess:
