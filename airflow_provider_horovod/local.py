@@ -137,18 +137,19 @@ def _ray_env(state: str) -> dict[str, str]:
     }
 
 
-def _start(state: str, timeout: float) -> LocalCluster:
+def _start(state: str, timeout: float, num_cpus: int | None = None, extra_args: tuple[str, ...] = ()) -> LocalCluster:
     token = _token(state)
     temp_dir = _temp_dir(state)
     os.makedirs(temp_dir, exist_ok=True)
     gcs, dashboard, agent, client = (_free_port() for _ in range(4))
-    num_cpus = os.environ.get(NUM_CPUS_ENV) or str(max(4, os.cpu_count() or 1))
+    num_cpus = str(num_cpus or os.environ.get(NUM_CPUS_ENV) or max(4, os.cpu_count() or 1))
     cmd = [
         os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head",
         "--node-ip-address=127.0.0.1", f"--port={gcs}",
         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
         f"--dashboard-agent-listen-port={agent}", f"--ray-client-server-port={client}",
         f"--temp-dir={temp_dir}", f"--num-cpus={num_cpus}", "--num-gpus=0", "--disable-usage-stats",
+        *extra_args,
     ]
     run = subprocess.run(cmd, env=_ray_env(state), capture_output=True, text=True, timeout=timeout)
     if run.returncode != 0:
@@ -163,6 +164,31 @@ def _start(state: str, timeout: float) -> LocalCluster:
         json.dump({"dashboard_url": cluster.dashboard_url, "gcs_address": cluster.gcs_address,
                    "temp_dir": temp_dir, "num_cpus": num_cpus}, f)
     return cluster
+
+
+def join_node(state: str, cluster: LocalCluster, *, num_cpus: int, extra_args: tuple[str, ...] = (),
+              hostname: str | None = None, timeout: float = 120.0) -> None:
+    """Start one more node on this machine and join it to the cluster (for tests across nodes);
+    ``down`` stops it with the head, since it keeps its logs in the head's session folder.
+
+    ``hostname``: run the node under a host name of its own, as on a second machine (Ray's legacy
+    HorovodTrainer counts nodes by host name): new UTS and mount namespaces (needs root) with a
+    private /etc/hosts that resolves the name, as Gloo needs.
+    """
+    cmd = [
+        os.path.join(os.path.dirname(sys.executable), "ray"), "start", f"--address={cluster.gcs_address}",
+        "--node-ip-address=127.0.0.1", f"--dashboard-agent-listen-port={_free_port()}",
+        f"--num-cpus={num_cpus}", "--num-gpus=0", "--disable-usage-stats", *extra_args,
+    ]
+    if hostname:
+        hosts = os.path.join(state, f"hosts-{hostname}")
+        with open("/etc/hosts") as src, open(hosts, "w") as dst:
+            dst.write(src.read().rstrip("\n") + f"\n127.0.0.1 {hostname}\n")
+        setup = 'mount --bind "$1" /etc/hosts && hostname "$0" && shift && exec "$@"'
+        cmd = ["unshare", "--uts", "--mount", "sh", "-c", setup, hostname, hosts, *cmd]
+    run = subprocess.run(cmd, env=_ray_env(state), capture_output=True, text=True, timeout=timeout)
+    if run.returncode != 0:
+        raise RuntimeError(f"Could not join a Ray node:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
 
 
 def _cluster_pids(temp_dir: str) -> list[int]:
@@ -205,9 +231,17 @@ def _stop(state: str, timeout: float = 5.0) -> bool:
     return True
 
 
-def down() -> bool:
-    """Stop the local cluster and everything it started. True when one was running."""
-    state = state_dir()
+def start_head(state: str, *, num_cpus: int, extra_args: tuple[str, ...] = ()) -> LocalCluster:
+    """A fresh head with its state in ``state`` (for tests that need a cluster of their own)."""
+    with _locked(state):
+        _stop(state)
+        return _start(state, 120.0, num_cpus, extra_args)
+
+
+def down(state: str | None = None) -> bool:
+    """Stop the local cluster (or the one with its state in ``state``) and everything it started.
+    True when one was running."""
+    state = state or state_dir()
     with _locked(state):
         return _stop(state)
 

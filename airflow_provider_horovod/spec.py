@@ -58,7 +58,7 @@ class TrainingSpec:
     num_workers: int = 2
     use_gpu: bool = False
     resources_per_worker: dict[str, float] | None = None
-    trainer_api: str = "legacy"
+    trainer_api: str = "v2"
     checkpoint_num_to_keep: int | None = None
     checkpoint_score_attribute: str | None = None
     checkpoint_score_order: str = "max"

@@ -359,13 +359,18 @@ def missing_resources(asked: dict[str, float], cluster: dict[str, float]) -> dic
     return {name: amount for name, amount in asked.items() if cluster.get(name, 0.0) <= 0.0}
 
 
-def build_runtime_env(user_env: dict, payload_dir: str, trainer_api: str, horovod_env: dict[str, str]) -> dict:
-    """The job's runtime_env: the provider and the payload travel as py_modules."""
+def provider_py_module() -> str:
+    """The provider's own package folder, for a job's ``runtime_env["py_modules"]``: with it, the
+    cluster needs no install of the provider."""
     import airflow_provider_horovod
 
+    return os.path.dirname(os.path.abspath(airflow_provider_horovod.__file__))
+
+
+def build_runtime_env(user_env: dict, payload_dir: str, trainer_api: str, horovod_env: dict[str, str]) -> dict:
+    """The job's runtime_env: the provider and the payload travel as py_modules."""
     env = dict(user_env)
-    provider_dir = os.path.dirname(os.path.abspath(airflow_provider_horovod.__file__))
-    env["py_modules"] = [provider_dir, payload_dir, *(user_env.get("py_modules") or [])]
+    env["py_modules"] = [provider_py_module(), payload_dir, *(user_env.get("py_modules") or [])]
     env_vars = {**horovod_env, **(user_env.get("env_vars") or {})}
     if trainer_api == "legacy":
         # Ray 2.60 refuses HorovodTrainer under Train V2; the flag must be set before ray.train loads.

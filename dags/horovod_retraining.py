@@ -6,7 +6,8 @@ writes under its own storage folder, so backfills and reruns never overwrite eac
 - ``prepare_data`` writes the run's training and holdout data as parquet. Here it is a small
   synthetic regression problem generated from the logical date; a real pipeline reads the data
   interval from its warehouse or lake instead (see the comment in the task).
-- ``train`` runs ``train_regressor`` on 2 Horovod workers on Ray, warm-started from the current
+- ``train`` runs ``train_regressor`` (in ``airflow_provider_horovod/examples/retraining.py``, the
+  model's own module, as your model code would be in your package) on 2 Horovod workers on Ray, warm-started from the current
   champion's checkpoint when there is one, and pushes the checkpoint URI to XCom.
 - ``evaluate`` loads the model from that checkpoint (local path or S3) and scores it on the
   holdout data, next to the untrained baseline.
@@ -23,8 +24,9 @@ stores everything under ``$AIRFLOW_HOME/horovod-storage``. For a real cluster an
   ``s3://my-bucket/retraining``; the Ray nodes need write access to it (instance role or their
   environment), Airflow reads it with ``aws_conn_id`` or its own AWS environment.
 
-For a model too big for an Airflow worker, ``evaluate_on_ray`` shows the same evaluation as a Ray
-job (set ``HOROVOD_RETRAINING_EVALUATE_ON_RAY=1``).
+For a model too big for an Airflow worker, the same evaluation runs as a Ray job on the cluster
+(the ``evaluate_on_ray`` param: ``airflow dags trigger horovod_retraining --conf
+'{"evaluate_on_ray": true}'``); the Airflow task only submits it, waits and reads the scores.
 
 This file imports no torch, horovod or ray.train: the scheduler parses it often.
 """
@@ -37,6 +39,7 @@ import os
 import pendulum
 from airflow.sdk import Asset, dag, task
 
+from airflow_provider_horovod.examples.retraining import holdout_mse, make_data, read_holdout
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
 from airflow_provider_horovod.training import default_storage_path
 
@@ -45,91 +48,40 @@ ROOT = f"{STORAGE.rstrip('/')}/horovod_retraining"
 CHAMPION = f"{ROOT}/champion.json"
 # Downstream DAGs can be scheduled on this; each event's extra carries the new checkpoint URI.
 CHAMPION_ASSET = Asset(name="horovod_retraining_champion")
-N_FEATURES = 4
-TRUE_WEIGHTS = [1.5, -2.0, 0.5, 1.0]
 
 
-def train_regressor(config: dict) -> None:
-    """Runs on every Horovod worker (shipped by value with cloudpickle)."""
-    import json
-    import os
-    import tempfile
+def evaluate_on_ray(result: dict, holdout_uri: str, try_number: int) -> dict:
+    """The evaluation as a Ray job: the cluster loads the checkpoint and writes the scores to storage;
+    this task only submits and waits. A retry re-attaches to an earlier try's job that is still
+    running or has succeeded, and submits a new one only after a failed one."""
+    import shlex
 
-    import horovod.torch as hvd
-    import ray.train
-    import torch
-    from ray.train import Checkpoint
+    from airflow_provider_horovod.hooks.ray import RayHook
+    from airflow_provider_horovod.storage import Storage
+    from airflow_provider_horovod.training import provider_py_module
 
-    hvd.init()
-    torch.manual_seed(0)
-    model = build_model()
-    start_epoch = 0
-    # Resume from this run's own checkpoint (a retried job) before warm-starting from the champion.
-    resume = ray.train.get_checkpoint()
-    source = resume or (Checkpoint(path=config["init_checkpoint"]) if config.get("init_checkpoint") else None)
-    if source is not None:
-        with source.as_directory() as folder:
-            model.load_state_dict(torch.load(os.path.join(folder, "model.pt")))
-            if resume is not None:
-                with open(os.path.join(folder, "meta.json")) as f:
-                    start_epoch = json.load(f)["epoch"] + 1
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.get("lr", 0.01))
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    loss_fn = torch.nn.MSELoss()
-    shard = ray.train.get_dataset_shard("train")
-    features = [f"f{i}" for i in range(N_FEATURES)]
-    for epoch in range(start_epoch, config.get("num_epochs", 10)):
-        total, count = 0.0, 0
-        for batch in shard.iter_torch_batches(batch_size=config.get("batch_size", 32), dtypes=torch.float32):
-            x = torch.stack([batch[f] for f in features], dim=1)
-            y = batch["y"].unsqueeze(1)
-            optimizer.zero_grad()
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            optimizer.step()
-            total, count = total + loss.item() * len(y), count + len(y)
-        train_mse = hvd.allreduce(torch.tensor(total / max(count, 1)), name="train_mse").item()
-        metrics = {"train_mse": train_mse, "epoch": epoch}
-        if hvd.rank() == 0:
-            with tempfile.TemporaryDirectory() as folder:
-                torch.save(model.state_dict(), os.path.join(folder, "model.pt"))
-                with open(os.path.join(folder, "meta.json"), "w") as f:
-                    json.dump({"epoch": epoch, "n_features": N_FEATURES}, f)
-                ray.train.report(metrics, checkpoint=Checkpoint.from_directory(folder))
-        else:
-            ray.train.report(metrics)
-
-
-def build_model():
-    import torch
-
-    return torch.nn.Sequential(torch.nn.Linear(N_FEATURES, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-
-
-def make_data(seed: int, n: int):
-    """The synthetic problem: y = x.w + 0.5 sin(3 x0) + noise. Same seed, same data."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, N_FEATURES)).astype("float32")
-    y = x @ np.array(TRUE_WEIGHTS, dtype="float32") + 0.5 * np.sin(3 * x[:, 0]) + rng.normal(0, 0.05, n)
-    return {**{f"f{i}": x[:, i] for i in range(N_FEATURES)}, "y": y.astype("float32")}
-
-
-def holdout_mse(checkpoint_dir: str | None, holdout: dict) -> float:
-    """MSE of the model in ``checkpoint_dir`` (None: the untrained baseline) on the holdout data."""
-    import torch
-
-    torch.manual_seed(0)
-    model = build_model()
-    if checkpoint_dir is not None:
-        model.load_state_dict(torch.load(os.path.join(checkpoint_dir, "model.pt")))
-    x = torch.stack([torch.as_tensor(holdout[f"f{i}"]) for i in range(N_FEATURES)], dim=1)
-    y = torch.as_tensor(holdout["y"]).unsqueeze(1)
-    with torch.no_grad():
-        return float(torch.nn.functional.mse_loss(model(x), y))
+    hook = RayHook()
+    for n in range(try_number, 0, -1):
+        submission_id = f"{result['submission_id']}-eval-t{n}"
+        info = hook.get_job_info(submission_id)
+        if info and info["status"] not in ("FAILED", "STOPPED"):
+            break
+    else:
+        submission_id = f"{result['submission_id']}-eval-t{try_number}"
+    scores_uri = f"{result['storage_uri']}/{submission_id}.json"
+    if hook.get_job_info(submission_id) is None:
+        args = ["--checkpoint", result["checkpoint_uri"], "--holdout", holdout_uri, "--out", scores_uri]
+        hook.submit_job(
+            submission_id=submission_id,
+            entrypoint="python -m airflow_provider_horovod.examples.retraining " + shlex.join(args),
+            runtime_env={"py_modules": [provider_py_module()]},
+        )
+    print(f"Evaluating on Ray: {hook.get_job_url(submission_id)}")
+    hook.wait_for_job(submission_id, timeout=3600)
+    scores = Storage().read_json(scores_uri)
+    if scores is None:
+        raise RuntimeError(f"Ray job {submission_id} succeeded but wrote no scores to {scores_uri}.")
+    return scores
 
 
 @dag(
@@ -138,6 +90,7 @@ def holdout_mse(checkpoint_dir: str | None, holdout: dict) -> float:
     catchup=True,
     max_active_runs=1,  # runs promote one after another, so the champion moves in date order
     tags=["horovod", "retraining", "example"],
+    params={"evaluate_on_ray": False},
 )
 def horovod_retraining():
     @task
@@ -176,7 +129,7 @@ def horovod_retraining():
 
     train = HorovodTrainOperator(
         task_id="train",
-        train_fn=train_regressor,
+        train_fn="airflow_provider_horovod.examples.retraining:train_regressor",
         train_loop_config={
             "num_epochs": 5,
             "lr": 0.01,
@@ -191,25 +144,23 @@ def horovod_retraining():
     [data, warm_start] >> train
 
     @task
-    def evaluate(result: dict, data: dict) -> dict:
-        """Load the trained model from its checkpoint and score it against the untrained baseline."""
-        import tempfile
+    def evaluate(result: dict, data: dict, params=None, ti=None) -> dict:
+        """Score the trained model on the holdout data, next to the untrained baseline."""
+        if params["evaluate_on_ray"]:
+            scores = evaluate_on_ray(result, data["holdout"], try_number=ti.try_number)
+        else:
+            import tempfile
 
-        import numpy as np
-        import pyarrow.parquet as pq
+            from airflow_provider_horovod.storage import Storage
 
-        from airflow_provider_horovod.storage import Storage
-
-        storage = Storage()
-        with tempfile.TemporaryDirectory() as tmp:
-            holdout_file = storage.download_file(data["holdout"], os.path.join(tmp, "holdout.parquet"))
-            holdout = {k: np.asarray(v, dtype="float32") for k, v in pq.read_table(holdout_file).to_pydict().items()}
-            checkpoint = storage.download_folder(result["checkpoint_uri"], os.path.join(tmp, "ckpt"))
-            trained = holdout_mse(checkpoint, holdout)
-        baseline = holdout_mse(None, holdout)
-        print(f"holdout MSE: baseline {baseline:.4f}, trained {trained:.4f}")
-        return {"checkpoint_uri": result["checkpoint_uri"], "holdout_mse": trained, "baseline_mse": baseline,
-                "submission_id": result["submission_id"]}
+            # Load the model from its checkpoint (local path or S3) in this task.
+            storage = Storage()
+            with tempfile.TemporaryDirectory() as tmp:
+                holdout = read_holdout(storage.download_file(data["holdout"], os.path.join(tmp, "holdout.parquet")))
+                checkpoint = storage.download_folder(result["checkpoint_uri"], os.path.join(tmp, "ckpt"))
+                scores = {"holdout_mse": holdout_mse(checkpoint, holdout), "baseline_mse": holdout_mse(None, holdout)}
+        print(f"holdout MSE: baseline {scores['baseline_mse']:.4f}, trained {scores['holdout_mse']:.4f}")
+        return {"checkpoint_uri": result["checkpoint_uri"], **scores, "submission_id": result["submission_id"]}
 
     @task(outlets=[CHAMPION_ASSET])
     def promote(evaluation: dict, outlet_events=None, run_id=None) -> dict:

@@ -320,6 +320,30 @@ class RayHook(BaseHook):
         response = self._request("DELETE", f"/api/jobs/{submission_id}")
         return False if response.status_code == 404 else bool(self._json(response, "delete").get("deleted"))
 
+    def wait_for_job(self, submission_id: str, *, poll_interval: float = 2.0,
+                     timeout: float | None = None) -> dict:
+        """Poll until the job ends and return its info; RayJobError when it ended otherwise than
+        SUCCEEDED, does not exist, or is still running after ``timeout`` seconds."""
+        from airflow_provider_horovod.training import TERMINAL_STATES
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            info = self.get_job_info(submission_id)
+            if info is None:
+                raise RayJobError(f"Ray job {submission_id!r} does not exist on the cluster of connection "
+                                  f"{self.ray_conn_id!r}; check the submission id and the connection.",
+                                  submission_id=submission_id)
+            status = info.get("status")
+            if status in TERMINAL_STATES:
+                if status != "SUCCEEDED":
+                    raise RayJobError(f"Ray job {submission_id} ended {status}: {info.get('message') or ''}; "
+                                      f"see {self.get_job_url(submission_id)}", submission_id=submission_id)
+                return info
+            if deadline is not None and time.monotonic() > deadline:
+                raise RayJobError(f"Ray job {submission_id} is still {status} after {timeout:.0f} s.",
+                                  submission_id=submission_id)
+            time.sleep(poll_interval)
+
     def list_jobs(self) -> list[dict]:
         return self._json(self._request("GET", "/api/jobs/"), "job list")
 

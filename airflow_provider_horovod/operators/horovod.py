@@ -87,8 +87,10 @@ class HorovodTrainOperator(BaseOperator):
         timeline), set in every worker (templated).
     :param runtime_env: extra Ray runtime env (pip, working_dir, env_vars), merged over the
         connection's default (templated). No secrets: Ray shows it to every dashboard reader.
-    :param trainer_api: ``"legacy"``: Ray's own ``HorovodTrainer`` (Train V1, run with
-        ``RAY_TRAIN_V2_ENABLED=0``).
+    :param trainer_api: ``"v2"`` (default): Ray Train V2's ``DataParallelTrainer`` with the
+        provider's own Horovod backend; ``"legacy"``: Ray's own ``HorovodTrainer`` (Train V1, run
+        with ``RAY_TRAIN_V2_ENABLED=0``; Ray plans to remove it). The same training function runs
+        on both, with the same result.
     :param ray_conn_id: Ray connection; without a ``ray_default`` connection, an embedded local
         Ray cluster is started (templated).
     :param aws_conn_id: AWS connection the Airflow side uses to read S3 storage; None: the worker's
@@ -134,7 +136,7 @@ class HorovodTrainOperator(BaseOperator):
         horovod_nics: list[str] | None = None,
         horovod_env: dict[str, str] | None = None,
         runtime_env: dict | None = None,
-        trainer_api: str = "legacy",
+        trainer_api: str = "v2",
         ray_conn_id: str = "ray_default",
         aws_conn_id: str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
@@ -220,6 +222,7 @@ class HorovodTrainOperator(BaseOperator):
         self._killed = threading.Event()
         # Everything the user gave is checked before the cluster is even asked.
         spec, _, _ = self.build_spec(context)
+        check_aws_conn_id(self.aws_conn_id)
         hook = self._hook()
         storage = Storage(self.aws_conn_id)
         base_id = submission_base_id(ti.dag_id, ti.task_id, ti.run_id, _map_index(ti))
@@ -369,6 +372,24 @@ class HorovodTrainOperator(BaseOperator):
         mark_consumed(storage, result, try_number=getattr(context["ti"], "try_number", None))
         self.log.info("Checkpoint: %s  metrics: %s", result["checkpoint_uri"], result["metrics"])
         return push_result(context, result)
+
+
+def check_aws_conn_id(aws_conn_id: str | None) -> None:
+    """A named AWS connection must exist before a job runs whose result it will read."""
+    if not aws_conn_id:
+        return
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from airflow_provider_horovod.exceptions import InvalidParameterError
+
+    try:
+        BaseHook.get_connection(aws_conn_id)
+    except AirflowNotFoundException:
+        raise InvalidParameterError(
+            "aws_conn_id", aws_conn_id,
+            "no such connection; create it (type aws), or leave aws_conn_id=None to use the worker's AWS environment.",
+        ) from None
 
 
 def _map_index(ti) -> int:

@@ -109,8 +109,9 @@ def build_legacy_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict,
 
 def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, resume_from: str | None):
     """Horovod on Ray Train V2, through the provider's own backend."""
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig
+
     from airflow_provider_horovod.runtime.horovod_v2 import build_v2_trainer as build
-    from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig
 
     return build(
         train_fn,
@@ -118,9 +119,9 @@ def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, res
         datasets=datasets or None,
         scaling_config=scaling_config(spec),
         run_config=run_config(spec, RunConfig, CheckpointConfig, FailureConfig),
-        resume_from_checkpoint=Checkpoint(path=resume_from) if resume_from else None,
+        resume_from=resume_from,
         timeout_s=spec.horovod_timeout_s,
-        nics=set(spec.horovod_nics) if spec.horovod_nics else None,
+        nics=list(spec.horovod_nics) if spec.horovod_nics else None,
         horovod_env=spec.horovod_env,
     )
 
@@ -128,12 +129,16 @@ def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, res
 def scaling_config(spec: TrainingSpec):
     from ray.train import ScalingConfig
 
+    extra = {}
+    if spec.trainer_api == "legacy":
+        # V1's coordinator only drives the workers; a whole CPU for it would cost a worker slot.
+        # (V2's controller takes no CPU, and V2 refuses the argument.)
+        extra["trainer_resources"] = {"CPU": 0}
     return ScalingConfig(
         num_workers=spec.num_workers,
         use_gpu=spec.use_gpu,
         resources_per_worker=spec.resources_per_worker or None,
-        # The coordinator only drives the workers; a whole CPU for it would cost a worker slot.
-        trainer_resources={"CPU": 0},
+        **extra,
     )
 
 

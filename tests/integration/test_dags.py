@@ -42,11 +42,11 @@ def retraining_env(tmp_path, monkeypatch, airflow_db, ray_cluster):
     return tmp_path
 
 
-def run_retraining(date: str) -> dict:
-    run = dags_test(DAG_ID, logical_date=date, dags_folder=DAGS)
+def run_retraining(date: str, conf: dict | None = None) -> tuple[dict, str]:
+    run = dags_test(DAG_ID, logical_date=date, dags_folder=DAGS, conf=conf)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     (summary,) = tagged_json(run.stdout, "AHP_RETRAINING")
-    return summary
+    return summary, run.stdout
 
 
 def champion(storage: Path) -> dict:
@@ -56,7 +56,14 @@ def champion(storage: Path) -> dict:
 def test_backfill_of_three_days(retraining_env, ray_hook):
     summaries = []
     for day in ("2026-11-01", "2026-11-02", "2026-11-03"):
-        summaries.append(run_retraining(day))
+        # The last day evaluates on the cluster, as a Ray job, instead of in the Airflow task.
+        on_ray = day == "2026-11-03"
+        summary, output = run_retraining(day, {"evaluate_on_ray": True} if on_ray else None)
+        summaries.append(summary)
+        eval_job = f"{summary['submission_id']}-eval-t1"
+        assert ("Evaluating on Ray: " in output) == on_ray
+        assert any(j["submission_id"] == eval_job and j["status"] == "SUCCEEDED"
+                   for j in ray_hook.list_jobs()) == on_ray
         best = min(s["holdout_mse"] for s in summaries)
         # The champion always holds the best model seen so far, and moved only on improvement.
         assert champion(retraining_env)["holdout_mse"] == best
@@ -118,3 +125,19 @@ def test_rerun_after_a_crash_reattaches_and_clearing_trains_again(retraining_env
     again = tasks_test("train", run_id)
     assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-4000:]
     assert jobs_for(ray_hook, run_id) == [job, job[:-1] + "2"]
+
+
+def test_sensor_example_end_to_end(airflow_db, ray_cluster, ray_hook, tmp_path):
+    before = {j["submission_id"] for j in ray_hook.list_jobs()}
+    run = dags_test("horovod_sensor_example", dags_folder=DAGS, conf={"storage_path": str(tmp_path)})
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-6000:]
+    checkpoint = output.split("checkpoint: ", 1)[1].splitlines()[0]
+    assert checkpoint.startswith(str(tmp_path)) and "/attempt-1/" in checkpoint
+    assert (Path(checkpoint) / "model.pt").is_file()
+    assert float(output.split("holdout MSE: ", 1)[1].split()[0]) < 0.05
+    # One training job; the sensor waited on it, deferred, rather than submitting anything.
+    new = [j for j in ray_hook.list_jobs() if j["submission_id"] not in before]
+    assert [j["status"] for j in new] == ["SUCCEEDED"]
+    assert new[0]["metadata"]["airflow_dag_id"] == "horovod_sensor_example"
+    assert new[0]["metadata"]["airflow_task_id"] == "train"

@@ -178,3 +178,36 @@ def test_retry_reattaches_to_the_running_job(ray_cluster, ray_hook, tmp_path):
     assert result["submission_id"] == sid
     assert [j["submission_id"] for j in jobs_of(ray_hook, run_id)] == [sid]
     assert retry_ti.xcoms["checkpoint_uri"] == result["checkpoint_uri"]
+
+
+def test_gpus_the_cluster_lacks_fail_before_submission(ray_cluster, ray_hook, tmp_path):
+    from airflow_provider_horovod.exceptions import RayJobPendingTimeoutError
+
+    before = len(ray_hook.list_jobs())
+    op = make_operator(tmp_path, use_gpu=True)
+    with pytest.raises(RayJobPendingTimeoutError) as err:
+        op.execute({"ti": FakeTI(f"gpu-{uuid.uuid4().hex[:6]}")})
+    assert '"GPU": 2.0' in str(err.value) and '"CPU": ' in str(err.value) and "use_gpu=False" in str(err.value)
+    assert len(ray_hook.list_jobs()) == before  # nothing was submitted
+
+
+def test_gpus_pending_past_the_timeout_fail_the_job(ray_cluster, ray_hook, tmp_path):
+    # An autoscaling cluster might add GPU nodes, so the pre-check can be off; then the workers'
+    # wait is bounded by pending_timeout_seconds.
+    op = make_operator(tmp_path, use_gpu=True, check_cluster_resources=False, pending_timeout_seconds=5)
+    started = time.monotonic()
+    with pytest.raises(RayJobError) as err:
+        op.execute({"ti": FakeTI(f"gpupend-{uuid.uuid4().hex[:6]}")})
+    assert time.monotonic() - started < 90
+    assert "ended FAILED" in str(err.value) and "PendingTimeoutError" in str(err.value)
+    assert '{"GPU": 1.0}' in str(err.value)
+
+
+@pytest.mark.parametrize("kwargs, parameter", [({"ray_conn_id": "no_such_ray"}, "no_such_ray"),
+                                               ({"aws_conn_id": "no_such_aws"}, "aws_conn_id")])
+def test_missing_connections_fail_before_submission(airflow_db, tmp_path, kwargs, parameter):
+    from airflow_provider_horovod.exceptions import HorovodProviderError
+
+    op = make_operator(tmp_path, **kwargs)
+    with pytest.raises(HorovodProviderError, match=parameter):
+        op.execute({"ti": FakeTI("missing-conn")})

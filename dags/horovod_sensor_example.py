@@ -1,0 +1,74 @@
+"""Training that runs for hours: submit, let go of the worker slot, wait in the triggerer.
+
+``train`` submits the Horovod job with ``wait_for_completion=False`` and returns at once, pushing
+the job's ``submission_id``. ``wait_for_training`` is a deferrable ``RayJobSensor``: it waits in
+the triggerer, holding no worker slot, fails when the job fails, and returns the same result as
+the operator, with the verified ``checkpoint_uri``. ``evaluate`` then scores that checkpoint.
+
+The same sensor can wait for a training job that something else started: give it the job's
+submission id. With no ``ray_default`` connection the job runs on the embedded local Ray cluster;
+the ``storage_path`` param (empty: ``$AIRFLOW_HOME/horovod-storage``) can point at ``s3://``.
+
+This file imports no torch, horovod or ray.train: the scheduler parses it often.
+"""
+
+from __future__ import annotations
+
+import pendulum
+from airflow.sdk import dag, task
+
+from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
+from airflow_provider_horovod.sensors.ray import RayJobSensor
+
+
+def train_dataset():
+    """Runs on the cluster: the quickstart's regression data."""
+    from airflow_provider_horovod.examples.quickstart import make_dataset
+
+    return make_dataset(n=256)
+
+
+@dag(
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["horovod", "sensor", "example"],
+    params={"storage_path": ""},
+)
+def horovod_sensor_example():
+    train = HorovodTrainOperator(
+        task_id="train",
+        train_fn="airflow_provider_horovod.examples.quickstart:train_func",
+        train_loop_config={"num_epochs": 8, "lr": 0.1, "batch_size": 16},
+        datasets={"train": train_dataset},
+        num_workers=2,
+        storage_path="{{ params.storage_path }}",
+        wait_for_completion=False,
+    )
+
+    wait_for_training = RayJobSensor(
+        task_id="wait_for_training",
+        submission_id="{{ ti.xcom_pull(task_ids='train', key='submission_id') }}",
+        deferrable=True,
+        poke_interval=5,
+        timeout=12 * 3600,
+    )
+
+    @task
+    def evaluate(result: dict) -> float:
+        """Load the trained model from its checkpoint (local path or S3) and score it."""
+        import tempfile
+
+        from airflow_provider_horovod.examples.quickstart import holdout_mse
+        from airflow_provider_horovod.storage import Storage
+
+        with tempfile.TemporaryDirectory() as tmp:
+            mse = holdout_mse(Storage().download_folder(result["checkpoint_uri"], tmp))
+        print(f"checkpoint: {result['checkpoint_uri']}\nholdout MSE: {mse:.4f}")
+        return mse
+
+    train >> wait_for_training
+    evaluate(wait_for_training.output)
+
+
+horovod_sensor_example()

@@ -1,0 +1,167 @@
+"""Horovod on both trainer APIs (the provider's own V2 backend and Ray's legacy HorovodTrainer):
+across two Ray nodes with Horovod's cross ranks really used, and resuming after a worker is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import uuid
+
+import pytest
+
+from airflow_provider_horovod import local
+
+from .test_operator import FakeTI, make_operator, run_in_thread
+
+pytestmark = pytest.mark.integration
+
+TRAINER_APIS = ["v2", "legacy"]
+TWO_NODE_CONN = "ray_two_nodes"
+
+
+@pytest.fixture(scope="module")
+def two_nodes(ray_cluster, tmp_path_factory):
+    """A cluster of its own: a head and a second node joined with `ray start --address` under a host
+    name of its own (as on a second machine), each with one `ahp_slot`, so two workers asking for a
+    slot each land on different nodes."""
+    from airflow_provider_horovod.hooks.ray import RayHook
+
+    state = str(tmp_path_factory.mktemp("two-nodes"))
+    slot = ("--resources", json.dumps({"ahp_slot": 1}))
+    head = local.start_head(state, num_cpus=2, extra_args=slot)
+    try:
+        local.join_node(state, head, num_cpus=2, extra_args=slot, hostname="ahp-second-node")
+        host, port = head.dashboard_url.rsplit("//", 1)[1].split(":")
+        # With two clusters on one machine, Ray's state API (used by Train V2's placement-group
+        # cleaner) needs to be told which one is its own; the connection's default runtime_env does.
+        os.environ[f"AIRFLOW_CONN_{TWO_NODE_CONN.upper()}"] = json.dumps(
+            {"conn_type": "ray", "host": host, "port": int(port), "password": head.token,
+             "extra": {"runtime_env": {"env_vars": {"RAY_ADDRESS": head.gcs_address}}}})
+        hook = RayHook(ray_conn_id=TWO_NODE_CONN)
+        deadline = time.monotonic() + 60
+        while hook.get_cluster_resources().get("ahp_slot", 0) < 2:
+            assert time.monotonic() < deadline, "the second node never joined"
+            time.sleep(1)
+        yield hook
+    finally:
+        os.environ.pop(f"AIRFLOW_CONN_{TWO_NODE_CONN.upper()}", None)
+        local.down(state)
+
+
+def allreduce_probe(config):
+    """Every rank contributes rank + 1; the ranks report what Horovod and Ray saw."""
+    import json
+    import os
+    import socket
+    import tempfile
+
+    import horovod.torch as hvd
+    import ray
+    import ray.train
+    import torch
+    from ray.train import Checkpoint
+
+    hvd.init()
+    summed = hvd.allreduce(torch.tensor([hvd.rank() + 1.0, 10.0 * (hvd.rank() + 1)]), op=hvd.Sum, name="probe")
+    averaged = hvd.allreduce(torch.tensor(float(hvd.rank())), op=hvd.Average, name="avg")
+    seen = hvd.allgather_object({
+        "rank": hvd.rank(), "local_rank": hvd.local_rank(), "cross_rank": hvd.cross_rank(),
+        "node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(), "world_rank": ray.train.get_context().get_world_rank(),
+    })
+    metrics = {"sum": summed.tolist(), "average": averaged.item(), "size": hvd.size(),
+               "local_size": hvd.local_size(), "cross_size": hvd.cross_size(), "ranks": json.dumps(seen)}
+    if hvd.rank() == 0:
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "probe.json"), "w") as f:
+                json.dump(metrics, f)
+            ray.train.report(metrics, checkpoint=Checkpoint.from_directory(folder))
+    else:
+        ray.train.report(metrics)
+
+
+@pytest.mark.parametrize("trainer_api", TRAINER_APIS)
+def test_horovod_across_two_nodes(two_nodes, tmp_path, trainer_api):
+    op = make_operator(tmp_path, train_fn=allreduce_probe, trainer_api=trainer_api, ray_conn_id=TWO_NODE_CONN,
+                       resources_per_worker={"CPU": 1, "ahp_slot": 1})
+    ti = FakeTI(f"nodes-{trainer_api}-{uuid.uuid4().hex[:6]}")
+    result = op.execute({"ti": ti})
+    metrics = result["metrics"]
+    assert metrics["sum"] == [3.0, 30.0] and metrics["average"] == 0.5
+    assert (metrics["size"], metrics["local_size"], metrics["cross_size"]) == (2, 1, 2)
+    ranks = sorted(json.loads(metrics["ranks"]), key=lambda r: r["rank"])
+    assert len({r["node_id"] for r in ranks}) == 2  # one worker on each node
+    assert "ahp-second-node" in {r["host"] for r in ranks}
+    assert [(r["rank"], r["world_rank"], r["local_rank"], r["cross_rank"]) for r in ranks] == [(0, 0, 0, 0),
+                                                                                             (1, 1, 0, 1)]
+    assert result["world_size"] == 2 and result["trainer_api"] == trainer_api
+    assert os.path.isfile(os.path.join(result["checkpoint_uri"], "probe.json"))
+
+
+def train_until_killed(config):
+    """Six epochs with a checkpoint each. In a run that did not resume, rank 1 stalls after epoch 2's
+    report (so the test can kill it there); it writes its pid and progress for the test to see."""
+    import json
+    import os
+    import tempfile
+    import time
+
+    import horovod.torch as hvd
+    import ray.train
+    import torch
+    from ray.train import Checkpoint
+
+    hvd.init()
+    restored = None
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
+            restored = json.load(f)["epoch"]
+    start = 0 if restored is None else restored + 1
+    for epoch in range(start, 6):
+        total = hvd.allreduce(torch.tensor(float(epoch)), op=hvd.Sum, name=f"epoch{epoch}").item()
+        metrics = {"epoch": epoch, "start_epoch": start, "restored_epoch": restored, "total": total}
+        if hvd.rank() == 0:
+            with tempfile.TemporaryDirectory() as folder:
+                with open(os.path.join(folder, "state.json"), "w") as f:
+                    json.dump({"epoch": epoch}, f)
+                ray.train.report(metrics, checkpoint=Checkpoint.from_directory(folder))
+        else:
+            ray.train.report(metrics)
+            progress = os.path.join(config["progress_dir"], "rank1.json")
+            with open(progress + ".tmp", "w") as f:
+                json.dump({"pid": os.getpid(), "epoch": epoch, "restored": restored, "at": time.time()}, f)
+            os.replace(progress + ".tmp", progress)
+            if restored is None and epoch == 2:
+                time.sleep(120)  # killed here
+
+
+@pytest.mark.parametrize("trainer_api", TRAINER_APIS)
+def test_killed_worker_resumes_from_its_last_checkpoint(ray_cluster, tmp_path, trainer_api):
+    progress_dir = tmp_path / "progress"
+    progress_dir.mkdir()
+    op = make_operator(tmp_path / "storage", train_fn=train_until_killed, trainer_api=trainer_api, max_failures=1,
+                       train_loop_config={"progress_dir": str(progress_dir)})
+    thread, outcome = run_in_thread(op, {"ti": FakeTI(f"kill-{trainer_api}-{uuid.uuid4().hex[:6]}")})
+    progress_file = progress_dir / "rank1.json"
+    deadline = time.monotonic() + 240
+    progress = None
+    while time.monotonic() < deadline and not (progress and progress["epoch"] == 2):
+        time.sleep(0.5)
+        if progress_file.exists():
+            progress = json.loads(progress_file.read_text())
+    assert progress and progress["epoch"] == 2, f"training never reached epoch 2: {progress} {outcome}"
+    # Ray Train V2 registers a report only when it polls all ranks (every 2 s): let it see epoch 2's.
+    time.sleep(max(0.0, progress["at"] + 5 - time.time()))
+    os.kill(progress["pid"], signal.SIGKILL)
+
+    thread.join(300)
+    assert not thread.is_alive(), "the task did not finish"
+    assert "error" not in outcome, outcome.get("error")
+    metrics = outcome["result"]["metrics"]
+    # Resumed from epoch 2's checkpoint, not from scratch, and finished.
+    assert (metrics["restored_epoch"], metrics["start_epoch"], metrics["epoch"]) == (2, 3, 5)
+    assert metrics["total"] == 10.0  # both ranks' epoch 5, allreduced
+    after = json.loads(progress_file.read_text())
+    assert after["pid"] != progress["pid"] and after["restored"] == 2
