@@ -117,6 +117,7 @@ def evaluate_on_cluster(checkpoint_uri: str, holdout_uri: str, out_uri: str) -> 
 
     with tempfile.TemporaryDirectory() as tmp:
         src_fs, src = fs_path(checkpoint_uri)
+        os.makedirs(os.path.join(tmp, "ckpt"))
         pyarrow.fs.copy_files(src, os.path.join(tmp, "ckpt"), source_filesystem=src_fs,
                               destination_filesystem=pyarrow.fs.LocalFileSystem())
         data_fs, data = fs_path(holdout_uri)
