@@ -18,17 +18,29 @@ WORKER_DIED_HINT = (
 )
 
 
-def describe(err: BaseException) -> str:
-    """One line for the task log: the error type, its message, and a hint when a worker died."""
-    chain, seen = [], set()
-    while err is not None and id(err) not in seen:
+DIED_ERRORS = ("ActorDiedError", "RayActorError", "WorkerCrashedError", "ActorUnavailableError", "NodeDiedError",
+               "WorkerHealthCheckFailedError")
+
+
+def error_chain(err: BaseException | None) -> list[BaseException]:
+    """The error, its causes, and (Train V2) the errors of the workers behind a WorkerGroupError."""
+    chain, todo, seen = [], [err], set()
+    while todo:
+        err = todo.pop(0)
+        if err is None or id(err) in seen:
+            continue
         seen.add(id(err))
         chain.append(err)
-        err = err.__cause__ or err.__context__
+        todo += [err.__cause__ or err.__context__, *(getattr(err, "worker_failures", None) or {}).values()]
+    return chain
+
+
+def describe(err: BaseException) -> str:
+    """One line for the task log: the error type, its message, and a hint when a worker died."""
+    chain = error_chain(err)
     text = " <- ".join(f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
                        for e in chain)
-    died = any(type(e).__name__ in ("ActorDiedError", "RayActorError", "WorkerCrashedError",
-                                    "ActorUnavailableError", "NodeDiedError") for e in chain)
+    died = any(type(e).__name__ in DIED_ERRORS for e in chain)
     return f"{text} -- {WORKER_DIED_HINT}" if died else text
 
 

@@ -137,14 +137,7 @@ def train_until_killed(config):
                 time.sleep(120)  # killed here
 
 
-@pytest.mark.parametrize("trainer_api", TRAINER_APIS)
-def test_killed_worker_resumes_from_its_last_checkpoint(ray_cluster, tmp_path, trainer_api):
-    progress_dir = tmp_path / "progress"
-    progress_dir.mkdir()
-    op = make_operator(tmp_path / "storage", train_fn=train_until_killed, trainer_api=trainer_api, max_failures=1,
-                       train_loop_config={"progress_dir": str(progress_dir)})
-    thread, outcome = run_in_thread(op, {"ti": FakeTI(f"kill-{trainer_api}-{uuid.uuid4().hex[:6]}")})
-    progress_file = progress_dir / "rank1.json"
+def kill_rank1_at_epoch_2(progress_file, outcome) -> dict:
     deadline = time.monotonic() + 240
     progress = None
     while time.monotonic() < deadline and not (progress and progress["epoch"] == 2):
@@ -155,6 +148,18 @@ def test_killed_worker_resumes_from_its_last_checkpoint(ray_cluster, tmp_path, t
     # Ray Train V2 registers a report only when it polls all ranks (every 2 s): let it see epoch 2's.
     time.sleep(max(0.0, progress["at"] + 5 - time.time()))
     os.kill(progress["pid"], signal.SIGKILL)
+    return progress
+
+
+@pytest.mark.parametrize("trainer_api", TRAINER_APIS)
+def test_killed_worker_resumes_from_its_last_checkpoint(ray_cluster, tmp_path, trainer_api):
+    progress_dir = tmp_path / "progress"
+    progress_dir.mkdir()
+    op = make_operator(tmp_path / "storage", train_fn=train_until_killed, trainer_api=trainer_api, max_failures=1,
+                       train_loop_config={"progress_dir": str(progress_dir)})
+    thread, outcome = run_in_thread(op, {"ti": FakeTI(f"kill-{trainer_api}-{uuid.uuid4().hex[:6]}")})
+    progress_file = progress_dir / "rank1.json"
+    progress = kill_rank1_at_epoch_2(progress_file, outcome)
 
     thread.join(300)
     assert not thread.is_alive(), "the task did not finish"
@@ -165,3 +170,28 @@ def test_killed_worker_resumes_from_its_last_checkpoint(ray_cluster, tmp_path, t
     assert metrics["total"] == 10.0  # both ranks' epoch 5, allreduced
     after = json.loads(progress_file.read_text())
     assert after["pid"] != progress["pid"] and after["restored"] == 2
+
+
+@pytest.mark.parametrize("trainer_api", TRAINER_APIS)
+def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(ray_cluster, ray_hook, tmp_path, trainer_api):
+    """With max_failures=0 a dead worker fails the task, saying so; the retry (a new attempt) resumes
+    from the failed attempt's last checkpoint."""
+    from airflow_provider_horovod.exceptions import RayJobError
+
+    progress_dir = tmp_path / "progress"
+    progress_dir.mkdir()
+    op = make_operator(tmp_path / "storage", train_fn=train_until_killed, trainer_api=trainer_api, max_failures=0,
+                       train_loop_config={"progress_dir": str(progress_dir)})
+    ti = FakeTI(f"retry-{trainer_api}-{uuid.uuid4().hex[:6]}")
+    thread, outcome = run_in_thread(op, {"ti": ti})
+    kill_rank1_at_epoch_2(progress_dir / "rank1.json", outcome)
+    thread.join(300)
+    assert isinstance(outcome.get("error"), RayJobError), outcome
+    assert "a training worker died" in str(outcome["error"])
+
+    ti.try_number = 2
+    result = op.execute({"ti": ti})
+    assert result["attempt"] == 2 and result["submission_id"].endswith("-a2")
+    metrics = result["metrics"]
+    assert (metrics["restored_epoch"], metrics["start_epoch"], metrics["epoch"]) == (2, 3, 5)
+    assert "/attempt-2/" in result["checkpoint_uri"]
