@@ -8,6 +8,7 @@ ends FAILED and the Airflow task shows why.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import traceback
@@ -40,7 +41,8 @@ def describe(err: BaseException) -> str:
     chain = error_chain(err)
     text = " <- ".join(f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
                        for e in chain)
-    died = any(type(e).__name__ in DIED_ERRORS for e in chain)
+    # Train V1 wraps the death in a class named like "RayTaskError(ActorDiedError)".
+    died = any(name in DIED_ERRORS for e in chain for name in re.findall(r"\w+", type(e).__name__))
     return f"{text} -- {WORKER_DIED_HINT}" if died else text
 
 

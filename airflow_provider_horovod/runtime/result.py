@@ -9,7 +9,9 @@ import tempfile
 
 from airflow_provider_horovod.spec import ResultRecord
 
-_CHECKPOINT_DIR = re.compile(r"^checkpoint_(\d+)$")
+# Train V1 names checkpoints checkpoint_000002, Train V2 checkpoint_2026-11-22_18-22-06.486595: both
+# sort in the order they were written.
+_CHECKPOINT_DIR = re.compile(r"^checkpoint_(\d+$)?")
 
 
 def _fs(uri: str):
@@ -58,19 +60,23 @@ def read_record(uri: str) -> ResultRecord | None:
 
 
 def latest_checkpoint(attempt_uri: str) -> str | None:
-    """The newest non-empty ``checkpoint_N`` folder anywhere under an attempt's folder, as a URI."""
+    """The newest non-empty ``checkpoint_*`` folder anywhere under an attempt's folder, as a URI."""
     import pyarrow.fs
 
     fs, root = _fs(attempt_uri)
     if fs.get_file_info(root).type == pyarrow.fs.FileType.NotFound:
         return None
-    found: list[tuple[int, str]] = []
+    found: list[tuple[int, str, str]] = []
     for info in fs.get_file_info(pyarrow.fs.FileSelector(root, recursive=True)):
         match = _CHECKPOINT_DIR.match(info.base_name)
         if info.type == pyarrow.fs.FileType.Directory and match:
             files = fs.get_file_info(pyarrow.fs.FileSelector(info.path, recursive=True))
             if any(f.type == pyarrow.fs.FileType.File for f in files):
-                found.append((int(match.group(1)), info.path))
+                index = int(match.group(1)) if match.group(1) else -1
+                found.append((index, info.base_name, info.path))
+    # A checkpoint may hold folders of its own named checkpoint_*: only the outermost count.
+    paths = [path for _, _, path in found]
+    found = [c for c in found if not any(c[2].startswith(p + "/") for p in paths)]
     if not found:
         return None
-    return to_uri(attempt_uri, max(found)[1])
+    return to_uri(attempt_uri, max(found)[2])

@@ -28,3 +28,20 @@ def test_an_error_in_the_training_function_gets_no_hint():
             raise RuntimeError("fit failed") from inner
     except RuntimeError as err:
         assert describe(err) == "RuntimeError: fit failed <- ValueError: bad shape"
+
+
+def test_a_dead_worker_behind_a_train_v1_task_error_gets_the_hint():
+    """Train V1 (legacy) raises TrainingFailedError from Ray's own RayTaskError(ActorDiedError)."""
+    from ray.exceptions import ActorDiedError as RayActorDied
+    from ray.exceptions import RayTaskError
+
+    cause = RayTaskError("_Inner.train", "traceback", RayActorDied()).as_instanceof_cause()
+    try:
+        try:
+            raise cause
+        except RayTaskError as inner:
+            raise RuntimeError("The Ray Train run failed.") from inner
+    except RuntimeError as err:
+        line = describe(err)
+    assert "<- RayTaskError(ActorDiedError)" in line
+    assert line.endswith(WORKER_DIED_HINT)
