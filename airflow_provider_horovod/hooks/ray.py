@@ -21,7 +21,9 @@ from airflow_provider_horovod.exceptions import (
 )
 
 DEFAULT_PORT = 8265
-RETRIES = 4  # tries of a request whose connection fails, with doubling waits from BACKOFF_S
+# Tries of a request whose connection fails, with doubling waits from BACKOFF_S: about 15 s in all,
+# enough to ride out a dashboard restart, bounded so a dead cluster fails the task clearly.
+RETRIES = 6
 BACKOFF_S = 0.5
 TIMEOUT_S = (5.0, 30.0)  # connect, read
 RETRY_STATUSES = frozenset({502, 503, 504})
@@ -281,19 +283,35 @@ class RayHook(BaseHook):
             self.check_connection()
         from ray.job_submission import JobSubmissionClient
 
+        import requests
+
         ep = self.endpoint
-        client = JobSubmissionClient(ep.url, headers=dict(ep.headers), verify=ep.verify)
-        try:
-            return client.submit_job(
-                entrypoint=entrypoint,
-                submission_id=submission_id,
-                runtime_env=merge_runtime_env(ep.runtime_env, runtime_env),
-                metadata=metadata,
-                entrypoint_num_cpus=entrypoint_num_cpus,
-                entrypoint_resources=entrypoint_resources,
-            )
-        except RuntimeError as err:
-            raise RayJobError(f"Ray refused job {submission_id}: {err}", submission_id=submission_id) from err
+        started = time.monotonic()
+        last: Any = None
+        for attempt in range(RETRIES):
+            if attempt:
+                time.sleep(BACKOFF_S * 2 ** (attempt - 1))
+                # The submission id makes the retry safe: an earlier try may have reached Ray.
+                try:
+                    if self.get_job_info(submission_id) is not None:
+                        return submission_id
+                except RayClusterUnreachableError:
+                    continue
+            try:
+                client = JobSubmissionClient(ep.url, headers=dict(ep.headers), verify=ep.verify)
+                return client.submit_job(
+                    entrypoint=entrypoint,
+                    submission_id=submission_id,
+                    runtime_env=merge_runtime_env(ep.runtime_env, runtime_env),
+                    metadata=metadata,
+                    entrypoint_num_cpus=entrypoint_num_cpus,
+                    entrypoint_resources=entrypoint_resources,
+                )
+            except (requests.ConnectionError, requests.Timeout, ConnectionError) as err:
+                last = err
+            except RuntimeError as err:
+                raise RayJobError(f"Ray refused job {submission_id}: {err}", submission_id=submission_id) from err
+        raise self._unreachable(last, time.monotonic() - started)
 
     def get_job_info(self, submission_id: str) -> dict | None:
         response = self._request("GET", f"/api/jobs/{submission_id}")

@@ -95,6 +95,12 @@ class HorovodTrainOperator(BaseOperator):
         Ray cluster is started (templated).
     :param aws_conn_id: AWS connection the Airflow side uses to read S3 storage; None: the worker's
         own AWS environment (templated).
+    :param forward_aws_credentials: give the job short-lived AWS session credentials (STS
+        ``GetSessionToken`` with ``aws_conn_id``'s keys) for its S3 storage and datasets, for
+        clusters without S3 access of their own. Off by default; the long-lived keys never leave
+        Airflow, and the session credentials travel with the job's code, not in its ``runtime_env``.
+    :param aws_credentials_ttl_seconds: how long forwarded credentials stay valid (900 to 129600);
+        longer than the training may run.
     :param deferrable: wait in the triggerer, freeing the worker slot.
     :param wait_for_completion: False: submit, push the submission id and return (a
         ``RayJobSensor`` waits).
@@ -139,6 +145,8 @@ class HorovodTrainOperator(BaseOperator):
         trainer_api: str = "v2",
         ray_conn_id: str = "ray_default",
         aws_conn_id: str | None = None,
+        forward_aws_credentials: bool = False,
+        aws_credentials_ttl_seconds: int = 12 * 3600,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         wait_for_completion: bool = True,
         poll_interval_seconds: float = 1.0,
@@ -165,6 +173,8 @@ class HorovodTrainOperator(BaseOperator):
         self.trainer_api = trainer_api
         self.ray_conn_id = ray_conn_id
         self.aws_conn_id = aws_conn_id
+        self.forward_aws_credentials = forward_aws_credentials
+        self.aws_credentials_ttl_seconds = aws_credentials_ttl_seconds
         self.deferrable = deferrable
         self.wait_for_completion = wait_for_completion
         self.poll_interval_seconds = poll_interval_seconds
@@ -213,6 +223,7 @@ class HorovodTrainOperator(BaseOperator):
                 "pending_timeout_seconds", self.pending_timeout_seconds, allow_none=True),
         )
         check_positive("poll_interval_seconds", self.poll_interval_seconds)
+        check_forwarding(self.forward_aws_credentials, self.aws_conn_id, self.aws_credentials_ttl_seconds)
         return spec, {**fn_files, **ds_files}, runtime_env
 
     # --- execution ----------------------------------------------------------------------------
@@ -324,6 +335,13 @@ class HorovodTrainOperator(BaseOperator):
                 )
         Storage(self.aws_conn_id).check_bucket(spec.storage_uri)
         self.log.info("Training spec (dry run of what is submitted):\n%s", spec.to_json())
+        if self.forward_aws_credentials:
+            from airflow_provider_horovod.credentials import SESSION_FILE, session_credentials
+
+            session = session_credentials(self.aws_conn_id, self.aws_credentials_ttl_seconds)
+            files = {**files, SESSION_FILE: json.dumps(session).encode()}
+            self.log.info("Forwarding AWS session credentials of connection %r, valid until %s.",
+                          self.aws_conn_id, session["expiration"])
         with tempfile.TemporaryDirectory(prefix="ahp-payload-") as parent:
             module, path = write_payload(spec, files, parent)
             sid = hook.submit_job(
@@ -390,6 +408,23 @@ def check_aws_conn_id(aws_conn_id: str | None) -> None:
             "aws_conn_id", aws_conn_id,
             "no such connection; create it (type aws), or leave aws_conn_id=None to use the worker's AWS environment.",
         ) from None
+
+
+def check_forwarding(forward: bool, aws_conn_id: str | None, ttl_s) -> None:
+    from airflow_provider_horovod.credentials import MAX_TTL_S, MIN_TTL_S
+    from airflow_provider_horovod.exceptions import InvalidParameterError
+
+    if not isinstance(forward, bool):
+        raise InvalidParameterError("forward_aws_credentials", forward, "give True or False.")
+    if not forward:
+        return
+    if not aws_conn_id:
+        raise InvalidParameterError(
+            "forward_aws_credentials", forward,
+            "set aws_conn_id to the AWS connection whose keys get the session credentials, or leave it False.")
+    if isinstance(ttl_s, bool) or not isinstance(ttl_s, int) or not MIN_TTL_S <= ttl_s <= MAX_TTL_S:
+        raise InvalidParameterError("aws_credentials_ttl_seconds", ttl_s,
+                                    f"give whole seconds from {MIN_TTL_S} to {MAX_TTL_S} (what STS accepts).")
 
 
 def _map_index(ti) -> int:

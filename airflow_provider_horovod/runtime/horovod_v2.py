@@ -123,12 +123,15 @@ class HorovodV2Backend(Backend):
         server._httpd.server_close()
 
 
-def with_initial_checkpoint(train_fn: Callable, checkpoint_uri: str | None) -> Callable:
+def with_initial_checkpoint(train_fn: Callable, checkpoint_uri: str | None, filesystem=None) -> Callable:
     """``train_fn`` seeing ``checkpoint_uri`` through ``ray.train.get_checkpoint()`` until the run
     has a checkpoint of its own: V2 has no ``resume_from_checkpoint``, and a function written for
-    HorovodTrainer resumes by asking ``get_checkpoint()``."""
+    HorovodTrainer resumes by asking ``get_checkpoint()``. ``filesystem``: the storage's, when the
+    checkpoint must be read with it (forwarded credentials); the URI then loses its scheme."""
     if not checkpoint_uri:
         return train_fn
+    if filesystem is not None:
+        checkpoint_uri = checkpoint_uri.split("://", 1)[-1]
 
     @functools.wraps(train_fn)
     def wrapped(*args, **kwargs):
@@ -137,7 +140,7 @@ def with_initial_checkpoint(train_fn: Callable, checkpoint_uri: str | None) -> C
 
         context = get_train_context()
         if context.checkpoint is None:
-            context.checkpoint = Checkpoint(path=checkpoint_uri)
+            context.checkpoint = Checkpoint(path=checkpoint_uri, filesystem=filesystem)
         return train_fn(*args, **kwargs)
 
     return wrapped
@@ -148,7 +151,7 @@ def build_v2_trainer(train_fn: Callable, *, train_loop_config, datasets, scaling
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     return DataParallelTrainer(
-        with_initial_checkpoint(train_fn, resume_from),
+        with_initial_checkpoint(train_fn, resume_from, run_config.storage_filesystem),
         train_loop_config=train_loop_config,
         backend_config=HorovodV2Config(timeout_s=timeout_s, nics=nics, horovod_env=dict(horovod_env or {})),
         scaling_config=scaling_config,

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from airflow_provider_horovod.runtime.aws import read_session, s3_filesystem, session_env, with_env
 from airflow_provider_horovod.runtime.result import latest_checkpoint, to_uri, write_record
 from airflow_provider_horovod.spec import ResultRecord, TrainingSpec
 
@@ -39,14 +40,19 @@ def takes_config(fn: Callable) -> bool:
                for p in inspect.signature(fn).parameters.values())
 
 
-def load_datasets(spec: TrainingSpec, folder: str) -> dict:
+def load_datasets(spec: TrainingSpec, folder: str, s3_fs=None) -> dict:
+    """``s3_fs``: the filesystem of forwarded credentials, for datasets on S3 (Ray Data reads them in
+    its own tasks, which do not see the driver's environment)."""
     import ray.data
 
     readers = {"parquet": ray.data.read_parquet, "csv": ray.data.read_csv, "json": ray.data.read_json}
     datasets = {}
     for name, ref in spec.datasets.items():
         if "uri" in ref:
-            datasets[name] = readers[ref["format"]](ref["uri"])
+            if s3_fs is not None and ref["uri"].startswith("s3://"):
+                datasets[name] = readers[ref["format"]](ref["uri"][len("s3://"):], filesystem=s3_fs)
+            else:
+                datasets[name] = readers[ref["format"]](ref["uri"])
         else:
             datasets[name] = load_callable(ref, folder)()
     return datasets
@@ -90,24 +96,30 @@ def resume_checkpoint(spec: TrainingSpec) -> str | None:
     return None
 
 
-def build_legacy_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, resume_from: str | None):
+def build_legacy_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, resume_from: str | None,
+                         storage_fs=None):
     """Ray's own HorovodTrainer (Train V1; needs RAY_TRAIN_V2_ENABLED=0 before ray.train loads)."""
     from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.horovod import HorovodConfig, HorovodTrainer
 
+    resume = None
+    if resume_from:
+        resume = Checkpoint(path=resume_from.split("://", 1)[-1], filesystem=storage_fs) if storage_fs \
+            else Checkpoint(path=resume_from)
     return HorovodTrainer(
         train_loop_per_worker=train_fn,
         train_loop_config=spec.train_loop_config if takes_config(train_fn) else None,
         horovod_config=HorovodConfig(timeout_s=spec.horovod_timeout_s,
                                      nics=set(spec.horovod_nics) if spec.horovod_nics else None),
         scaling_config=scaling_config(spec),
-        run_config=run_config(spec, RunConfig, CheckpointConfig, FailureConfig),
+        run_config=run_config(spec, RunConfig, CheckpointConfig, FailureConfig, storage_fs),
         datasets=datasets or None,
-        resume_from_checkpoint=Checkpoint(path=resume_from) if resume_from else None,
+        resume_from_checkpoint=resume,
     )
 
 
-def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, resume_from: str | None):
+def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, resume_from: str | None,
+                     storage_fs=None):
     """Horovod on Ray Train V2, through the provider's own backend."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig
 
@@ -118,7 +130,7 @@ def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, res
         train_loop_config=spec.train_loop_config if takes_config(train_fn) else None,
         datasets=datasets or None,
         scaling_config=scaling_config(spec),
-        run_config=run_config(spec, RunConfig, CheckpointConfig, FailureConfig),
+        run_config=run_config(spec, RunConfig, CheckpointConfig, FailureConfig, storage_fs),
         resume_from=resume_from,
         timeout_s=spec.horovod_timeout_s,
         nics=list(spec.horovod_nics) if spec.horovod_nics else None,
@@ -142,10 +154,12 @@ def scaling_config(spec: TrainingSpec):
     )
 
 
-def run_config(spec: TrainingSpec, RunConfig, CheckpointConfig, FailureConfig):
+def run_config(spec: TrainingSpec, RunConfig, CheckpointConfig, FailureConfig, storage_fs=None):
+    """``storage_fs``: an explicit filesystem (forwarded credentials); paths then have no scheme."""
     parent, name = spec.run_uri.rsplit("/", 1)
     return RunConfig(
-        storage_path=parent,
+        storage_path=parent.split("://", 1)[-1] if storage_fs else parent,
+        storage_filesystem=storage_fs,
         name=name,
         checkpoint_config=CheckpointConfig(
             num_to_keep=spec.checkpoint_num_to_keep,
@@ -188,12 +202,21 @@ def best_checkpoint(result, spec: TrainingSpec):
 def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
     """Train, then write the attempt's result record. Raises when training fails."""
     train_fn = load_callable(spec.train_fn, folder)
-    datasets = load_datasets(spec, folder)
+    s3_fs = None
+    if session := read_session(folder):
+        print(f"Using the AWS session credentials forwarded with the job (valid until {session['expiration']}).",
+              flush=True)
+        env = session_env(session)
+        os.environ.update(env)  # this driver: result record, resume lookup
+        s3_fs = s3_filesystem(env)
+        train_fn = with_env(train_fn, env)  # the training function's own S3 calls
+    datasets = load_datasets(spec, folder, s3_fs)
     wait_for_resources(spec)
     resume_from = resume_checkpoint(spec)
     if resume_from:
         print(f"Resuming from checkpoint {resume_from}", flush=True)
-    trainer = TRAINER_BUILDERS[spec.trainer_api](spec, train_fn, datasets, resume_from)
+    storage_fs = s3_fs if spec.storage_uri.startswith("s3://") else None
+    trainer = TRAINER_BUILDERS[spec.trainer_api](spec, train_fn, datasets, resume_from, storage_fs)
     fit_start = time.monotonic()
     result = trainer.fit()
     fit_s = time.monotonic() - fit_start

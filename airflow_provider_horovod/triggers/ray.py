@@ -14,6 +14,9 @@ from airflow_provider_horovod.exceptions import HorovodProviderError, InvalidPar
 from airflow_provider_horovod.training import META_PREFIX, TERMINAL_STATES
 
 LOG_TAIL_LINES = 40
+# The task's XCom that remembers how far the job's log was streamed, so a trigger restarted by the
+# triggerer (which gets its kwargs as they were at defer time) repeats no line in the task log.
+XCOM_LOG_OFFSET = "ray_log_offset"
 
 
 def job_event(info: dict | None, submission_id: str, *, status: str, message: str, log_tail: list[str],
@@ -91,9 +94,42 @@ class RayJobTrigger(BaseTrigger):
 
         return RayHook(ray_conn_id=self.ray_conn_id)
 
+    def _xcom_key(self) -> dict | None:
+        ti = self.task_instance
+        if ti is None:
+            return None
+        return {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id,
+                "map_index": getattr(ti, "map_index", -1)}
+
+    async def _streamed_offset(self) -> int:
+        """How far an earlier run of this trigger streamed the log (0 when none did)."""
+        if (key := self._xcom_key()) is None:
+            return 0
+        try:
+            from airflow.sdk.execution_time.xcom import XCom
+
+            saved = await XCom.aget_one(key=XCOM_LOG_OFFSET, **key)
+        except Exception:  # no Airflow API here (e.g. a bare test): nothing was saved
+            self._xcom_key = lambda: None
+            return 0
+        return int(saved.get("offset", 0)) if isinstance(saved, dict) and saved.get("submission_id") == \
+            self.submission_id else 0
+
+    async def _save_offset(self, offset: int) -> None:
+        if (key := self._xcom_key()) is None:
+            return
+        try:
+            from airflow.sdk.execution_time.xcom import XCom
+
+            await XCom.aset(key=XCOM_LOG_OFFSET, value={"submission_id": self.submission_id, "offset": offset},
+                            **key)
+        except Exception:
+            self.log.warning("Could not save the log offset; a triggerer restart may repeat log lines.")
+            self._xcom_key = lambda: None
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = self._hook()
-        offset = self.log_offset
+        offset = max(self.log_offset, await self._streamed_offset())
         sid = self.submission_id
         try:
             while True:
@@ -105,7 +141,11 @@ class RayJobTrigger(BaseTrigger):
                 state = info.get("status")
                 terminal = state in TERMINAL_STATES
                 if self.stream_logs:
-                    lines, offset = await hook.a_get_job_logs_since(sid, offset, final=terminal)
+                    lines, new_offset = await hook.a_get_job_logs_since(sid, offset, final=terminal)
+                    if lines:
+                        # Saved before the lines are written: a restart may skip a batch, never repeat one.
+                        await self._save_offset(new_offset)
+                    offset = new_offset
                     for line in lines:
                         self.log.info("[ray] %s", line)
                 if terminal:

@@ -96,7 +96,8 @@ def test_unreachable_cluster_is_a_clear_error_within_bounded_time(monkeypatch):
     started = time.monotonic()
     with pytest.raises(RayClusterUnreachableError) as err:
         RayHook("ray_gone").get_job_info("x")
-    assert time.monotonic() - started < 15
+    # Retried with backoff (about 15 s, to ride out a dashboard restart), then given up.
+    assert 10 < time.monotonic() - started < 30
     assert f"http://127.0.0.1:{port}" in str(err.value) and "'ray_gone'" in str(err.value)
 
 

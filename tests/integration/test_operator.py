@@ -97,16 +97,18 @@ def small_dataset():
 
 
 def make_operator(tmp_path, train_fn=slow_train, **kwargs):
+    kwargs = {"deferrable": False, "poll_interval_seconds": 0.5, **kwargs}
     return HorovodTrainOperator(task_id="train", train_fn=train_fn, num_workers=2, storage_path=str(tmp_path),
-                                deferrable=False, poll_interval_seconds=0.5, **kwargs)
+                                **kwargs)
 
 
-def run_in_thread(op, context):
+def run_in_thread(op, context, run=None):
+    """Run the task (``op.execute``, or ``run(op, context)``) in a thread; its result or error lands in the dict."""
     outcome = {}
 
     def target():
         try:
-            outcome["result"] = op.execute(context)
+            outcome["result"] = run(op, context) if run else op.execute(context)
         except BaseException as err:  # noqa: BLE001 - the test inspects it
             outcome["error"] = err
 

@@ -1,0 +1,285 @@
+"""Faults around a running job, against the real local cluster: a triggerer restart, a user's kill
+while the task is deferred, and a Ray dashboard that goes away at submit time and while waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import shlex
+import socket
+import threading
+import time
+import uuid
+
+import pytest
+
+from airflow_provider_horovod.exceptions import RayClusterUnreachableError
+from airflow_provider_horovod.training import submission_base_id
+from airflow_provider_horovod.triggers.ray import XCOM_LOG_OFFSET, RayJobTrigger
+
+from .test_operator import FakeTI, jobs_of, make_operator, run_in_thread, slow_train, wait_for_status
+
+pytestmark = pytest.mark.integration
+
+
+def counting_job(hook, lines: int, every_s: float) -> str:
+    """A plain Ray job printing numbered lines, for watching what a trigger streams."""
+    code = f"import time\nfor i in range({lines}):\n    print(f'line-{{i:03d}}', flush=True)\n    time.sleep({every_s})"
+    sid = f"ahp-count-{uuid.uuid4().hex[:8]}"
+    return hook.submit_job(entrypoint=f"python -c {shlex.quote(code)}", submission_id=sid)
+
+
+class XComStore:
+    """The task's XComs as the triggerer's Airflow API would keep them (there is no API server here)."""
+
+    def __init__(self):
+        self.values = {}
+
+    async def aset(self, *, key, value, dag_id, task_id, run_id, map_index=-1, **_):
+        self.values[(dag_id, task_id, run_id, map_index, key)] = value
+
+    async def aget_one(self, *, key, dag_id, task_id, run_id, map_index=None, **_):
+        return self.values.get((dag_id, task_id, run_id, map_index, key))
+
+
+class Streamed:
+    """The job's log lines that triggers wrote to the task log (Airflow's logging prints them)."""
+
+    def __init__(self, capsys, caplog):
+        self.capsys, self.caplog = capsys, caplog
+        self.text = ""
+
+    def lines(self) -> list[str]:
+        self.text += self.capsys.readouterr().out
+        logged = "\n".join(r.getMessage() for r in self.caplog.records)
+        return re.findall(r"\[ray\] (line-\d+)", self.text + "\n" + logged)
+
+
+def test_a_restarted_trigger_repeats_no_line_and_yields_one_event(ray_cluster, ray_hook, monkeypatch, capsys,
+                                                                   caplog):
+    from airflow.sdk.execution_time.xcom import XCom
+
+    store = XComStore()
+    monkeypatch.setattr(XCom, "aset", store.aset)
+    monkeypatch.setattr(XCom, "aget_one", store.aget_one)
+    caplog.set_level(logging.INFO)
+    streamed = Streamed(capsys, caplog)
+    jobs_before = len(ray_hook.list_jobs())
+    sid = counting_job(ray_hook, lines=30, every_s=0.3)
+    # What the operator serialised at defer time; a restarted triggerer gets exactly this again.
+    classpath, kwargs = RayJobTrigger(submission_id=sid, poll_interval_seconds=0.5).serialize()
+    ti = FakeTI(f"restart-{uuid.uuid4().hex[:6]}")
+
+    async def scenario():
+        first = RayJobTrigger(**kwargs)
+        first.task_instance = ti
+        events = []
+
+        async def consume(trigger):
+            async for event in trigger.run():
+                events.append(event)
+
+        task = asyncio.create_task(consume(first))
+        deadline = time.monotonic() + 120
+        while len(streamed.lines()) < 8:
+            assert time.monotonic() < deadline and not task.done(), f"the trigger streamed {streamed.lines()}"
+            await asyncio.sleep(0.1)
+        task.cancel()  # the triggerer goes down: no user action, so no on_kill
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        second = RayJobTrigger(**kwargs)
+        second.task_instance = ti
+        await asyncio.wait_for(consume(second), timeout=120)
+        return events
+
+    events = asyncio.run(scenario())
+    assert len(events) == 1 and events[0].payload["status"] == "success", events
+    lines = streamed.lines()
+    assert lines == [f"line-{i:03d}" for i in range(30)]  # each line once, in order
+    saved = store.values[(ti.dag_id, ti.task_id, ti.run_id, -1, XCOM_LOG_OFFSET)]
+    assert saved == {"submission_id": sid, "offset": len(ray_hook.get_job_logs(sid).splitlines())}
+    assert len(ray_hook.list_jobs()) == jobs_before + 1  # the trigger never submits
+
+
+def test_a_kill_while_deferred_stops_the_job_within_15_s(ray_cluster, ray_hook, tmp_path):
+    from airflow.exceptions import TaskDeferred
+
+    run_id = f"dkill-{uuid.uuid4().hex[:6]}"
+    op = make_operator(tmp_path, deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute({"ti": FakeTI(run_id)})
+    trigger = deferred.value.trigger
+    sid = trigger.submission_id
+    assert sid == f"{submission_base_id('ahp_inproc', 'train', run_id)}-a1"
+
+    async def scenario():
+        task = asyncio.create_task(anext(trigger.run(), None))
+        await asyncio.to_thread(wait_for_status, ray_hook, sid, {"RUNNING"})
+        # What the triggerer does when the user marks the task failed: cancel, then on_kill.
+        task.cancel("Task cancelled by user action")
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        started = time.monotonic()
+        await trigger.on_kill()
+        return started
+
+    started = asyncio.run(scenario())
+    assert wait_for_status(ray_hook, sid, {"STOPPED"}, timeout=15) == "STOPPED"
+    assert time.monotonic() - started < 15
+
+
+class Outage:
+    """A TCP proxy in front of the Ray dashboard that can be taken down (connections refused, open
+    ones cut) and brought back, as when the head restarts or the network drops."""
+
+    def __init__(self, target_port: int):
+        self.target = ("127.0.0.1", target_port)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.acceptor: threading.Thread | None = None
+        self.open: list[socket.socket] = []
+        self.lock = threading.Lock()
+
+    def up(self):
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        listener.settimeout(0.2)  # the accept loop looks at `serving` this often
+        self.serving = threading.Event()
+        self.serving.set()
+        self.acceptor = threading.Thread(target=self._accept, args=(listener, self.serving), daemon=True)
+        self.acceptor.start()
+
+    def down(self):
+        # The accept loop closes its own listener: closing it under a blocked accept() would not
+        # free the port at once.
+        if getattr(self, "acceptor", None):
+            self.serving.clear()
+            self.acceptor.join()
+            self.acceptor = None
+        with self.lock:
+            for s in self.open:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+            self.open.clear()
+
+    def up_after(self, seconds: float):
+        threading.Timer(seconds, self.up).start()
+
+    def _accept(self, listener, serving):
+        with listener:
+            while serving.is_set():
+                try:
+                    client, _ = listener.accept()
+                except TimeoutError:
+                    continue
+                client.settimeout(None)
+                self._connect(client)
+
+    def _connect(self, client):
+        try:
+            server = socket.create_connection(self.target)
+        except OSError:
+            client.close()
+            return
+        with self.lock:
+            self.open += [client, server]
+        for a, b in ((client, server), (server, client)):
+            threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+
+@pytest.fixture
+def outage(ray_cluster, monkeypatch):
+    """Connection ``ray_flaky``: the local cluster, reached through the proxy."""
+    port = int(ray_cluster.dashboard_url.rsplit(":", 1)[1])
+    proxy = Outage(port)
+    monkeypatch.setenv("AIRFLOW_CONN_RAY_FLAKY", json.dumps(
+        {"conn_type": "ray", "host": "127.0.0.1", "port": proxy.port, "password": ray_cluster.token}))
+    yield proxy
+    proxy.down()
+
+
+def sleepy_train(config):
+    import os
+    import tempfile
+    import time
+
+    import horovod.torch as hvd
+    import ray.train
+    from ray.train import Checkpoint
+
+    hvd.init()
+    time.sleep(config["seconds"])
+    if hvd.rank() == 0:
+        with tempfile.TemporaryDirectory() as folder:
+            open(os.path.join(folder, "done"), "w").close()
+            ray.train.report({"slept": config["seconds"]}, checkpoint=Checkpoint.from_directory(folder))
+    else:
+        ray.train.report({"slept": config["seconds"]})
+
+
+def run_deferred(op, context):
+    """execute -> the trigger in an event loop (as the triggerer) -> execute_complete."""
+    from airflow.exceptions import TaskDeferred
+
+    try:
+        return op.execute(context)
+    except TaskDeferred as deferred:
+        event = asyncio.run(anext(deferred.trigger.run()))
+        return getattr(op, deferred.method_name)(context, event.payload)
+
+
+@pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
+def test_a_dashboard_that_comes_back_within_the_retries_costs_nothing(outage, ray_hook, tmp_path, deferrable):
+    run_id = f"flaky-{uuid.uuid4().hex[:6]}"
+    op = make_operator(tmp_path, train_fn=sleepy_train, train_loop_config={"seconds": 12}, ray_conn_id="ray_flaky",
+                       deferrable=deferrable)
+    ti = FakeTI(run_id)
+    sid = f"{submission_base_id('ahp_inproc', 'train', run_id)}-a1"
+    outage.up_after(3)  # down when the task starts
+    thread, outcome = run_in_thread(op, {"ti": ti}, run=run_deferred if deferrable else None)
+    wait_for_status(ray_hook, sid, {"RUNNING"})
+    time.sleep(2)
+    outage.down()  # and again while the task waits
+    time.sleep(4)
+    outage.up()
+    thread.join(240)
+    assert not thread.is_alive()
+    assert "error" not in outcome and "result" in outcome, outcome
+    assert outcome["result"]["metrics"]["slept"] == 12
+    assert ti.xcoms["checkpoint_uri"] == outcome["result"]["checkpoint_uri"]
+    assert [j["submission_id"] for j in jobs_of(ray_hook, run_id)] == [sid]  # one job, submitted once
+
+
+def test_a_dashboard_that_stays_away_fails_the_task_clearly(outage, ray_hook, tmp_path):
+    run_id = f"gone-{uuid.uuid4().hex[:6]}"
+    op = make_operator(tmp_path, train_fn=slow_train, ray_conn_id="ray_flaky")
+    started = time.monotonic()
+    with pytest.raises(RayClusterUnreachableError) as err:
+        op.execute({"ti": FakeTI(run_id)})
+    assert time.monotonic() - started < 60
+    message = str(err.value)
+    assert f"http://127.0.0.1:{outage.port}" in message and "'ray_flaky'" in message and "tries" in message
+    assert jobs_of(ray_hook, run_id) == []  # nothing reached the cluster
+
