@@ -10,7 +10,7 @@ The DAG file imports no torch, horovod or ray.train: the training code runs on t
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import dag, task
+from airflow.sdk import Param, dag, task
 
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
 
@@ -27,7 +27,8 @@ def train_dataset():
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     tags=["horovod", "example"],
-    params={"storage_path": ""},
+    params={"storage_path": Param("", type="string",
+                                  description="absolute path or s3://bucket/prefix; empty: $AIRFLOW_HOME/horovod-storage")},
 )
 def horovod_quickstart():
     train = HorovodTrainOperator(

@@ -37,7 +37,7 @@ import json
 import os
 
 import pendulum
-from airflow.sdk import Asset, dag, task
+from airflow.sdk import Asset, Param, dag, task
 
 from airflow_provider_horovod.examples.retraining import holdout_mse, make_data, read_holdout
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
@@ -90,7 +90,8 @@ def evaluate_on_ray(result: dict, holdout_uri: str, try_number: int) -> dict:
     catchup=True,
     max_active_runs=1,  # runs promote one after another, so the champion moves in date order
     tags=["horovod", "retraining", "example"],
-    params={"evaluate_on_ray": False},
+    params={"evaluate_on_ray": Param(False, type="boolean",
+                                     description="score the model in a Ray job instead of the Airflow task")},
 )
 def horovod_retraining():
     @task

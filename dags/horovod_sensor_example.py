@@ -15,7 +15,7 @@ This file imports no torch, horovod or ray.train: the scheduler parses it often.
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import dag, task
+from airflow.sdk import Param, dag, task
 
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
 from airflow_provider_horovod.sensors.ray import RayJobSensor
@@ -33,7 +33,8 @@ def train_dataset():
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     tags=["horovod", "sensor", "example"],
-    params={"storage_path": ""},
+    params={"storage_path": Param("", type="string",
+                                  description="absolute path or s3://bucket/prefix; empty: $AIRFLOW_HOME/horovod-storage")},
 )
 def horovod_sensor_example():
     train = HorovodTrainOperator(
