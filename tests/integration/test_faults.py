@@ -104,7 +104,7 @@ def test_a_restarted_trigger_repeats_no_line_and_yields_one_event(ray_cluster, r
 
 
 def test_a_kill_while_deferred_stops_the_job_within_15_s(ray_cluster, ray_hook, tmp_path):
-    from airflow.exceptions import TaskDeferred
+    from airflow.sdk.exceptions import TaskDeferred
 
     run_id = f"dkill-{uuid.uuid4().hex[:6]}"
     op = make_operator(tmp_path, deferrable=True)
@@ -241,7 +241,7 @@ def sleepy_train(config):
 
 def run_deferred(op, context):
     """execute -> the trigger in an event loop (as the triggerer) -> execute_complete."""
-    from airflow.exceptions import TaskDeferred
+    from airflow.sdk.exceptions import TaskDeferred
 
     try:
         return op.execute(context)
