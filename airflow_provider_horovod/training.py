@@ -7,6 +7,7 @@ and the fix, before anything is submitted.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib.util
 import inspect
@@ -101,6 +102,12 @@ def check_storage_path(storage_path: Any) -> str:
         )
     if parsed.scheme == "s3" and not parsed.netloc:
         raise InvalidParameterError("storage_path", storage_path, "name the bucket: s3://bucket/prefix.")
+    # file://data/x would silently mean /x on host "data", and file:// alone the worker's cwd.
+    if parsed.scheme == "file" and (parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/")):
+        raise InvalidParameterError(
+            "storage_path", storage_path,
+            "a file:// URI takes an absolute path after the third slash: file:///abs/path.",
+        )
     if parsed.scheme == "" and not os.path.isabs(storage_path):
         raise InvalidParameterError(
             "storage_path", storage_path, "give an absolute local path (the Ray workers resolve it)."
@@ -168,7 +175,7 @@ def check_positive(parameter: str, value: Any, *, allow_none: bool = False, inte
     if value is None and allow_none:
         return None
     kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, kinds) or not 0 < value < math.inf:
         kind = "whole number" if integer else "number"
         raise InvalidParameterError(parameter, value, f"give a {kind} greater than 0.")
     return value
@@ -192,6 +199,10 @@ def check_horovod_env(value: Any) -> dict[str, str]:
             raise InvalidParameterError(
                 "horovod_env", value, f"key {key!r} is not a HOROVOD_* variable; put others in runtime_env."
             )
+        if isinstance(value[key], (Mapping, list, tuple, set)) or value[key] is None:
+            raise InvalidParameterError(
+                "horovod_env", value, f"{key} must be a string or a number, e.g. {{{key!r}: \"1\"}}."
+            )
     return {k: str(v) for k, v in value.items()}
 
 
@@ -205,7 +216,16 @@ def check_nics(value: Any) -> list[str] | None:
     return sorted(value)
 
 
+def _masked(runtime_env: Mapping) -> dict:
+    """runtime_env as an error shows it: env var values hidden, they may hold credentials."""
+    env_vars = runtime_env.get("env_vars")
+    if isinstance(env_vars, Mapping):
+        return {**runtime_env, "env_vars": {k: "***" for k in env_vars}}
+    return dict(runtime_env)
+
+
 def check_runtime_env(value: Any) -> dict:
+    """A runtime_env that Ray accepts, checked here: on the cluster a bad one fails the job late."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -214,20 +234,43 @@ def check_runtime_env(value: Any) -> dict:
         )
     env_vars = value.get("env_vars") or {}
     if not isinstance(env_vars, Mapping):
-        raise InvalidParameterError("runtime_env", value, "env_vars must be a dict of strings.")
-    for key in env_vars:
+        raise InvalidParameterError(
+            "runtime_env", _masked(value), 'env_vars must be a dict of strings, e.g. {"A": "1"}.'
+        )
+    for key, var in env_vars.items():
         if SECRET_ENV_PATTERN.search(str(key)):
             raise InvalidParameterError(
                 "runtime_env",
-                {**value, "env_vars": {k: "***" for k in env_vars}},
+                _masked(value),
                 f"env var {key!r} looks like a secret, and Ray shows runtime_env to every dashboard "
                 "reader; give the cluster its credentials (instance role, cluster env) instead.",
+            )
+        if not isinstance(key, str) or not isinstance(var, str):
+            raise InvalidParameterError(
+                "runtime_env", _masked(value), f'env var {key!r} must map a string to a string, e.g. {{"A": "1"}}.'
             )
     try:
         json.dumps(dict(value))
     except (TypeError, ValueError) as err:
-        raise InvalidParameterError("runtime_env", value, f"it must be JSON-serialisable ({err}).") from None
+        raise InvalidParameterError("runtime_env", _masked(value), f"it must be JSON-serialisable ({err}).") from None
+    _check_with_ray(value)
     return dict(value)
+
+
+def _check_with_ray(value: Mapping) -> None:
+    """Ray's own checks (field names, types, local paths exist), run here rather than on the cluster."""
+    from ray.runtime_env import RuntimeEnv
+
+    unknown = sorted(str(k) for k in value if k not in RuntimeEnv.known_fields)
+    if unknown:
+        fields = ", ".join(sorted(f for f in RuntimeEnv.known_fields if not f.startswith("_")))
+        raise InvalidParameterError(
+            "runtime_env", _masked(value), f"unknown field {unknown[0]!r}; Ray's runtime_env fields are: {fields}."
+        )
+    try:
+        RuntimeEnv(**value)
+    except (TypeError, ValueError) as err:
+        raise InvalidParameterError("runtime_env", _masked(value), f"Ray refuses it: {err}") from None
 
 
 def check_import_path(parameter: str, path: str, *, check_importable: bool = True) -> str:
@@ -246,7 +289,66 @@ def check_import_path(parameter: str, path: str, *, check_importable: bool = Tru
                 f"module {module!r} is not importable here; install it where Airflow and Ray run, "
                 "ship it with runtime_env (py_modules/working_dir), or pass the function itself.",
             )
+        name = attr.split(".")[0]
+        defined = _top_level_names(found)
+        # A typo in the function's name would otherwise fail only on the cluster, after the upload.
+        if defined is not None and name not in defined and not _is_submodule(module, name):
+            close = [n for n in sorted(defined) if not n.startswith("_")]
+            hint = difflib.get_close_matches(name, close, n=3) or close[:10]
+            raise InvalidParameterError(
+                parameter,
+                path,
+                f"module {module!r} defines no {name!r}; check the name"
+                + (f" (it has {', '.join(hint)})." if hint else "."),
+            )
     return path
+
+
+def _is_submodule(module: str, name: str) -> bool:
+    try:
+        return importlib.util.find_spec(f"{module}.{name}") is not None
+    except (ImportError, ValueError):  # `module` is not a package
+        return False
+
+
+def _top_level_names(spec) -> set[str] | None:
+    """Names a module's source defines at its top level, read without importing it (importing
+    could be slow or heavy). None when that cannot be known: no source, `import *`, `__getattr__`."""
+    import ast
+
+    origin = getattr(spec, "origin", None) or ""
+    if not origin.endswith(".py") or not os.path.isfile(origin):
+        return None
+    try:
+        with open(origin, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), origin)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    names: set[str] = set()
+    statements = list(tree.body)
+    while statements:
+        node = statements.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    return None
+                names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if not isinstance(target, (ast.Attribute, ast.Subscript)):  # `a.b = 1` defines no name
+                    names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.If, ast.Try, getattr(ast, "TryStar", ast.Try), ast.With, ast.For, ast.While)):
+            # Definitions under `if`/`try` (optional imports, fallbacks) count as well.
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                statements.extend(getattr(node, field, None) or [])
+        elif isinstance(node, ast.ExceptHandler):
+            statements.extend(node.body)
+    if "__getattr__" in names:
+        return None
+    return names
 
 
 def _pickled_by_value_modules(fn: Callable) -> list:

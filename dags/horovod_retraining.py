@@ -91,7 +91,8 @@ def evaluate_on_ray(result: dict, holdout_uri: str, try_number: int) -> dict:
     max_active_runs=1,  # runs promote one after another, so the champion moves in date order
     tags=["horovod", "retraining", "example"],
     params={"evaluate_on_ray": Param(False, type="boolean",
-                                     description="score the model in a Ray job instead of the Airflow task")},
+                                     description_md="give true or false (JSON booleans): true scores the model "
+                                                 "in a Ray job instead of the Airflow task")},
 )
 def horovod_retraining():
     @task

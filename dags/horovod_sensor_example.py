@@ -33,8 +33,10 @@ def train_dataset():
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     tags=["horovod", "sensor", "example"],
-    params={"storage_path": Param("", type="string",
-                                  description="absolute path or s3://bucket/prefix; empty: $AIRFLOW_HOME/horovod-storage")},
+    # The pattern refuses a bad path when the run is triggered, before any task starts.
+    params={"storage_path": Param("", type="string", pattern=r"^(|/.*|file:///.*|s3://[^/\s]+(/.*)?)$",
+                                  description_md="give an absolute path, file:///path or s3://bucket/prefix; "
+                                              "empty: $AIRFLOW_HOME/horovod-storage")},
 )
 def horovod_sensor_example():
     train = HorovodTrainOperator(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import time
 from collections.abc import Mapping
 from functools import cached_property
@@ -13,6 +14,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from airflow_provider_horovod.exceptions import (
+    InvalidParameterError,
     RayAuthenticationError,
     RayClusterUnreachableError,
     RayConnectionConfigError,
@@ -70,6 +72,11 @@ def _json_field(conn_id: str, name: str, value: Any) -> dict:
 
 def parse_extras(conn_id: str, extra: Mapping[str, Any]) -> tuple[bool | str, dict[str, str], dict]:
     """(verify, headers, runtime_env) from a connection's extras, or a clear error."""
+    if not isinstance(extra, Mapping):
+        raise RayConnectionConfigError(
+            f"Connection {conn_id!r}: extra must be a JSON object, got {type(extra).__name__}; give e.g. "
+            '{"verify": true, "runtime_env": {"pip": ["pandas"]}}.'
+        )
     unknown = set(extra) - {"verify", "headers", "runtime_env"}
     if unknown:
         raise RayConnectionConfigError(
@@ -84,9 +91,106 @@ def parse_extras(conn_id: str, extra: Mapping[str, Any]) -> tuple[bool | str, di
             f"Connection {conn_id!r}: extra 'verify'={verify!r} must be true, false or a CA bundle path."
         )
     headers = _json_field(conn_id, "headers", extra.get("headers"))
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
-        raise RayConnectionConfigError(f"Connection {conn_id!r}: extra 'headers' must map strings to strings.")
-    return verify, headers, _json_field(conn_id, "runtime_env", extra.get("runtime_env"))
+    for key, value in headers.items():
+        # Header values are not shown: a proxy's credentials may be among them.
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise RayConnectionConfigError(
+                f"Connection {conn_id!r}: extra 'headers' must map strings to strings; header {key!r} has a "
+                f'{type(value).__name__} value. Give e.g. {{"X-Team": "ml"}}.'
+            )
+        if any(c in key + value for c in "\r\n\0"):
+            raise RayConnectionConfigError(
+                f"Connection {conn_id!r}: extra 'headers': header {key!r} has a line break in its name or value "
+                "(not shown); remove it."
+            )
+    runtime_env = _json_field(conn_id, "runtime_env", extra.get("runtime_env"))
+    return verify, headers, runtime_env
+
+
+def check_endpoint(conn_id: str, host: str, port: Any, schema: str | None, verify: bool | str,
+                   runtime_env: Mapping[str, Any]) -> None:
+    """The connection's fields make a dashboard URL that works, or a clear error before any request
+    (requests' own errors would come late, and some echo header values, the token among them)."""
+    scheme = host.split("://", 1)[0].lower() if "://" in host else (schema or "http").lower()
+    if scheme not in ("http", "https"):
+        raise RayConnectionConfigError(
+            f"Connection {conn_id!r}: schema {scheme!r} is not a scheme of the Ray dashboard; use 'http' or "
+            "'https' (in the schema field, or in the host's URL; it is not a database schema)."
+        )
+    bare = host.split("://", 1)[-1].rstrip("/")
+    if not bare or any(c.isspace() for c in bare) or "/" in bare.split(":", 1)[0]:
+        raise RayConnectionConfigError(
+            f"Connection {conn_id!r}: host {host!r} is not a host name; give the Ray head's name or "
+            "address, e.g. 'ray-head.example.com', with the port in the port field."
+        )
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
+        raise RayConnectionConfigError(
+            f"Connection {conn_id!r}: port {port!r} is not a TCP port; give the dashboard's port, 1 to "
+            f"65535 (Ray's default is {DEFAULT_PORT}), or leave it empty."
+        )
+    if isinstance(verify, str) and not os.path.exists(verify):
+        raise RayConnectionConfigError(
+            f"Connection {conn_id!r}: extra 'verify'={verify!r} is neither true/false nor an existing path; "
+            "give true, false or the path of a CA bundle (PEM file or folder) on the Airflow workers."
+        )
+    if runtime_env:
+        from airflow_provider_horovod.training import check_runtime_env
+
+        try:
+            check_runtime_env(runtime_env)
+        except InvalidParameterError as err:
+            # The connection's runtime_env goes under every job's: the same rules apply.
+            raise RayConnectionConfigError(
+                f"Connection {conn_id!r}: extra 'runtime_env'={err.value!r}: {err.fix}"
+            ) from None
+
+
+def clean_token(conn_id: str, token: str | None) -> str | None:
+    """The Ray token with the line break that `cat ~/.ray/auth_token` leaves removed. The token is
+    never shown: not in this error, and not in the one requests would raise for a header value."""
+    if not token:
+        return token
+    token = token.strip()
+    if any(c.isspace() or ord(c) < 32 for c in token):
+        raise RayConnectionConfigError(
+            f"Connection {conn_id!r}: the password (the Ray auth token) has spaces or control characters "
+            "inside it (not shown); paste the token alone, the contents of ~/.ray/auth_token on the head."
+        )
+    return token
+
+
+def check_conn_id(conn_id: Any) -> str:
+    if not isinstance(conn_id, str) or not conn_id.strip():
+        raise InvalidParameterError(
+            "ray_conn_id", conn_id,
+            "give the id of a connection of type 'ray', or leave the default 'ray_default' (an embedded "
+            "local Ray cluster when no such connection exists).",
+        )
+    return conn_id
+
+
+def unreadable_env_connection(conn_id: str) -> RayConnectionConfigError | None:
+    """Airflow reports a connection it cannot parse from AIRFLOW_CONN_<ID> as missing: say what is
+    wrong instead (without its value, which holds the token), rather than fall back to a local cluster."""
+    var = f"AIRFLOW_CONN_{conn_id.upper()}"
+    value = os.environ.get(var)
+    if value is None:
+        return None
+    reason = "it is neither a JSON object nor a connection URI"
+    if value.lstrip().startswith("{"):
+        try:
+            fields = json.loads(value)
+        except ValueError as err:
+            reason = f"it is not valid JSON ({err})"
+        else:
+            reason = "a field has the wrong type"
+            port = fields.get("port") if isinstance(fields, dict) else None
+            if port is not None and not str(port).strip().isdigit():
+                reason = f"its port {port!r} is not a number"
+    return RayConnectionConfigError(
+        f"Connection {conn_id!r} is set in {var}, but Airflow cannot read it: {reason}. Give e.g. "
+        '{"conn_type": "ray", "host": "ray-head", "port": 8265, "schema": "http", "password": "<token>"}.'
+    )
 
 
 def auth_headers(token: str | None, headers: Mapping[str, str]) -> dict[str, str]:
@@ -171,25 +275,45 @@ class RayHook(BaseHook):
 
     # endpoint -------------------------------------------------------------------------------
 
+    def _extras(self, conn) -> Any:
+        # extra_dejson turns malformed JSON into {} with only a log line: the user's verify,
+        # headers and runtime_env would be dropped without a word.
+        if conn is None or not conn.extra:
+            return {}
+        if isinstance(conn.extra, str):
+            try:
+                return json.loads(conn.extra)
+            except ValueError as err:
+                raise RayConnectionConfigError(
+                    f"Connection {self.ray_conn_id!r}: extra is not valid JSON ({err}); give a JSON object, "
+                    'e.g. {"verify": true}.'
+                ) from None
+        return conn.extra_dejson
+
     def _endpoint_from(self, conn) -> RayEndpoint:
         if conn is None or (conn.host or "").strip().lower() in LOCAL_HOSTS:
-            extra = conn.extra_dejson if conn is not None else {}
-            verify, headers, runtime_env = parse_extras(self.ray_conn_id, extra)
+            verify, headers, runtime_env = parse_extras(self.ray_conn_id, self._extras(conn))
+            check_endpoint(self.ray_conn_id, "127.0.0.1", None, None, verify, runtime_env)
             from airflow_provider_horovod.local import ensure_running
 
             cluster = ensure_running()
             return RayEndpoint(self.ray_conn_id, cluster.dashboard_url, auth_headers(cluster.token, headers),
                                verify, runtime_env)
-        verify, headers, runtime_env = parse_extras(self.ray_conn_id, conn.extra_dejson)
+        verify, headers, runtime_env = parse_extras(self.ray_conn_id, self._extras(conn))
+        check_endpoint(self.ray_conn_id, conn.host.strip(), conn.port, conn.schema, verify, runtime_env)
+        token = clean_token(self.ray_conn_id, conn.password)
         url = dashboard_url(conn.host, conn.port, conn.schema)
-        return RayEndpoint(self.ray_conn_id, url, auth_headers(conn.password, headers), verify, runtime_env)
+        return RayEndpoint(self.ray_conn_id, url, auth_headers(token, headers), verify, runtime_env)
 
     def _connection_or_none(self):
         from airflow.sdk.exceptions import AirflowNotFoundException
 
+        check_conn_id(self.ray_conn_id)
         try:
             return self.get_connection(self.ray_conn_id)
         except AirflowNotFoundException:
+            if (unreadable := unreadable_env_connection(self.ray_conn_id)) is not None:
+                raise unreadable from None
             if self.ray_conn_id != self.default_conn_name:
                 raise RayConnectionConfigError(
                     f"Connection {self.ray_conn_id!r} does not exist. Create it (type 'ray'), or leave "
@@ -377,10 +501,13 @@ class RayHook(BaseHook):
         from airflow.sdk.exceptions import AirflowNotFoundException
         from airflow.providers.common.compat.connection import get_async_connection
 
+        check_conn_id(self.ray_conn_id)
         try:
             conn = await get_async_connection(self.ray_conn_id, self)
         except AirflowNotFoundException:
             conn = None
+            if (unreadable := unreadable_env_connection(self.ray_conn_id)) is not None:
+                raise unreadable from None
             if self.ray_conn_id != self.default_conn_name:
                 raise RayConnectionConfigError(f"Connection {self.ray_conn_id!r} does not exist.") from None
         # Starting or finding the local cluster does file and process work: keep it off the loop.

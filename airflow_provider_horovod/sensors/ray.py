@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -18,11 +19,19 @@ from airflow_provider_horovod.results import (
     raise_for_failure,
 )
 from airflow_provider_horovod.storage import Storage
-from airflow_provider_horovod.training import TERMINAL_STATES
+from airflow_provider_horovod.training import TERMINAL_STATES, check_positive
 from airflow_provider_horovod.triggers.ray import LOG_TAIL_LINES, RayJobTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+
+def check_seconds(parameter: str, value: Any, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf:
+        raise InvalidParameterError(parameter, value, "give seconds (0 or more) or a timedelta.")
 
 
 class RayJobSensor(BaseSensorOperator):
@@ -53,6 +62,11 @@ class RayJobSensor(BaseSensorOperator):
         pending_timeout_seconds: float | None = None,
         **kwargs,
     ) -> None:
+        # BaseSensorOperator refuses these here already (at parse time), in words that show neither
+        # the value nor the task; the same check, with a message like the provider's others.
+        for name in ("poke_interval", "timeout"):
+            if name in kwargs:
+                check_seconds(name, kwargs[name], allow_none=name == "timeout")
         super().__init__(**kwargs)
         self.submission_id = submission_id
         self.ray_conn_id = ray_conn_id
@@ -66,15 +80,49 @@ class RayJobSensor(BaseSensorOperator):
         return RayHook(ray_conn_id=self.ray_conn_id)
 
     def _check_submission_id(self) -> str:
-        if not isinstance(self.submission_id, str) or not self.submission_id.strip():
+        sid = self.submission_id
+        if not isinstance(sid, str) or not sid.strip():
             raise InvalidParameterError(
-                "submission_id", self.submission_id,
+                "submission_id", sid,
                 "give the Ray job's submission id, e.g. \"{{ ti.xcom_pull(task_ids='train', key='submission_id') }}\".",
             )
-        return self.submission_id.strip()
+        sid = sid.strip()
+        if sid == "None":
+            # What "{{ ti.xcom_pull(...) }}" renders to when the upstream task pushed nothing.
+            raise InvalidParameterError(
+                "submission_id", sid,
+                "the template rendered None: the task it pulls from pushed no submission id; check task_ids "
+                "and key='submission_id' in xcom_pull.",
+            )
+        if any(c in sid for c in "/?#") or any(c.isspace() for c in sid):
+            raise InvalidParameterError(
+                "submission_id", sid,
+                "a Ray submission id has no spaces, '/', '?' or '#'; give the id as the Ray dashboard shows it "
+                "(e.g. 'raysubmit_...', or 'ahp-...-a1' for HorovodTrainOperator's jobs).",
+            )
+        return sid
+
+    def _check_inputs(self) -> str:
+        """Every argument, checked before the cluster is asked anything."""
+        from airflow_provider_horovod.hooks.ray import check_conn_id
+        from airflow_provider_horovod.operators.horovod import check_aws_conn_id
+
+        sid = self._check_submission_id()
+        check_conn_id(self.ray_conn_id)
+        if not isinstance(self.deferrable, bool):
+            raise InvalidParameterError("deferrable", self.deferrable, "give True or False.")
+        check_positive("pending_timeout_seconds", self.pending_timeout_seconds, allow_none=True)
+        if self.deferrable and self.poke_interval <= 0:
+            raise InvalidParameterError(
+                "poke_interval", self.poke_interval,
+                "in deferrable mode it is the triggerer's poll interval: give seconds greater than 0.",
+            )
+        # A missing AWS connection would otherwise show only after the job ended, when reading its result.
+        check_aws_conn_id(self.aws_conn_id)
+        return sid
 
     def execute(self, context: Context) -> Any:
-        sid = self._check_submission_id()
+        sid = self._check_inputs()
         push_job_link(context, self._hook().get_job_url(sid))
         if not self.deferrable:
             return super().execute(context)
