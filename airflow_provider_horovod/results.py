@@ -41,14 +41,21 @@ def is_provider_job(metadata: dict | None) -> bool:
 
 
 def collect_result(metadata: dict, *, submission_id: str, dashboard_url: str, storage: Storage) -> dict:
-    """Read the job's result record and check that its checkpoint really exists."""
+    """Read the job's result record and check that its checkpoints really exist.
+
+    Raises :class:`TrainingResultError` when the record cannot be read or a checkpoint it names is
+    missing or empty: the task fails rather than hand a dangling URI downstream. A succeeded attempt
+    whose checkpoint is gone is marked used up (as ``mark_consumed`` does), so the task's retry trains
+    a new attempt instead of reusing it and failing again.
+    """
     record_uri = metadata[f"{META_PREFIX}result_uri"]
     try:
         text = storage.read_text(record_uri)
-    except Exception as err:  # boto3/OS errors: storage unreachable
+    except Exception as err:  # storage unreachable (StorageUnavailableError), OS errors
         raise TrainingResultError(
-            f"Ray job {submission_id} succeeded but its result record {record_uri} cannot be read "
-            f"({type(err).__name__}: {err}). Check the storage and the aws_conn_id connection."
+            f"Ray job {submission_id} succeeded but its result record {record_uri} cannot be read: {err} "
+            "No checkpoint URI was pushed. Once the storage answers again, retry the task: it reuses "
+            "the finished job."
         ) from err
     if text is None:
         raise TrainingResultError(
@@ -61,11 +68,21 @@ def collect_result(metadata: dict, *, submission_id: str, dashboard_url: str, st
             f"Ray job {submission_id} succeeded without a checkpoint: call ray.train.report(metrics, "
             "checkpoint=Checkpoint.from_directory(...)) on rank 0 at least once."
         )
-    for uri in {record.checkpoint_uri, record.best_checkpoint_uri or record.checkpoint_uri}:
-        if not storage.folder_has_files(uri):
+    for uri in dict.fromkeys([record.checkpoint_uri, record.best_checkpoint_uri or record.checkpoint_uri]):
+        try:
+            present = storage.folder_has_files(uri)
+        except Exception as err:
             raise TrainingResultError(
-                f"Ray job {submission_id} reported checkpoint {uri}, but it is missing or empty in "
-                "storage. It may have been deleted (lifecycle rule, cleanup job) after training."
+                f"Ray job {submission_id} succeeded but its checkpoint {uri} cannot be checked: {err} "
+                "No checkpoint URI was pushed. Once the storage answers again, retry the task: it "
+                "reuses the finished job."
+            ) from err
+        if not present:
+            retry = _retire_attempt(storage, record, submission_id, uri)
+            raise TrainingResultError(
+                f"Ray job {submission_id} succeeded and reported checkpoint {uri}, but it is missing or "
+                "empty in storage: it may have been deleted (lifecycle rule, cleanup job) after training. "
+                f"No checkpoint URI was pushed. {retry}"
             )
     return {
         "checkpoint_uri": record.checkpoint_uri,
@@ -81,6 +98,19 @@ def collect_result(metadata: dict, *, submission_id: str, dashboard_url: str, st
         "resumed_from": record.resumed_from,
         "timings": record.timings,
     }
+
+
+def _retire_attempt(storage: Storage, record: ResultRecord, submission_id: str, missing_uri: str) -> str:
+    """Mark an attempt whose checkpoint vanished as used up; say what a retry of the task does."""
+    try:
+        storage.write_json(consumed_uri(record.storage_uri, record.attempt),
+                           {"submission_id": submission_id, "checkpoint_missing": missing_uri})
+    except Exception as err:  # best effort: the error above is what matters
+        log.warning("Could not mark attempt %s as used up: %s", record.attempt, err)
+        return (f"Marking the attempt used up failed ({err}), so a retry would reuse this job and fail "
+                "again: give Airflow write access to the storage, then retry or clear the task.")
+    return ("Retry or clear the task to train again (as a new attempt), and keep the storage's lifecycle "
+            "rules away from checkpoints the next tasks still read.")
 
 
 def mark_consumed(storage: Storage, result: dict, *, try_number: int | None) -> None:

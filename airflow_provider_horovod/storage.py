@@ -3,6 +3,10 @@
 Local paths, ``file://`` and ``s3://`` URIs. S3 is read with boto3 using the ``aws_conn_id``
 connection when one is given, else the worker's own AWS environment (the usual variables,
 including ``AWS_ENDPOINT_URL``). Credentials are never logged.
+
+Every S3 request is bounded in time (connect and read timeouts, a few retries), and an S3 endpoint
+that does not answer, a missing bucket or refused credentials raise :class:`StorageUnavailableError`
+naming the URI, the endpoint, where the credentials came from and what to do.
 """
 
 from __future__ import annotations
@@ -10,11 +14,27 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import urlparse
 
+from airflow_provider_horovod.exceptions import HorovodProviderError
+
 SUPPORTED_SCHEMES = ("", "file", "s3")
+# botocore's defaults (60 s to connect, 60 s per read, 5 tries) would hold a task for minutes when
+# the S3 endpoint is down or hangs; these fail within about a minute.
+S3_CLIENT_CONFIG = {"connect_timeout": 10, "read_timeout": 30,
+                    "retries": {"max_attempts": 3, "mode": "standard"}}
+# Checking the bucket before submitting is one small request: a short wait is enough.
+S3_PROBE_CONFIG = {"connect_timeout": 5, "read_timeout": 10,
+                   "retries": {"max_attempts": 2, "mode": "standard"}}
+
+
+class StorageUnavailableError(HorovodProviderError, ConnectionError):
+    """The storage cannot be used: the S3 endpoint does not answer, the bucket does not exist, or
+    the credentials are refused."""
 
 
 def split_uri(uri: str) -> tuple[str, str]:
@@ -43,7 +63,15 @@ class Storage:
 
     @cached_property
     def _s3(self):
+        return self._client(S3_CLIENT_CONFIG)
+
+    @cached_property
+    def _s3_probe(self):
+        return self._client(S3_PROBE_CONFIG)
+
+    def _client(self, config: dict):
         import boto3
+        from botocore.config import Config
 
         kwargs: dict = {}
         if self.aws_conn_id:
@@ -60,7 +88,50 @@ class Storage:
                                                               .get("s3", {}).get("endpoint_url")),
             }
             kwargs = {k: v for k, v in kwargs.items() if v}
-        return boto3.client("s3", **kwargs)
+        return boto3.client("s3", config=Config(**config), **kwargs)
+
+    def _credentials_source(self) -> str:
+        if self.aws_conn_id:
+            return f"the AWS connection {self.aws_conn_id!r}"
+        return "the worker's AWS environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...), as aws_conn_id is None"
+
+    def unavailable(self, uri: str, err: Exception, client=None, *, bucket_request: bool = False
+                    ) -> StorageUnavailableError:
+        """A clear error for a failed S3 request on ``uri``: what failed, where, and what to do."""
+        from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
+
+        endpoint = (client or self._s3).meta.endpoint_url
+        bucket = split_uri(uri)[1].partition("/")[0]
+        source = self._credentials_source()
+        code = ""
+        if isinstance(err, ClientError):
+            code = str(err.response.get("Error", {}).get("Code", ""))
+        if code == "NoSuchBucket" or (code == "404" and bucket_request):
+            why = (f"the bucket {bucket!r} does not exist at {endpoint}. Create it, or fix storage_path. "
+                   f"Endpoint and credentials come from {source}.")
+        elif code in ("404", "NoSuchKey"):
+            why = f"it does not exist at {endpoint}. Endpoint and credentials come from {source}."
+        elif code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"):
+            why = (f"{endpoint} refused access to the bucket {bucket!r} ({code}). Check the credentials of "
+                   f"{source} and their permissions on the bucket.")
+        elif isinstance(err, (NoCredentialsError, PartialCredentialsError)):
+            why = f"no AWS credentials were found in {source}. Give the connection keys, or set aws_conn_id."
+        elif isinstance(err, ClientError):
+            why = f"{endpoint} answered {code or 'an error'} ({err}). Check the storage and {source}."
+        else:
+            why = (f"the S3 endpoint {endpoint} does not answer ({type(err).__name__}: {err}). Check that "
+                   f"the S3 service is up and reachable from here, and the endpoint set in {source}.")
+        return StorageUnavailableError(f"Storage {uri} cannot be used: {why}")
+
+    @contextmanager
+    def _request(self, uri: str, client=None, *, bucket_request: bool = False) -> Iterator[None]:
+        """S3 client errors (endpoint down, bucket missing, access refused) as StorageUnavailableError."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            yield
+        except (BotoCoreError, ClientError) as err:
+            raise self.unavailable(uri, err, client, bucket_request=bucket_request) from err
 
     def read_text(self, uri: str) -> str | None:
         """The file's text, or None when it does not exist."""
@@ -72,10 +143,11 @@ class Storage:
             except FileNotFoundError:
                 return None
         bucket, _, key = path.partition("/")
-        try:
-            return self._s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode("utf-8")
-        except self._s3.exceptions.NoSuchKey:
-            return None
+        with self._request(uri):
+            try:
+                return self._s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode("utf-8")
+            except self._s3.exceptions.NoSuchKey:
+                return None
 
     def read_json(self, uri: str) -> dict | None:
         text = self.read_text(uri)
@@ -95,19 +167,24 @@ class Storage:
             os.replace(tmp, path)
             return
         bucket, _, key = path.partition("/")
-        self._s3.put_object(Bucket=bucket, Key=key, Body=body)
+        with self._request(uri):
+            self._s3.put_object(Bucket=bucket, Key=key, Body=body)
 
     def exists(self, uri: str) -> bool:
         return self.read_text(uri) is not None
 
     def folder_has_files(self, uri: str) -> bool:
-        """True when the folder (a checkpoint) exists and holds at least one file."""
+        """True when the folder (a checkpoint) exists and holds at least one file. Folder markers
+        (S3 keys ending in "/", as pyarrow writes them) are not files: they can outlive the files."""
         scheme, path = split_uri(uri)
         if scheme == "":
             return os.path.isdir(path) and any(files for _, _, files in os.walk(path))
         bucket, _, prefix = path.partition("/")
-        listing = self._s3.list_objects_v2(Bucket=bucket, Prefix=prefix.rstrip("/") + "/", MaxKeys=1)
-        return listing.get("KeyCount", 0) > 0
+        with self._request(uri):
+            pages = self._s3.get_paginator("list_objects_v2").paginate(
+                Bucket=bucket, Prefix=prefix.rstrip("/") + "/")
+            return any(not obj["Key"].endswith("/")
+                       for page in pages for obj in page.get("Contents", []))
 
     def download_file(self, uri: str, dest: str) -> str:
         """A local file with the content of ``uri``: local paths as they are, S3 copied to ``dest``."""
@@ -116,7 +193,8 @@ class Storage:
             return path
         bucket, _, key = path.partition("/")
         os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
-        self._s3.download_file(bucket, key, dest)
+        with self._request(uri):
+            self._s3.download_file(bucket, key, dest)
         return dest
 
     def download_folder(self, uri: str, dest: str) -> str:
@@ -129,18 +207,23 @@ class Storage:
             return path
         bucket, _, prefix = path.partition("/")
         prefix = prefix.rstrip("/") + "/"
-        paginator = self._s3.get_paginator("list_objects_v2")
-        for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
-            for obj in page.get("Contents", []):
-                if obj["Key"].endswith("/"):
-                    continue  # a folder marker, as pyarrow writes them
-                target = os.path.join(dest, obj["Key"][len(prefix):])
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                self._s3.download_file(bucket, obj["Key"], target)
+        with self._request(uri):
+            paginator = self._s3.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+                for obj in page.get("Contents", []):
+                    if obj["Key"].endswith("/"):
+                        continue  # a folder marker, as pyarrow writes them
+                    target = os.path.join(dest, obj["Key"][len(prefix):])
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    self._s3.download_file(bucket, obj["Key"], target)
         return dest
 
     def check_bucket(self, uri: str) -> None:
-        """Raise when the bucket of an S3 URI cannot be reached (local paths always pass)."""
+        """Raise :class:`StorageUnavailableError` when the bucket of an S3 URI cannot be used: the
+        endpoint does not answer, the bucket does not exist or access is refused. Local paths pass
+        (they are the cluster's, not necessarily this machine's)."""
         scheme, path = split_uri(uri)
-        if scheme == "s3":
-            self._s3.head_bucket(Bucket=path.partition("/")[0])
+        if scheme != "s3":
+            return
+        with self._request(uri, self._s3_probe, bucket_request=True):
+            self._s3_probe.head_bucket(Bucket=path.partition("/")[0])
