@@ -166,19 +166,20 @@ def _start(state: str, timeout: float, num_cpus: int | None = None, extra_args: 
     return cluster
 
 
-def join_node(state: str, cluster: LocalCluster, *, num_cpus: int, extra_args: tuple[str, ...] = (),
-              hostname: str | None = None, timeout: float = 120.0) -> None:
+def join_node(state: str, cluster: LocalCluster, *, num_cpus: int, num_gpus: int = 0,
+              extra_args: tuple[str, ...] = (), hostname: str | None = None, timeout: float = 120.0) -> None:
     """Start one more node on this machine and join it to the cluster (for tests across nodes);
     ``down`` stops it with the head, since it keeps its logs in the head's session folder.
 
-    ``hostname``: run the node under a host name of its own, as on a second machine (Ray's legacy
+    ``num_gpus``: GPUs the node declares (Ray schedules them, and sets CUDA_VISIBLE_DEVICES, whether
+    or not the machine has them). ``hostname``: run the node under a host name of its own, as on a second machine (Ray's legacy
     HorovodTrainer counts nodes by host name): new UTS and mount namespaces (needs root) with a
     private /etc/hosts that resolves the name, as Gloo needs.
     """
     cmd = [
         os.path.join(os.path.dirname(sys.executable), "ray"), "start", f"--address={cluster.gcs_address}",
         "--node-ip-address=127.0.0.1", f"--dashboard-agent-listen-port={_free_port()}",
-        f"--num-cpus={num_cpus}", "--num-gpus=0", "--disable-usage-stats", *extra_args,
+        f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", "--disable-usage-stats", *extra_args,
     ]
     if hostname:
         hosts = os.path.join(state, f"hosts-{hostname}")

@@ -89,6 +89,10 @@ def _set_env(env: dict[str, str]) -> None:
 class HorovodV2Backend(Backend):
     """Starts a rendezvous per worker-group start; stops it on shutdown."""
 
+    # Each GPU worker sees all the GPUs its node gives the run, as under Ray's own HorovodTrainer:
+    # Horovod's `torch.cuda.set_device(hvd.local_rank())` needs that on a node with several.
+    share_cuda_visible_devices: bool = True
+
     def __init__(self) -> None:
         self._server = None
 

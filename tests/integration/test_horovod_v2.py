@@ -25,14 +25,15 @@ TWO_NODE_CONN = "ray_two_nodes"
 def two_nodes(ray_cluster, tmp_path_factory):
     """A cluster of its own: a head and a second node joined with `ray start --address` under a host
     name of its own (as on a second machine), each with one `ahp_slot`, so two workers asking for a
-    slot each land on different nodes."""
+    slot each land on different nodes. The second node also declares two GPUs (Ray schedules them
+    and sets CUDA_VISIBLE_DEVICES though the machine has none)."""
     from airflow_provider_horovod.hooks.ray import RayHook
 
     state = str(tmp_path_factory.mktemp("two-nodes"))
     slot = ("--resources", json.dumps({"ahp_slot": 1}))
     head = local.start_head(state, num_cpus=2, extra_args=slot)
     try:
-        local.join_node(state, head, num_cpus=2, extra_args=slot, hostname="ahp-second-node")
+        local.join_node(state, head, num_cpus=2, num_gpus=2, extra_args=slot, hostname="ahp-second-node")
         host, port = head.dashboard_url.rsplit("//", 1)[1].split(":")
         # With two clusters on one machine, Ray's state API (used by Train V2's placement-group
         # cleaner) needs to be told which one is its own; the connection's default runtime_env does.
@@ -97,6 +98,49 @@ def test_horovod_across_two_nodes(two_nodes, tmp_path, trainer_api):
                                                                                              (1, 1, 0, 1)]
     assert result["world_size"] == 2 and result["trainer_api"] == trainer_api
     assert os.path.isfile(os.path.join(result["checkpoint_uri"], "probe.json"))
+
+
+def gpu_visibility_probe(config):
+    """What each rank would hand to torch.cuda.set_device(hvd.local_rank()): the devices it sees."""
+    import json
+    import os
+    import tempfile
+
+    import horovod.torch as hvd
+    import ray
+    import ray.train
+    from ray.train import Checkpoint
+
+    hvd.init()
+    seen = hvd.allgather_object({
+        "rank": hvd.rank(), "local_rank": hvd.local_rank(), "visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        "assigned": ray.get_runtime_context().get_accelerator_ids()["GPU"],
+        "node_id": ray.get_runtime_context().get_node_id(),
+    })
+    metrics = {"ranks": json.dumps(seen)}
+    if hvd.rank() == 0:
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "seen.json"), "w") as f:
+                json.dump(seen, f)
+            ray.train.report(metrics, checkpoint=Checkpoint.from_directory(folder))
+    else:
+        ray.train.report(metrics)
+
+
+@pytest.mark.parametrize("trainer_api", TRAINER_APIS)
+def test_gpu_workers_of_a_node_each_see_all_its_gpus(two_nodes, tmp_path, trainer_api):
+    """Horovod pins one GPU per local rank, so every GPU worker of a node must see the node's GPUs
+    (not only the one Ray gave it), as Ray's own HorovodTrainer arranges."""
+    op = make_operator(tmp_path, train_fn=gpu_visibility_probe, trainer_api=trainer_api, ray_conn_id=TWO_NODE_CONN,
+                       use_gpu=True, resources_per_worker={"CPU": 1, "GPU": 1})
+    result = op.execute({"ti": FakeTI(f"gpus-{trainer_api}-{uuid.uuid4().hex[:6]}")})
+    ranks = sorted(json.loads(result["metrics"]["ranks"]), key=lambda r: r["rank"])
+    assert len({r["node_id"] for r in ranks}) == 1  # the node with the GPUs holds both workers
+    assert sorted(g for r in ranks for g in r["assigned"]) == ["0", "1"]  # one GPU each
+    for rank in ranks:
+        visible = rank["visible"].split(",")
+        assert sorted(visible) == ["0", "1"], ranks
+        assert rank["local_rank"] < len(visible)  # set_device(local_rank) has a device to pin
 
 
 def train_until_killed(config):
