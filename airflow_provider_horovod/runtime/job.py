@@ -36,13 +36,26 @@ def error_chain(err: BaseException | None) -> list[BaseException]:
     return chain
 
 
+def summary(err: BaseException) -> str:
+    """The first line of an error's message; for an actor that failed in its constructor (Ray
+    Train's controller when the storage cannot be reached, say), also the constructor's own error,
+    which Ray puts on the message's last line."""
+    lines = [line for line in re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if getattr(err, "actor_init_failed", False) and len(lines) > 1:
+        return f"{lines[0].strip()} ... {lines[-1].strip()}"
+    return lines[0].strip()
+
+
 def describe(err: BaseException) -> str:
     """One line for the task log: the error type, its message, and a hint when a worker died."""
     chain = error_chain(err)
-    text = " <- ".join(f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-                       for e in chain)
-    # Train V1 wraps the death in a class named like "RayTaskError(ActorDiedError)".
-    died = any(name in DIED_ERRORS for e in chain for name in re.findall(r"\w+", type(e).__name__))
+    text = " <- ".join(f"{type(e).__name__}: {summary(e)}" for e in chain)
+    # Train V1 wraps the death in a class named like "RayTaskError(ActorDiedError)". An actor whose
+    # constructor raised did not die under load: its own error says what is wrong.
+    died = any(name in DIED_ERRORS for e in chain if not getattr(e, "actor_init_failed", False)
+               for name in re.findall(r"\w+", type(e).__name__))
     return f"{text} -- {WORKER_DIED_HINT}" if died else text
 
 
