@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
 import threading
 import time
@@ -51,10 +52,16 @@ from airflow_provider_horovod.training import (
 )
 from airflow_provider_horovod.triggers.ray import LOG_TAIL_LINES, RayJobTrigger, pending_timeout_message
 
+# The task_state_store key (it outlives a try, unlike XCom) that remembers how far the job's log was
+# streamed into the task log, so the try that re-attaches repeats no line of the one before.
+STATE_LOG_OFFSET = "ray_log_offset"
+
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_horovod.hooks.ray import RayHook
+
+log = logging.getLogger(__name__)
 
 
 class HorovodTrainOperator(BaseOperator):
@@ -254,6 +261,9 @@ class HorovodTrainOperator(BaseOperator):
         if not self.wait_for_completion:
             return {"submission_id": sid, "dashboard_url": dashboard_url, "storage_uri": spec.storage_uri,
                     "attempt": attempt}
+        offset = streamed_offset(context, sid)
+        if offset:
+            self.log.info("The job's log up to line %s is in the task log of an earlier try.", offset)
         if self.deferrable:
             self.defer(
                 trigger=RayJobTrigger(
@@ -261,11 +271,12 @@ class HorovodTrainOperator(BaseOperator):
                     ray_conn_id=self.ray_conn_id,
                     poll_interval_seconds=self.poll_interval_seconds,
                     pending_timeout_seconds=self.pending_timeout_seconds,
+                    log_offset=offset,
                 ),
                 method_name="execute_complete",
                 timeout=self.execution_timeout,
             )
-        info = self._wait(hook, sid)
+        info = self._wait(hook, sid, context, offset)
         tail = [] if info["status"] == "SUCCEEDED" else hook.get_job_logs(sid).splitlines()[-LOG_TAIL_LINES:]
         return self._finish(context, hook, sid, info["status"], info.get("error_type"),
                             info.get("message") or "", info.get("metadata") or {}, tail)
@@ -274,6 +285,7 @@ class HorovodTrainOperator(BaseOperator):
         """Resume after the trigger's event (a new operator instance: everything comes from the event)."""
         sid = event["submission_id"]
         self.submission_id = sid
+        save_streamed_offset(context, sid, event.get("log_offset") or 0)
         return self._finish(context, self._hook(), sid, event.get("job_status"), event.get("error_type"),
                             event.get("message") or "", event.get("metadata") or {}, event.get("log_tail") or [],
                             failed=event.get("status") != "success")
@@ -354,9 +366,8 @@ class HorovodTrainOperator(BaseOperator):
         self.log.info("Submitted Ray job %s (attempt %s, %s workers).", sid, spec.attempt, spec.num_workers)
         return sid
 
-    def _wait(self, hook: RayHook, sid: str) -> dict:
-        """Poll until the job ends, streaming its log into the task log."""
-        offset = 0
+    def _wait(self, hook: RayHook, sid: str, context: Context, offset: int = 0) -> dict:
+        """Poll until the job ends, streaming its log (after line ``offset``) into the task log."""
         while True:
             info = hook.get_job_info(sid)
             if info is None:
@@ -364,6 +375,9 @@ class HorovodTrainOperator(BaseOperator):
             state = info.get("status")
             terminal = state in TERMINAL_STATES
             lines, offset = hook.get_job_logs_since(sid, offset, final=terminal)
+            if lines:
+                # Saved before the lines are written: a crash in between may skip them, never repeat them.
+                save_streamed_offset(context, sid, offset)
             for line in lines:
                 self.log.info("[ray] %s", line)
             if terminal:
@@ -390,6 +404,29 @@ class HorovodTrainOperator(BaseOperator):
         mark_consumed(storage, result, try_number=getattr(context["ti"], "try_number", None))
         self.log.info("Checkpoint: %s  metrics: %s", result["checkpoint_uri"], result["metrics"])
         return push_result(context, result)
+
+
+def streamed_offset(context: Context, submission_id: str) -> int:
+    """How many lines of the job's log an earlier try of this task streamed (0: none, or no store)."""
+    store = context.get("task_state_store")
+    try:
+        saved = store.get(STATE_LOG_OFFSET) if store is not None else None
+    except Exception:  # the offset only spares repeated lines: never fail the task for it
+        log.warning("Could not read the log offset of earlier tries; the job's log is streamed from its start.")
+        return 0
+    if isinstance(saved, dict) and saved.get("submission_id") == submission_id:
+        return int(saved.get("offset") or 0)
+    return 0
+
+
+def save_streamed_offset(context: Context, submission_id: str, offset: int) -> None:
+    store = context.get("task_state_store")
+    if store is None:
+        return
+    try:
+        store.set(STATE_LOG_OFFSET, {"submission_id": submission_id, "offset": int(offset)})
+    except Exception:
+        log.warning("Could not save the log offset; a retry may show the job's log again from its start.")
 
 
 def check_aws_conn_id(aws_conn_id: str | None) -> None:

@@ -110,6 +110,8 @@ class RayJobTrigger(BaseTrigger):
 
             saved = await XCom.aget_one(key=XCOM_LOG_OFFSET, **key)
         except Exception:  # no Airflow API here (e.g. a bare test): nothing was saved
+            self.log.warning("Could not read the log offset; the job's log is streamed from line %s.",
+                             self.log_offset)
             self._xcom_key = lambda: None
             return 0
         return int(saved.get("offset", 0)) if isinstance(saved, dict) and saved.get("submission_id") == \

@@ -9,6 +9,7 @@ import uuid
 from types import SimpleNamespace
 
 import pytest
+import structlog.testing
 
 from airflow_provider_horovod.exceptions import RayJobError
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
@@ -39,6 +40,8 @@ def test_sync_operator_trains_to_local_disk(ray_cluster, tmp_path, airflow_db):
     result = check_trained(run.stdout, str(tmp_path))
     assert (tmp_path / result["checkpoint_uri"][len(str(tmp_path)) + 1:]).is_dir()
     assert "[ray] " in run.stdout  # the job's log streamed into the task log
+    # ... with its progress kept in Airflow's task_state_store, for a try that re-attaches.
+    assert "log offset" not in run.stdout + run.stderr
 
 
 def test_deferred_operator_trains_to_s3(ray_cluster, moto_server, airflow_db):
@@ -46,6 +49,8 @@ def test_deferred_operator_trains_to_s3(ray_cluster, moto_server, airflow_db):
     moto_server.make_bucket(bucket)
     run = dags_test("ahp_train_deferred", conf={"storage_path": f"s3://{bucket}/runs"})
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    # The trigger streamed the job's log, keeping its offset in the task's XCom as it went.
+    assert "[ray] " in run.stdout and "log offset" not in run.stdout + run.stderr
     result = check_trained(run.stdout, f"s3://{bucket}/runs/")
     import boto3
 
@@ -63,7 +68,10 @@ def test_sensor_waits_for_a_submitted_job(ray_cluster, tmp_path, airflow_db):
 def test_failed_job_fails_the_task_with_the_error_and_log(ray_cluster, tmp_path, airflow_db):
     run = dags_test("ahp_failing", conf={"storage_path": str(tmp_path)})
     output = run.stdout + run.stderr
-    assert "ended FAILED" in output and "boom-in-training" in output, output[-4000:]
+    assert run.returncode != 0, output[-4000:]
+    # Ray's error type, the job's own error line and the end of its log.
+    assert "ended FAILED (JOB_ENTRYPOINT_COMMAND_ERROR)" in output, output[-4000:]
+    assert "AHP_ERROR" in output and "boom-in-training" in output
     assert "Last lines of the job's log" in output
 
 
@@ -159,27 +167,55 @@ def test_stopped_job_fails_the_task(ray_cluster, ray_hook, tmp_path):
     assert isinstance(err, RayJobError) and "ended STOPPED" in str(err), outcome
 
 
+class StateStore(dict):
+    """A task instance's task_state_store: unlike XCom it outlives a try (there is no API server here)."""
+
+    def set(self, key, value, **_):
+        self[key] = value
+
+
+def streamed_lines(events: list[dict]) -> list[str]:
+    """The job's log lines the operator wrote to the task log since the last call (and forget them)."""
+    lines = [e["event"][len("[ray] "):] for e in events if str(e.get("event", "")).startswith("[ray] ")]
+    events.clear()
+    return lines
+
+
 def test_retry_reattaches_to_the_running_job(ray_cluster, ray_hook, tmp_path):
+    with structlog.testing.capture_logs() as events:  # the task log, as the operator writes it
+        retry_reattaches(ray_hook, tmp_path, events)
+
+
+def retry_reattaches(ray_hook, tmp_path, events):
     run_id = f"retry-{uuid.uuid4().hex[:6]}"
+    store = StateStore()  # the task instance's, shared by its tries
     first = make_operator(tmp_path, train_fn="airflow_provider_horovod.examples.quickstart:train_func",
                           train_loop_config={"num_epochs": 6, "lr": 0.1, "batch_size": 16},
                           datasets={"train": small_dataset})
-    # A worker that dies mid-wait: its loop ends, the job goes on.
-    thread, _ = run_in_thread(first, {"ti": FakeTI(run_id)})
+    # A worker that dies mid-wait, once it has streamed some of the job's log: the job goes on.
+    thread, _ = run_in_thread(first, {"ti": FakeTI(run_id), "task_state_store": store})
     sid = f"{submission_base_id('ahp_inproc', 'train', run_id)}-a1"
+    deadline = time.monotonic() + 120
+    while not store.get("ray_log_offset"):
+        assert time.monotonic() < deadline, "the first try streamed no log line"
+        time.sleep(0.2)
     wait_for_status(ray_hook, sid, {"RUNNING"})
     first._killed.set()
     thread.join(30)
+    first_lines = streamed_lines(events)
+    assert first_lines and store["ray_log_offset"] == {"submission_id": sid, "offset": len(first_lines)}
 
     retry_ti = FakeTI(run_id)
     retry_ti.try_number = 2
     second = make_operator(tmp_path, train_fn="airflow_provider_horovod.examples.quickstart:train_func",
                            train_loop_config={"num_epochs": 6, "lr": 0.1, "batch_size": 16},
                            datasets={"train": small_dataset})
-    result = second.execute({"ti": retry_ti})
+    result = second.execute({"ti": retry_ti, "task_state_store": store})
     assert result["submission_id"] == sid
     assert [j["submission_id"] for j in jobs_of(ray_hook, run_id)] == [sid]
     assert retry_ti.xcoms["checkpoint_uri"] == result["checkpoint_uri"]
+    # Across the two tries' task logs, every line of the job's log once, in order.
+    assert first_lines + streamed_lines(events) == ray_hook.get_job_logs(sid).splitlines()
 
 
 def test_gpus_the_cluster_lacks_fail_before_submission(ray_cluster, ray_hook, tmp_path):
