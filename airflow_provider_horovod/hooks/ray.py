@@ -242,6 +242,20 @@ def total_resources(nodes: list[dict]) -> dict[str, float]:
     return total
 
 
+def ssl_context(verify: bool | str):
+    """aiohttp's ``ssl`` argument for the connection's ``verify``: None (the default checks), False
+    (no checks), or a context trusting a CA bundle file or a folder of CA files, as requests does."""
+    import ssl
+
+    if verify is False:
+        return False
+    if isinstance(verify, str):
+        if os.path.isdir(verify):
+            return ssl.create_default_context(capath=verify)
+        return ssl.create_default_context(cafile=verify)
+    return None
+
+
 def local_ray_version() -> str:
     from importlib.metadata import version
 
@@ -516,16 +530,10 @@ class RayHook(BaseHook):
         return endpoint
 
     async def _a_request(self, method: str, path: str) -> tuple[int, str]:
-        import ssl
-
         import aiohttp
 
         ep = await self.a_endpoint()
-        ssl_arg: Any = None
-        if ep.verify is False:
-            ssl_arg = False
-        elif isinstance(ep.verify, str):
-            ssl_arg = ssl.create_default_context(cafile=ep.verify)
+        ssl_arg = ssl_context(ep.verify)
         started = time.monotonic()
         last: Any = None
         timeout = aiohttp.ClientTimeout(connect=TIMEOUT_S[0], total=TIMEOUT_S[0] + TIMEOUT_S[1])
@@ -551,6 +559,18 @@ class RayHook(BaseHook):
             raise RayJobError(f"Ray dashboard {what} failed: HTTP {status}: {text[:500]}")
         return json.loads(text)
 
+    async def a_get_job_url(self, submission_id: str) -> str:
+        return job_url((await self.a_endpoint()).url, submission_id)
+
+    async def a_submit_job(self, *, entrypoint: str, submission_id: str, runtime_env: dict | None = None,
+                           metadata: dict[str, str] | None = None, entrypoint_num_cpus: float | None = None,
+                           entrypoint_resources: dict[str, float] | None = None) -> str:
+        """``submit_job`` off the event loop: it uploads the job's local files with Ray's own client."""
+        await self.a_endpoint()
+        return await asyncio.to_thread(
+            self.submit_job, entrypoint=entrypoint, submission_id=submission_id, runtime_env=runtime_env,
+            metadata=metadata, entrypoint_num_cpus=entrypoint_num_cpus, entrypoint_resources=entrypoint_resources)
+
     async def a_get_job_info(self, submission_id: str) -> dict | None:
         status, text = await self._a_request("GET", f"/api/jobs/{submission_id}")
         return None if status == 404 else self._a_json(status, text, "job info")
@@ -570,6 +590,10 @@ class RayHook(BaseHook):
     async def a_stop_job(self, submission_id: str) -> bool:
         status, text = await self._a_request("POST", f"/api/jobs/{submission_id}/stop")
         return False if status == 404 else bool(self._a_json(status, text, "stop").get("stopped"))
+
+    async def a_delete_job(self, submission_id: str) -> bool:
+        status, text = await self._a_request("DELETE", f"/api/jobs/{submission_id}")
+        return False if status == 404 else bool(self._a_json(status, text, "delete").get("deleted"))
 
     async def a_get_cluster_resources(self) -> dict[str, float]:
         status, text = await self._a_request("GET", "/api/v0/nodes?detail=1&limit=10000")

@@ -61,20 +61,37 @@ def test_submit_status_logs_stop_delete_round_trip(ray_hook):
     assert ray_hook.get_job_info("no-such-job") is None
 
 
-def test_async_methods(ray_hook):
+def test_async_round_trip(ray_hook):
+    """The async twins alone: submit, status, logs, stop, delete and the job's URL."""
     sid = f"hook-async-{uuid.uuid4().hex[:8]}"
-    ray_hook.submit_job(entrypoint=PRINT_LINES, submission_id=sid)
-    wait_terminal(ray_hook, sid)
+    long_id = f"hook-async-sleep-{uuid.uuid4().hex[:8]}"
 
     async def go():
         hook = RayHook()
+        assert await hook.a_submit_job(entrypoint=PRINT_LINES, submission_id=sid, metadata={"k": "v"}) == sid
+        seen, offset = [], 0
+        while (status := await hook.a_get_job_status(sid)) not in ("SUCCEEDED", "FAILED", "STOPPED"):
+            lines, offset = await hook.a_get_job_logs_since(sid, offset)
+            seen += lines
+            await asyncio.sleep(0.2)
+        lines, offset = await hook.a_get_job_logs_since(sid, offset, final=True)
+        seen += lines
         info = await hook.a_get_job_info(sid)
-        lines, offset = await hook.a_get_job_logs_since(sid, 0, final=True)
-        resources = await hook.a_get_cluster_resources()
-        return info, lines, resources, await hook.a_get_job_info("no-such-job")
+        await hook.a_submit_job(entrypoint="sleep 300", submission_id=long_id)
+        stopped = await hook.a_stop_job(long_id)
+        deadline = time.monotonic() + 15
+        while (await hook.a_get_job_status(long_id)) != "STOPPED" and time.monotonic() < deadline:
+            await asyncio.sleep(0.3)
+        deleted = await hook.a_delete_job(long_id)
+        return (status, seen, info, stopped, deleted, await hook.a_get_job_info(long_id),
+                await hook.a_get_job_url(sid), await hook.a_get_cluster_resources(),
+                await hook.a_get_job_info("no-such-job"))
 
-    info, lines, resources, missing = asyncio.run(go())
-    assert info["status"] == "SUCCEEDED" and "line 4" in lines and missing is None
+    status, seen, info, stopped, deleted, gone, url, resources, missing = asyncio.run(go())
+    assert status == "SUCCEEDED" and info["metadata"] == {"k": "v"}
+    assert [ln for ln in seen if ln.startswith("line ")] == [f"line {i}" for i in range(5)]  # none lost or repeated
+    assert stopped and deleted and gone is None and missing is None
+    assert url == ray_hook.get_job_url(sid)
     assert resources.get("CPU", 0) >= 2 and resources == ray_hook.get_cluster_resources()
 
 

@@ -2,10 +2,11 @@ import json
 import subprocess
 import sys
 from importlib import resources
+from pathlib import Path
 
 import jsonschema
 
-from airflow_provider_horovod import get_provider_info
+from airflow_provider_horovod import __version__, get_provider_info
 
 
 def test_provider_info_is_valid_against_airflows_schema():
@@ -48,3 +49,18 @@ def test_importing_the_airflow_side_does_not_import_the_training_stack():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_airflow_lists_the_provider_and_its_connection_type():
+    """What `airflow providers list` and `airflow providers hooks` show, from the installed entry point."""
+    airflow = str(Path(sys.executable).with_name("airflow"))
+
+    def listed(*args: str) -> list[dict]:
+        out = subprocess.run([airflow, "providers", *args, "-o", "json"], capture_output=True, text=True,
+                             timeout=120, check=True)
+        return json.loads(out.stdout[out.stdout.index("["):])
+
+    (ours,) = [p for p in listed("list") if p["package_name"] == "airflow-provider-horovod"]
+    assert ours["version"] == __version__
+    (ray,) = [h for h in listed("hooks") if h.get("connection_type") == "ray"]
+    assert ray["class"] == "airflow_provider_horovod.hooks.ray.RayHook"

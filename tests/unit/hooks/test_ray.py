@@ -12,6 +12,7 @@ from airflow_provider_horovod.hooks.ray import (
     merge_runtime_env,
     parse_extras,
     split_new_lines,
+    ssl_context,
     total_resources,
 )
 
@@ -128,3 +129,39 @@ def test_wait_for_job_fails_clearly(states, timeout, needle):
 
     with pytest.raises(RayJobError, match=needle):
         ScriptedHook(states).wait_for_job("sid", poll_interval=0, timeout=timeout)
+
+
+def self_signed_ca(folder) -> str:
+    """A CA certificate in PEM, written to ``folder``; its path."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ahp test CA")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(key, hashes.SHA256()))
+    path = folder / "ca.pem"
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return str(path)
+
+
+def test_tls_verification_for_the_async_requests(tmp_path):
+    """The trigger's requests honour `verify` as the sync ones do: on by default, off, a CA bundle
+    file, or a folder of CA files."""
+    import ssl
+
+    assert ssl_context(True) is None  # aiohttp's default: verify against the system's CAs
+    assert ssl_context(False) is False
+    bundle = self_signed_ca(tmp_path)
+    trusted = ssl_context(bundle)
+    assert isinstance(trusted, ssl.SSLContext) and trusted.verify_mode == ssl.CERT_REQUIRED
+    assert [c["subject"] for c in trusted.get_ca_certs()] == [((("commonName", "ahp test CA"),),)]
+    folder = ssl_context(str(tmp_path))  # a folder is a capath, as requests takes it
+    assert isinstance(folder, ssl.SSLContext) and folder.verify_mode == ssl.CERT_REQUIRED
