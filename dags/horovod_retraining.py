@@ -12,7 +12,8 @@ writes under its own storage folder, so backfills and reruns never overwrite eac
 - ``evaluate`` loads the model from that checkpoint (local path or S3) and scores it on the
   holdout data, next to the untrained baseline.
 - ``promote`` moves the champion pointer (a small JSON record in storage) to the new checkpoint,
-  atomically, only when it beats the champion, and emits an Asset event for downstream DAGs.
+  atomically, only when it beats the champion; then ``publish_champion`` emits an Asset event for
+  downstream DAGs, carrying the new checkpoint URI (it is skipped, emitting nothing, otherwise).
 
 Where it runs. With no ``ray_default`` connection it trains on an embedded local Ray cluster and
 stores everything under ``$AIRFLOW_HOME/horovod-storage``. For a real cluster and bucket:
@@ -20,9 +21,11 @@ stores everything under ``$AIRFLOW_HOME/horovod-storage``. For a real cluster an
 - create the ``ray_default`` connection (host/port of the Ray dashboard, the Ray auth token as the
   password), e.g. ``AIRFLOW_CONN_RAY_DEFAULT='{"conn_type": "ray", "host": "ray-head", "port":
   8265, "password": "..."}'``;
-- set the Airflow Variable (or environment variable) ``HOROVOD_RETRAINING_STORAGE`` to
-  ``s3://my-bucket/retraining``; the Ray nodes need write access to it (instance role or their
-  environment), Airflow reads it with ``aws_conn_id`` or its own AWS environment.
+- set the environment variable ``HOROVOD_RETRAINING_STORAGE`` (of the scheduler, DAG processor
+  and workers) to ``s3://my-bucket/retraining``; the Ray nodes need write access to it (instance
+  role or their environment), Airflow reads it with its own AWS environment. (It is read when the
+  file is parsed, so it is an environment variable rather than an Airflow Variable, which would
+  cost a metadata database query at every parse.)
 
 For a model too big for an Airflow worker, the same evaluation runs as a Ray job on the cluster
 (the ``evaluate_on_ray`` param: ``airflow dags trigger horovod_retraining --conf
@@ -164,9 +167,9 @@ def horovod_retraining():
         print(f"holdout MSE: baseline {scores['baseline_mse']:.4f}, trained {scores['holdout_mse']:.4f}")
         return {"checkpoint_uri": result["checkpoint_uri"], **scores, "submission_id": result["submission_id"]}
 
-    @task(outlets=[CHAMPION_ASSET])
-    def promote(evaluation: dict, outlet_events=None, run_id=None) -> dict:
-        """Move the champion pointer to the new checkpoint when it is better; emit an Asset event."""
+    @task
+    def promote(evaluation: dict, run_id=None) -> dict:
+        """Move the champion pointer to the new checkpoint when it is better."""
         from airflow_provider_horovod.storage import Storage
 
         storage = Storage()
@@ -175,14 +178,22 @@ def horovod_retraining():
         if promoted:
             # One atomic write (rename or single S3 put): readers see the old or the new pointer.
             storage.write_json(CHAMPION, {**evaluation, "run_id": run_id})
-            outlet_events[CHAMPION_ASSET].extra = {"checkpoint_uri": evaluation["checkpoint_uri"],
-                                                   "holdout_mse": evaluation["holdout_mse"]}
         summary = {**evaluation, "promoted": promoted,
                    "champion_mse_before": champion["holdout_mse"] if champion else None}
         print("AHP_RETRAINING " + json.dumps(summary))
         return summary
 
-    promote(evaluate(train.output, data))
+    @task(outlets=[CHAMPION_ASSET])
+    def publish_champion(summary: dict, outlet_events=None) -> None:
+        """An Asset event for downstream DAGs, only when the champion moved: a skipped task emits none."""
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        if not summary["promoted"]:
+            raise AirflowSkipException("The champion stays; nothing new for downstream DAGs.")
+        outlet_events[CHAMPION_ASSET].extra = {"checkpoint_uri": summary["checkpoint_uri"],
+                                               "holdout_mse": summary["holdout_mse"]}
+
+    publish_champion(promote(evaluate(train.output, data)))
 
 
 horovod_retraining()

@@ -54,6 +54,17 @@ def champion(storage: Path) -> dict:
     return json.loads((storage / DAG_ID / "champion.json").read_text())
 
 
+def champion_events(storage: Path) -> list[dict]:
+    """The extras of the champion Asset events the retraining runs under ``storage`` emitted."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = (session.query(AssetEvent.extra).join(AssetModel, AssetModel.id == AssetEvent.asset_id)
+                .filter(AssetModel.name == "horovod_retraining_champion").order_by(AssetEvent.id).all())
+    return [extra for (extra,) in rows if str(extra.get("checkpoint_uri", "")).startswith(str(storage))]
+
+
 def test_backfill_of_three_days(retraining_env, ray_hook):
     summaries = []
     for day in ("2026-11-01", "2026-11-02", "2026-11-03"):
@@ -78,6 +89,9 @@ def test_backfill_of_three_days(retraining_env, ray_hook):
             s["holdout_mse"] for s in summaries[: summaries.index(after)]))
     # Trained models beat the untrained baseline clearly.
     assert all(s["holdout_mse"] < 0.2 * s["baseline_mse"] for s in summaries)
+    # Downstream DAGs hear of each new champion, and of nothing else.
+    assert [e["checkpoint_uri"] for e in champion_events(retraining_env)] == [
+        s["checkpoint_uri"] for s in summaries if s["promoted"]]
 
 
 def list_runs() -> list[dict]:
@@ -96,6 +110,17 @@ def tasks_test(task_id: str, run_id: str) -> subprocess.CompletedProcess:
 def jobs_for(hook, run_id: str) -> list[str]:
     base = submission_base_id(DAG_ID, "train", run_id)
     return sorted(j["submission_id"] for j in hook.list_jobs() if (j.get("submission_id") or "").startswith(base))
+
+
+def xcoms(task_id: str, run_id: str) -> dict:
+    """The XComs a task of the retraining DAG left in Airflow's database for a run."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.query(XComModel.key, XComModel.value).filter(
+            XComModel.dag_id == DAG_ID, XComModel.task_id == task_id, XComModel.run_id == run_id).all()
+    return dict(rows)
 
 
 def test_rerun_after_a_crash_reattaches_and_clearing_trains_again(retraining_env, ray_hook):
@@ -121,6 +146,13 @@ def test_rerun_after_a_crash_reattaches_and_clearing_trains_again(retraining_env
     output = rerun.stdout + rerun.stderr
     assert job.endswith("-a1") and "Re-attaching to Ray job" in output
     assert "/attempt-1/" in output.split("Checkpoint: ", 1)[1].splitlines()[0]  # the job's own result
+    # The XCom is what an uninterrupted run pushes: the job's verified result, complete.
+    pushed = xcoms("train", run_id)
+    result = pushed["return_value"]
+    assert {"checkpoint_uri", "metrics", "submission_id", "dashboard_url", "storage_uri", "world_size"} <= set(result)
+    assert result["submission_id"] == job and result["world_size"] == 2 and result["attempt"] == 1
+    assert pushed["checkpoint_uri"] == result["checkpoint_uri"] and "/attempt-1/" in result["checkpoint_uri"]
+    assert pushed["submission_id"] == job
 
     # Now the task has succeeded; running it again is a user clearing it: a new attempt trains.
     again = tasks_test("train", run_id)
