@@ -16,8 +16,22 @@ from airflow_provider_horovod.runtime.result import latest_checkpoint, to_uri, w
 from airflow_provider_horovod.spec import ResultRecord, TrainingSpec
 
 
+WORKER_GROUP_START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
+# Ray Train V2's own default, kept as the least wait.
+MIN_WORKER_GROUP_START_TIMEOUT_S = 60.0
+# pending_timeout_seconds=None means no limit; a week stands for it.
+NO_LIMIT_S = 7 * 24 * 3600.0
+
+
 class PendingTimeoutError(RuntimeError):
     """The workers' resources were not available within the pending timeout."""
+
+
+def worker_group_start_timeout_s(spec: TrainingSpec) -> float:
+    """How long Ray Train V2 waits for its workers' resources before it asks again."""
+    if not spec.pending_timeout_s:
+        return NO_LIMIT_S
+    return max(MIN_WORKER_GROUP_START_TIMEOUT_S, float(spec.pending_timeout_s))
 
 
 def load_callable(ref: dict[str, str], folder: str) -> Callable:
@@ -124,6 +138,11 @@ def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, res
     from ray.train import CheckpointConfig, FailureConfig, RunConfig
 
     from airflow_provider_horovod.runtime.horovod_v2 import build_v2_trainer as build
+
+    # V2 gives up on its workers' placement group after 60 s and asks again, for ever, logging a
+    # traceback each time: on a busy cluster (a backfill) waiting jobs churn and flood the task log.
+    # Wait as long as the operator's pending timeout instead (the driver's value reaches the controller).
+    os.environ.setdefault(WORKER_GROUP_START_TIMEOUT_ENV, str(worker_group_start_timeout_s(spec)))
 
     return build(
         train_fn,
