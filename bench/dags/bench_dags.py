@@ -1,0 +1,110 @@
+"""DAGs the benchmarks run through `airflow dags test`, as users and their CI do.
+
+- ``bench_train_<deferred|sync>_<legacy|v2>``: ``bench.workload.train_mlp`` on 2 Horovod workers
+  through HorovodTrainOperator, at its default poll interval, on the embedded local cluster.
+- ``bench_handwritten_poll``: what users write without the provider: a PythonOperator that submits
+  a plain Ray job with ``JobSubmissionClient`` and polls it at a fixed interval (one mapped task
+  instance per measurement).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pendulum
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk import dag
+
+from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
+from bench.workload import train_mlp
+
+# Ray Train's actors find their own cluster through this, not the test suite's (see bench.common).
+RAY_ADDRESS = os.environ.get("BENCH_RAY_ADDRESS")
+RUNTIME_ENV = {"env_vars": {"RAY_ADDRESS": RAY_ADDRESS}} if RAY_ADDRESS else None
+TRAIN_CONFIG = json.loads(os.environ.get("BENCH_TRAIN_CONFIG") or "{}")
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+# Where the timed operator notes when it starts and when it has the result (bench.overhead reads it).
+TIMINGS_FILE = os.environ.get("BENCH_TIMINGS_FILE")
+
+
+class TimedHorovodTrainOperator(HorovodTrainOperator):
+    """The operator as it is, noting the wall-clock time when it starts and when it returns the
+    result: Airflow's own task start-up (the same for any operator) stays out of the measurement.
+    Deferred, ``execute_complete`` runs on a new instance, so the notes go to a file."""
+
+    def _note(self, context, event: str) -> None:
+        if TIMINGS_FILE:
+            with open(TIMINGS_FILE, "a") as f:
+                f.write(json.dumps({"dag_id": self.dag_id, "run_id": context["ti"].run_id, "event": event,
+                                    "t": time.time()}) + "\n")
+
+    def execute(self, context):
+        self._note(context, "start")
+        result = super().execute(context)  # deferred: raises TaskDeferred here
+        self._note(context, "done")
+        return result
+
+    def execute_complete(self, context, event):
+        result = super().execute_complete(context, event)
+        self._note(context, "done")
+        return result
+
+
+def _train_dag(deferrable: bool, trainer_api: str):
+    dag_id = f"bench_train_{'deferred' if deferrable else 'sync'}_{trainer_api}"
+
+    @dag(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["bench"])
+    def build():
+        TimedHorovodTrainOperator(task_id="train", train_fn=train_mlp, train_loop_config=TRAIN_CONFIG,
+                                  num_workers=2, trainer_api=trainer_api, deferrable=deferrable,
+                                  runtime_env=RUNTIME_ENV, checkpoint_num_to_keep=2)
+
+    return build()
+
+
+for _deferrable in (True, False):
+    for _api in ("legacy", "v2"):
+        _train_dag(_deferrable, _api)
+
+
+def handwritten_wait(interval_s: float, job_s: float, tag: str, ti=None) -> str:
+    """A hand-written wait: submit, then sleep `interval_s` between status checks."""
+    import time
+
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    from airflow_provider_horovod.local import ensure_running
+
+    cluster = ensure_running()
+    client = JobSubmissionClient(cluster.dashboard_url, headers={"Authorization": f"Bearer {cluster.token}"})
+    submission_id = client.submit_job(entrypoint=f"python -c 'import time; time.sleep({job_s})'",
+                                      metadata={"bench": "handwritten", "tag": tag, "run_id": ti.run_id,
+                                                "map_index": str(ti.map_index)})
+    while client.get_job_status(submission_id) not in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
+        time.sleep(interval_s)
+    return submission_id
+
+
+def _latency_plan() -> list[dict]:
+    """(interval, job length) per mapped task: the job's length gets a random phase against the
+    poll interval, as real jobs have; fixed seed, so every run measures the same plan."""
+    import random
+
+    rng = random.Random(7)
+    plan = []
+    repeats = int(os.environ.get("BENCH_LATENCY_REPEATS") or 5)
+    for interval in [float(x) for x in (os.environ.get("BENCH_LATENCY_INTERVALS") or "1,10").split(",")]:
+        for i in range(repeats):
+            plan.append({"interval_s": interval, "job_s": round(1 + rng.uniform(0, interval), 2),
+                         "tag": f"every-{interval:g}s-{i}"})
+    return plan
+
+
+@dag(dag_id="bench_handwritten_poll", schedule=None, start_date=START, catchup=False, tags=["bench"])
+def bench_handwritten_poll():
+    PythonOperator.partial(task_id="wait", python_callable=handwritten_wait).expand(op_kwargs=_latency_plan())
+
+
+bench_handwritten_poll()

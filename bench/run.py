@@ -1,0 +1,189 @@
+"""`make bench`: runs every figure and writes bench/results.md (raw data and logs in bench/out/).
+
+    python -m bench.run            # all six figures
+    BENCH_ONLY=3,5 python -m bench.run
+
+A moto S3 server and the embedded local Ray cluster (under bench/out/airflow-home) are started for
+the run and stopped at its end, also when a figure fails. A figure that fails is reported as such
+in the results; the others still run.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from importlib.metadata import version
+
+from bench.common import (AIRFLOW_BIN, BENCH, OUT, RAY_ADDRESS_ENV, Figure, Target, log, plain_table,
+                          repeats, run_logged, save_raw)
+
+RESULTS = BENCH / "results.md"
+TITLES = {1: "Orchestration overhead", 2: "Completion latency", 3: "DAG parse cost", 4: "Triggerer load",
+          5: "Checkpoint I/O", 6: "Training path"}
+
+
+def selected() -> set[int]:
+    only = os.environ.get("BENCH_ONLY")
+    return {int(x) for x in only.split(",")} if only else set(TITLES)
+
+
+def failed(number: int, err: BaseException, seconds: float) -> Figure:
+    fig = Figure(number, TITLES[number], f"**This figure failed:** `{type(err).__name__}: {err}`"[:2000],
+                 seconds=seconds)
+    fig.targets.append(Target(f"{number}. {TITLES[number]}", None, "not measured: the figure failed"))
+    return fig
+
+
+def timed(number: int, make) -> Figure:
+    started = time.monotonic()
+    log(f"figure {number}: {TITLES[number]}")
+    try:
+        fig = make()
+    except Exception as err:  # one figure's failure must not lose the others
+        traceback.print_exc()
+        fig = failed(number, err, time.monotonic() - started)
+    fig.seconds = time.monotonic() - started
+    log(f"figure {number} done in {fig.seconds:.0f} s")
+    return fig
+
+
+def load() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def other_activity() -> str:
+    """What else ran on the machine: processes of other Ray clusters and pytest sessions."""
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout.splitlines()
+    pytest = sum(1 for line in out if "pytest" in line)
+    clusters = sum(1 for line in out if "gcs_server" in line)
+    return f"{pytest} pytest process(es), {clusters} Ray cluster(s) running (ours included, when up)"
+
+
+def conditions(started_wall: float, seconds: float, load_start: str, activity_start: str) -> str:
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
+    rows = [
+        ["date (UTC)", time.strftime("%Y-%m-%d %H:%M", time.gmtime(started_wall))],
+        ["`make bench` took", f"{seconds / 60:.1f} min"],
+        ["machine", f"{os.cpu_count()} CPU cores, {mem:.0f} GiB memory, no GPU, {platform.platform()}"],
+        ["load average (1, 5, 15 min) at start / at end", f"{load_start} / {load()}"],
+        ["other work at start / end", f"{activity_start} / {other_activity()}"],
+        ["stack", f"Python {platform.python_version()}, apache-airflow {version('apache-airflow')}, "
+                  f"ray {version('ray')}, torch {version('torch')}, horovod {version('horovod')}, "
+                  f"moto {version('moto')}, boto3 {version('boto3')}, pyarrow {version('pyarrow')}"],
+        ["settings", f"BENCH_REPEATS={repeats(3)}" + "".join(
+            f", {k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("BENCH_") and k != "BENCH_REPEATS"
+            and k != RAY_ADDRESS_ENV)],
+    ]
+    return plain_table(["", ""], rows)
+
+
+def targets_table(figures: list[Figure]) -> str:
+    rows = []
+    for fig in sorted(figures, key=lambda f: f.number):
+        for t in fig.targets:
+            state = {True: "**met**", False: "**missed**", None: "not measured"}[t.met]
+            rows.append([t.name, state, t.detail, t.closing or "-"])
+    return plain_table(["target", "", "by how much", "what would close a miss"], rows)
+
+
+def write(figures: list[Figure], header: str) -> None:
+    parts = [
+        "# Benchmarks: results",
+        "",
+        "Written by `make bench` (`python -m bench.run`); how each figure is measured: "
+        "[README.md](README.md) and each figure's own text below. Raw measurements and logs: `bench/out/`.",
+        "",
+        "Ratios are the point: this machine is small and was shared (see the conditions), so absolute "
+        "times only hold here; A and B of a row ran interleaved, under the same load.",
+        "",
+        "## Conditions",
+        "",
+        header,
+        "",
+        "## Targets",
+        "",
+        targets_table(figures),
+        "",
+    ]
+    for fig in sorted(figures, key=lambda f: f.number):
+        parts += [fig.markdown(), ""]
+    RESULTS.write_text("\n".join(parts))
+    log(f"wrote {RESULTS}")
+
+
+def main() -> int:
+    started, started_wall = time.monotonic(), time.time()
+    load_start, activity_start = load(), other_activity()
+    OUT.mkdir(parents=True, exist_ok=True)
+    want = selected()
+    figures: list[Figure] = []
+    run_logged([AIRFLOW_BIN, "db", "migrate"], "airflow-db-migrate.log")
+
+    if 3 in want:  # no cluster needed: parse while the machine is as quiet as it gets
+        from bench import parse
+
+        figures.append(timed(3, parse.figure))
+
+    if want & {1, 2, 4, 5, 6}:
+        from bench.cluster import moto_server, ray_cluster
+
+        with moto_server(), ray_cluster() as cluster:
+            if want & {1, 2, 6}:
+                figures += training_figures(want, cluster)
+            if 5 in want:
+                from bench import checkpoint_io
+
+                figures.append(timed(5, checkpoint_io.figure))
+            if 4 in want:
+                from bench import triggerer
+
+                figures.append(timed(4, lambda: triggerer.figure(cluster)))
+
+    seconds = time.monotonic() - started
+    write(figures, conditions(started_wall, seconds, load_start, activity_start))
+    log(f"make bench took {seconds / 60:.1f} min")
+    return 0 if all(t.met is not None for f in figures for t in f.targets) else 1
+
+
+def training_figures(want: set[int], cluster) -> list[Figure]:
+    """Figures 1, 2 and 6 share the training runs; figure 2 adds the hand-written pollers."""
+    import json
+
+    from airflow_provider_horovod import local
+    from bench import latency, overhead, runs, training
+    from bench.workload import DEFAULT_CONFIG
+
+    config = {**DEFAULT_CONFIG, **json.loads(os.environ.get("BENCH_TRAIN_CONFIG") or "{}")}
+    ray_env = {"RAY_ADDRESS": cluster.gcs_address, "RAY_AUTH_MODE": "token",
+               "RAY_AUTH_TOKEN_PATH": os.path.join(local.state_dir(), local.TOKEN_FILE)}
+    started = time.monotonic()
+    try:
+        records = runs.training_runs(repeats(3), config, ray_env)
+    except Exception as err:
+        traceback.print_exc()
+        return [failed(n, err, time.monotonic() - started) for n in sorted(want & {1, 2, 6})]
+    save_raw("training_runs", records)
+    runs_s = time.monotonic() - started
+    figures = []
+    if 1 in want:
+        figures.append(timed(1, lambda: overhead.figure(records, config)))
+        figures[-1].seconds += runs_s
+        figures[-1].notes.append(f"The training runs behind figures 1, 2 and 6 took {runs_s / 60:.1f} min together.")
+    if 2 in want:
+        def latency_figure():
+            hand = latency.handwritten_runs([1.0, 10.0], max(5, repeats(3) + 2))
+            save_raw("handwritten_latency", hand)
+            return latency.figure(records, hand)
+
+        figures.append(timed(2, latency_figure))
+    if 6 in want:
+        figures.append(timed(6, lambda: training.figure(records, config)))
+    return figures
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The other script a user writes without the operator: submit ``bench.train_script`` as a plain
+Ray job with ``JobSubmissionClient`` and poll it every second.
+
+    python -m bench.submit_script --trainer horovod --storage PATH --name NAME
+
+Prints one ``AHP_BENCH_SUBMIT {json}`` line: the submission id and the wall time from just before
+the submission to the poll that saw the job end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+SUBMIT_TAG = "AHP_BENCH_SUBMIT"
+POLL_S = 1.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trainer", choices=("horovod", "torch"), required=True)
+    parser.add_argument("--storage", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--config", default="{}")
+    args = parser.parse_args(argv)
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    from airflow_provider_horovod.local import ensure_running
+
+    cluster = ensure_running()  # the running embedded cluster: its URL and token
+    bench_dir = os.path.dirname(os.path.abspath(__file__))
+    started = time.monotonic()
+    client = JobSubmissionClient(cluster.dashboard_url, headers={"Authorization": f"Bearer {cluster.token}"})
+    submission_id = client.submit_job(
+        entrypoint=(f"python -m bench.train_script --trainer {args.trainer} --storage {args.storage} "
+                    f"--name {args.name} --config '{args.config}'"),
+        # The bench package travels with the job, as the provider travels with its jobs.
+        runtime_env={"py_modules": [bench_dir], "excludes": ["out", "__pycache__"],
+                     "env_vars": {"RAY_ADDRESS": os.environ.get("BENCH_RAY_ADDRESS", "")}},
+        metadata={"bench": "plain-job", "name": args.name},
+    )
+    while (status := client.get_job_status(submission_id)) not in (JobStatus.SUCCEEDED, JobStatus.FAILED,
+                                                                     JobStatus.STOPPED):
+        time.sleep(POLL_S)
+    wall = time.monotonic() - started
+    print(SUBMIT_TAG + " " + json.dumps({"submission_id": submission_id, "status": str(status.value),
+                                         "submit_to_done_s": wall, "done_at": time.time()}), flush=True)
+    return 0 if status == JobStatus.SUCCEEDED else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

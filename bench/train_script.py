@@ -1,0 +1,78 @@
+"""The script a user writes without the operator: Ray's own trainer around ``bench.workload``.
+
+    python -m bench.train_script --trainer horovod|torch --storage PATH --name NAME [--direct] [--use-gpu]
+
+``horovod``: Ray's ``HorovodTrainer`` (Train V1: Ray 2.60 refuses it under V2), the quickstart's
+path. ``torch``: Ray's ``TorchTrainer`` (Train V2, Ray's default) with DDP over Gloo.
+``--direct``: run on the cluster as a plain driver (``ray.init`` to its address), not as a Ray job.
+``--use-gpu``: one GPU per worker; DDP then runs over NCCL.
+Prints one ``AHP_BENCH_RESULT {json}`` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+RESULT_TAG = "AHP_BENCH_RESULT"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trainer", choices=("horovod", "torch"), required=True)
+    parser.add_argument("--storage", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--config", default="{}")
+    parser.add_argument("--num-workers", type=int, default=2)
+    parser.add_argument("--direct", action="store_true")
+    parser.add_argument("--use-gpu", action="store_true")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    if args.trainer == "horovod":
+        os.environ["RAY_TRAIN_V2_ENABLED"] = "0"  # before ray.train is imported
+    import cloudpickle
+    import ray
+    from ray.train import CheckpointConfig, RunConfig, ScalingConfig
+
+    import bench.workload
+
+    # The workload is not installed on the cluster: its code travels inside the pickle.
+    cloudpickle.register_pickle_by_value(bench.workload)
+    if args.direct:
+        address = os.environ["RAY_ADDRESS"]
+        ray.init(address=address, runtime_env={"env_vars": {"RAY_ADDRESS": address}}, log_to_driver=True)
+    config = {**json.loads(args.config), "framework": "horovod" if args.trainer == "horovod" else "ddp",
+              "use_gpu": args.use_gpu}
+    scaling = {"num_workers": args.num_workers, "use_gpu": args.use_gpu}
+    run_config = RunConfig(storage_path=args.storage, name=args.name,
+                           checkpoint_config=CheckpointConfig(num_to_keep=2))
+    if args.trainer == "horovod":
+        from ray.train.horovod import HorovodTrainer
+
+        trainer = HorovodTrainer(bench.workload.train_mlp, train_loop_config=config, run_config=run_config,
+                                 # as the operator's legacy path: the coordinator takes no worker's CPU
+                                 scaling_config=ScalingConfig(**scaling, trainer_resources={"CPU": 0}))
+    else:
+        from ray.train.torch import TorchConfig, TorchTrainer
+
+        trainer = TorchTrainer(bench.workload.train_mlp, train_loop_config=config, run_config=run_config,
+                               torch_config=TorchConfig(backend="nccl" if args.use_gpu else "gloo"),
+                               scaling_config=ScalingConfig(**scaling))
+    fit_started = time.monotonic()
+    result = trainer.fit()
+    fit_s = time.monotonic() - fit_started
+    if getattr(result, "error", None):
+        raise result.error
+    print(RESULT_TAG + " " + json.dumps({
+        "metrics": {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float, str))},
+        "checkpoint": result.checkpoint.path if result.checkpoint else None,
+        "fit_s": fit_s, "script_s": time.monotonic() - started,
+    }), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

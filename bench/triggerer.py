@@ -1,0 +1,363 @@
+"""Figure 4: triggerer load. One asyncio event loop (one process, as one triggerer) running N
+``RayJobTrigger``s against the local cluster's real dashboard, spread over a few dozen real
+long-running jobs; and, as the floor to compare with, a minimal poller that only asks each job's
+status over one shared keep-alive HTTP session.
+
+    python -m bench.triggerer VARIANT N INTERVAL WINDOW JOBS_FILE OUT_FILE   # one measurement
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import threading
+import time
+import urllib.request
+
+from bench.common import (OUT, PY, Figure, Row, Sample, Target, env_int, fmt, log, plain_table, quantile,
+                          run_logged, table)
+
+VARIANTS = ("ours", "minimal")
+# At the largest N only: our trigger without log streaming, to tell the log's share of the cost.
+NO_LOGS = "ours_nologs"
+LAG_TICK_S = 0.05
+TARGET_CPU = 0.10
+TARGET_LAG_MS = 50.0
+
+HOW = """
+Setup: {jobs} real Ray jobs that print {lines} log lines (a training log's worth) and then sleep,
+all RUNNING on the local cluster for the whole figure. For each N, a fresh Python process runs one
+asyncio loop, as one triggerer does, with N triggers spread over those jobs (trigger *i* watches job
+*i* mod {jobs}), their starts spread evenly over one poll interval ({interval:g} s), as triggers
+that deferred at different times are. After every trigger has polled once (the first poll streams
+each job's whole log into the task log) and at least one interval has passed, a {window:g} s window is
+measured:
+
+- *CPU*: the process's CPU time in the window (`time.process_time`, all threads), per poll and as a
+  share of one core.
+- *loop lag*: a coroutine asks to sleep {tick:g} ms and notes how late it wakes (p50, p99, max).
+- *polls*: completed status requests in the window, against the N/interval the triggers ask for;
+  fewer means the loop or the dashboard cannot keep up.
+- *dashboard answer*: a probe in another process asks one job's status every 0.25 s and times the
+  answer; and the time each of the triggers' own requests took, as they saw it.
+- *cluster CPU*: CPU share of the dashboard's head processes, its agent and the GCS, from /proc.
+
+Ours: `RayJobTrigger` as the triggerer runs it (`stream_logs=True`, the default: each poll is a
+status request and a log request). The alternative (B): a minimal poller, one `aiohttp` session with
+keep-alive, status requests only: the least a poll can cost against this dashboard. At the largest N
+also `RayJobTrigger(stream_logs=False)`, which tells the log requests' share of our cost from the
+rest (one new HTTP session per request).
+"""
+
+
+# --- the child: one loop, N pollers -------------------------------------------------------------
+
+
+class Requests:
+    """Times every request the pollers make (status polls counted apart)."""
+
+    def __init__(self) -> None:
+        self.done: list[tuple[float, float, bool]] = []  # (end time, seconds, was a status poll)
+        self.failed = 0
+
+    def wrap(self, fn, is_status):
+        async def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return await fn(*args, **kwargs)
+            except Exception:
+                self.failed += 1
+                raise
+            finally:
+                end = time.perf_counter()
+                self.done.append((end, end - started, is_status(*args, **kwargs)))
+
+        return timed
+
+
+async def lag_monitor(samples: list[tuple[float, float]]) -> None:
+    while True:
+        started = time.perf_counter()
+        await asyncio.sleep(LAG_TICK_S)
+        now = time.perf_counter()
+        samples.append((now, now - started - LAG_TICK_S))
+
+
+async def ours(submission_id: str, interval: float, stream_logs: bool) -> None:
+    from airflow_provider_horovod.triggers.ray import RayJobTrigger
+
+    trigger = RayJobTrigger(submission_id=submission_id, poll_interval_seconds=interval, stream_logs=stream_logs)
+    async for _ in trigger.run():  # the jobs outlive the measurement: this never yields
+        return
+
+
+async def minimal_status(session, url: str, headers: dict, submission_id: str) -> str | None:
+    """One status request of the minimal poller, over its shared keep-alive session."""
+    async with session.get(f"{url}/api/jobs/{submission_id}", headers=headers) as response:
+        return (await response.json()).get("status")
+
+
+def cluster_cpu(groups: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds used so far by each group of cluster processes."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for name, pids in groups.items():
+        total = 0
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime
+            except (OSError, IndexError, ValueError):
+                continue
+        out[name] = total / tick
+    return out
+
+
+async def measure(variant: str, n: int, interval: float, window: float, jobs: list[str], groups: dict) -> dict:
+    import aiohttp
+
+    from airflow_provider_horovod.hooks.ray import RayHook
+
+    requests = Requests()
+    lags: list[tuple[float, float]] = []
+    tasks = [asyncio.create_task(lag_monitor(lags))]
+    session = None
+    if variant != "minimal":
+        RayHook._a_request = requests.wrap(RayHook._a_request,
+                                           lambda self, method, path: not path.endswith("/logs"))
+    else:
+        from airflow_provider_horovod.local import ensure_running
+
+        cluster = await asyncio.to_thread(ensure_running)
+        session = aiohttp.ClientSession()
+        headers = {"Authorization": f"Bearer {cluster.token}"}
+        status = requests.wrap(minimal_status, lambda *a, **k: True)
+
+    async def start(i: int):
+        await asyncio.sleep(i * interval / n)
+        sid = jobs[i % len(jobs)]
+        if variant != "minimal":
+            await ours(sid, interval, stream_logs=variant == "ours")
+        else:
+            while await status(session, cluster.dashboard_url, headers, sid) not in ("SUCCEEDED", "FAILED",
+                                                                                      "STOPPED"):
+                await asyncio.sleep(interval)
+
+    started = time.perf_counter()
+    tasks += [asyncio.create_task(start(i)) for i in range(n)]
+    # Warm-up: every trigger polled once (their first poll streams the whole log), one interval gone.
+    while sum(1 for r in requests.done if r[2]) < n or time.perf_counter() - started < interval:
+        await asyncio.sleep(0.2)
+        if time.perf_counter() - started > 600:
+            raise RuntimeError(f"warm-up of {n} pollers did not end in 600 s")
+    warmup_s = time.perf_counter() - started
+    t0, w0, cpu0, c0 = time.perf_counter(), time.time(), time.process_time(), cluster_cpu(groups)
+    await asyncio.sleep(window)
+    t1, w1, cpu1, c1 = time.perf_counter(), time.time(), time.process_time(), cluster_cpu(groups)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    if session is not None:
+        await session.close()
+    in_window = [r for r in requests.done if t0 <= r[0] <= t1]
+    polls = sum(1 for r in in_window if r[2])
+    lag_ms = [lag * 1000 for t, lag in lags if t0 <= t <= t1]
+    return {
+        "variant": variant, "n": n, "interval_s": interval, "window_s": t1 - t0, "wall_window": [w0, w1],
+        "warmup_s": warmup_s, "cpu_s": cpu1 - cpu0, "polls": polls, "requests": len(in_window),
+        "expected_polls": n * (t1 - t0) / interval, "failed_requests": requests.failed,
+        "request_ms": [r[1] * 1000 for r in in_window],
+        "lag_ms": lag_ms, "cluster_cpu_s": {k: c1[k] - c0[k] for k in c0},
+    }
+
+
+def child(argv: list[str]) -> None:
+    variant, n, interval, window, jobs_file, out_file = argv
+    with open(jobs_file) as f:
+        setup = json.load(f)
+    result = asyncio.run(measure(variant, int(n), float(interval), float(window), setup["jobs"], setup["groups"]))
+    with open(out_file, "w") as f:
+        json.dump(result, f)
+
+
+# --- the parent: jobs, probe, table -------------------------------------------------------------
+
+
+def process_groups(temp_dir: str) -> dict[str, list[int]]:
+    """The cluster's processes that answer the triggers, by role."""
+    from airflow_provider_horovod.local import _cluster_pids
+
+    groups: dict[str, list[int]] = {"dashboard": [], "dashboard agent": [], "gcs": [], "raylet": []}
+    for pid in _cluster_pids(temp_dir):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        program = cmd.split(" ", 1)[0]
+        if program.endswith("/raylet"):
+            groups["raylet"].append(pid)
+        elif program.endswith("/gcs_server"):
+            groups["gcs"].append(pid)
+        elif "dashboard/dashboard.py" in cmd or cmd.startswith("ray-dashboard-"):
+            groups["dashboard"].append(pid)
+        elif "dashboard/agent.py" in cmd or "DashboardAgent" in cmd:
+            groups["dashboard agent"].append(pid)
+    return groups
+
+
+def start_jobs(count: int, lines: int) -> list[str]:
+    from airflow_provider_horovod.hooks.ray import RayHook
+
+    hook = RayHook()
+    script = f"for i in $(seq 1 {lines}); do echo \"epoch $i: loss 0.$i (a line of a training log)\"; done; sleep 3600"
+    sids = []
+    for i in range(count):
+        sids.append(hook.submit_job(entrypoint=f"bash -c '{script}'", submission_id=f"bench-sleep-{os.getpid()}-{i}",
+                                    metadata={"bench": "triggerer"}))
+    deadline = time.monotonic() + 300
+    while True:
+        states = [hook.get_job_status(s) for s in sids]
+        if all(s == "RUNNING" for s in states):
+            return sids
+        if time.monotonic() > deadline or any(s in ("FAILED", "STOPPED", "SUCCEEDED") for s in states):
+            raise RuntimeError(f"sleep jobs did not all start: {states}")
+        time.sleep(1)
+
+
+def stop_jobs(sids: list[str]) -> None:
+    from airflow_provider_horovod.hooks.ray import RayHook
+
+    hook = RayHook()
+    for sid in sids:
+        try:
+            hook.stop_job(sid)
+        except Exception as err:  # the cluster goes down next anyway
+            log(f"could not stop {sid}: {err}")
+
+
+class Probe(threading.Thread):
+    """Asks one job's status every 0.25 s from outside the loop under test; notes the answer time."""
+
+    def __init__(self, url: str, token: str, sid: str):
+        super().__init__(daemon=True)
+        self.request = urllib.request.Request(f"{url}/api/jobs/{sid}", headers={"Authorization": f"Bearer {token}"})
+        self.samples: list[tuple[float, float]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.25):
+            started = time.perf_counter()
+            try:
+                urllib.request.urlopen(self.request, timeout=30).read()
+            except OSError:
+                continue
+            self.samples.append((time.time(), (time.perf_counter() - started) * 1000))
+
+
+def figure(cluster) -> Figure:
+    ns = [int(x) for x in (os.environ.get("BENCH_TRIGGER_N") or "10,100,1000").split(",")]
+    interval = float(os.environ.get("BENCH_TRIGGER_INTERVAL") or 10)
+    window = float(os.environ.get("BENCH_TRIGGER_WINDOW") or 30)
+    job_count = env_int("BENCH_TRIGGER_JOBS", 24)
+    lines = env_int("BENCH_TRIGGER_LOG_LINES", 200)
+    fig = Figure(4, "Triggerer load", HOW.format(jobs=job_count, lines=lines, interval=interval, window=window,
+                                                 tick=LAG_TICK_S * 1000))
+    log(f"starting {job_count} long-running jobs")
+    sids = start_jobs(job_count, lines)
+    results = []
+    try:
+        setup = OUT / "triggerer-setup.json"
+        setup.write_text(json.dumps({"jobs": sids, "groups": process_groups(cluster.temp_dir)}))
+        for n in ns:
+            for variant in VARIANTS + ((NO_LOGS,) if n == max(ns) else ()):
+                probe = Probe(cluster.dashboard_url, cluster.token, sids[0])
+                probe.start()
+                out = OUT / f"triggerer-{variant}-{n}.json"
+                log(f"{n} {variant} pollers at {interval:g} s, {window:g} s window")
+                try:
+                    run_logged([PY, "-m", "bench.triggerer", variant, str(n), str(interval), str(window), str(setup),
+                                str(out)], f"triggerer-{variant}-{n}.log", timeout=900)
+                finally:
+                    probe.stop.set()
+                    probe.join()
+                result = json.loads(out.read_text())
+                w0, w1 = result["wall_window"]
+                result["probe_ms"] = [ms for t, ms in probe.samples if w0 <= t <= w1]
+                results.append(result)
+    finally:
+        stop_jobs(sids)
+    return build(fig, results, interval)
+
+
+def build(fig: Figure, results: list[dict], interval: float) -> Figure:
+    by = {(r["variant"], r["n"]): r for r in results}
+    ns = sorted({r["n"] for r in results})
+
+    def cpu_per_poll(r):
+        return r["cpu_s"] / r["polls"] * 1000 if r["polls"] else float("nan")
+
+    rows = []
+    for n in ns:
+        a, b = by[("ours", n)], by[("minimal", n)]
+        rows.append(Row(f"N={n}: CPU per poll", "RayJobTrigger", Sample([cpu_per_poll(a)]), "minimal poller",
+                        Sample([cpu_per_poll(b)]), "ms", ""))
+        rows.append(Row(f"N={n}: CPU share of one core", "RayJobTrigger", Sample([a["cpu_s"] / a["window_s"] * 100]),
+                        "minimal poller", Sample([b["cpu_s"] / b["window_s"] * 100]), "%",
+                        "target < 10% at N=1000" if n == 1000 else ""))
+        rows.append(Row(f"N={n}: loop lag p99", "RayJobTrigger", Sample([quantile(a["lag_ms"], 0.99)]),
+                        "minimal poller", Sample([quantile(b["lag_ms"], 0.99)]), "ms",
+                        "target < 50 ms at N=1000" if n == 1000 else ""))
+    fig.tables.append(table(rows))
+    header = ["variant", "N", "polls done / asked", "CPU %", "lag p50 / p99 / max (ms)",
+              "own requests p50 / p99 (ms)", "probe answer p50 / p99 (ms)", "dashboard CPU %", "agent CPU %",
+              "GCS CPU %", "failed requests"]
+    body = []
+    for r in results:
+        cpu = {k: v / r["window_s"] * 100 for k, v in r["cluster_cpu_s"].items()}
+        body.append([
+            r["variant"], str(r["n"]), f"{r['polls']} / {r['expected_polls']:.0f}",
+            fmt(r["cpu_s"] / r["window_s"] * 100),
+            f"{fmt(quantile(r['lag_ms'], 0.5))} / {fmt(quantile(r['lag_ms'], 0.99))} / {fmt(max(r['lag_ms'] or [0]))}",
+            f"{fmt(quantile(r['request_ms'], 0.5))} / {fmt(quantile(r['request_ms'], 0.99))}",
+            f"{fmt(quantile(r['probe_ms'], 0.5))} / {fmt(quantile(r['probe_ms'], 0.99))}",
+            fmt(cpu.get("dashboard")), fmt(cpu.get("dashboard agent")), fmt(cpu.get("gcs")),
+            str(r["failed_requests"]),
+        ])
+    fig.tables.append(plain_table(header, body))
+    fig.notes.append("Each row of the first table is one measurement window (repeats = 1): the window holds "
+                     "N x window / interval polls, which is where the repeats are.")
+    top = by.get(("ours", 1000)) or by[("ours", ns[-1])]
+    share = top["cpu_s"] / top["window_s"]
+    lag99 = quantile(top["lag_ms"], 0.99)
+    kept_up = top["polls"] >= 0.9 * top["expected_polls"]
+    fig.targets.append(Target(
+        f"4. {top['n']} triggers at {interval:g} s: under 10% of one core", share < TARGET_CPU,
+        f"{fmt(share * 100)}% of a core ({top['polls']} of {top['expected_polls']:.0f} polls done); "
+        f"{'met' if share < TARGET_CPU else 'missed'} by {fmt(abs(TARGET_CPU - share) * 100)} points"
+        + ("" if kept_up else " -- the polls fell behind, so the share understates the cost"),
+        "" if share < TARGET_CPU else closing(by, top["n"])))
+    fig.targets.append(Target(
+        f"4. {top['n']} triggers: loop lag p99 under 50 ms", lag99 < TARGET_LAG_MS,
+        f"p99 {fmt(lag99)} ms; {'met' if lag99 < TARGET_LAG_MS else 'missed'} by {fmt(abs(TARGET_LAG_MS - lag99))} ms",
+        "" if lag99 < TARGET_LAG_MS else "the same as for the CPU: less work per poll on the loop"))
+    return fig
+
+
+def closing(by: dict, n: int) -> str:
+    """What the measurements say would bring our trigger's cost down."""
+    def share(variant):
+        r = by.get((variant, n))
+        return r["cpu_s"] / r["window_s"] * 100 if r else float("nan")
+
+    return (f"at N={n}: {fmt(share('ours'))}% with log streaming, {fmt(share(NO_LOGS))}% without it, "
+            f"{fmt(share('minimal'))}% for the minimal poller. Fetch the log only when it changed (or a "
+            "range of it), and keep one aiohttp session per hook or triggerer with keep-alive instead of "
+            "a new session per request")
+
+
+if __name__ == "__main__":
+    child(sys.argv[1:])
