@@ -31,7 +31,9 @@ def test_the_wait_reaches_ray_train_v2s_controller(tmp_path, monkeypatch):
 
     # The driver's value travels to the controller only if Ray propagates this variable.
     assert WORKER_GROUP_START_TIMEOUT_ENV in ENV_VARS_TO_PROPAGATE
-    monkeypatch.delenv(WORKER_GROUP_START_TIMEOUT_ENV, raising=False)
+    # Set, then removed: monkeypatch then restores the variable (or its absence) after the test.
+    monkeypatch.setenv(WORKER_GROUP_START_TIMEOUT_ENV, "unset")
+    monkeypatch.delenv(WORKER_GROUP_START_TIMEOUT_ENV)
     build_v2_trainer(spec(tmp_path, pending_timeout_s=900), train, {}, None)
     assert os.environ[WORKER_GROUP_START_TIMEOUT_ENV] == "900.0"
 
