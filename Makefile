@@ -1,29 +1,42 @@
 # The two commands a new user types: `make demo` and `make test`. Each sets up everything first.
 SHELL := /bin/bash
-VENV := .venv
-PY := $(VENV)/bin/python
+include scripts/versions.env
+CLUSTER_VENV := .venv
+AIRFLOW_VENV := .venv-airflow
+OLDEST_VENV := .venv-airflow-oldest
 # Airflow's home, database and logs stay inside the checkout, in an ignored folder.
 export AIRFLOW_HOME := $(CURDIR)/.airflow
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export AIRFLOW__CORE__DAGS_FOLDER := $(CURDIR)/dags
 export AIRFLOW__CORE__UNIT_TEST_MODE := False
+# The tests reach the Ray head they start from the cluster's environment.
+export AHP_CLUSTER_PYTHON := $(CURDIR)/$(CLUSTER_VENV)/bin/python
+PYTEST := -p no:cacheprovider --durations=15
 
-.PHONY: setup demo test bench clean
+.PHONY: setup setup-test demo test bench clean
 
 setup:
-	@scripts/setup_venv.sh
+	@scripts/setup_cluster_env.sh
+
+setup-test: setup
+	@scripts/setup_airflow_env.sh $(AIRFLOW_VENV) $(PYTHON_AIRFLOW) $(AIRFLOW) amazon,test
+	@scripts/setup_airflow_env.sh $(OLDEST_VENV) $(PYTHON_AIRFLOW_OLDEST) $(AIRFLOW_OLDEST) test
 
 demo: setup
 	@scripts/demo.sh
 
-# Test files (tmp_path) stay in the checkout too; the slowest tests are listed at the end.
-test: setup
-	$(PY) -m pytest -p no:cacheprovider --basetemp=.test-airflow/pytest --durations=15 tests
+# Three runs: the cluster side's own tests in its environment; everything else from Airflow's
+# environment (the provider from its wheel) against a Ray head started from the cluster's; and the
+# oldest supported Airflow's share. Test files stay in the checkout; the slowest tests are listed.
+test: setup-test
+	$(CLUSTER_VENV)/bin/python -m pytest $(PYTEST) --basetemp=.test-airflow/pytest-cluster tests/unit/runtime
+	$(AIRFLOW_VENV)/bin/pytest $(PYTEST) --basetemp=.test-airflow/pytest tests --ignore=tests/unit/runtime
+	$(OLDEST_VENV)/bin/pytest $(PYTEST) --basetemp=.test-airflow/pytest-oldest -m oldest_airflow tests/integration
 
-# Benchmarks (not tests): about 25 minutes on 2 cores; writes bench/results.md, raw data in bench/out/.
+# Benchmarks (not tests): writes bench/results.md, raw data in bench/out/.
 bench: setup
-	$(PY) -m bench.run
+	$(CLUSTER_VENV)/bin/python -m bench.run
 
 clean:
-	-$(PY) -m airflow_provider_horovod.local down
-	rm -rf .airflow .pytest_cache
+	-$(CLUSTER_VENV)/bin/python -m airflow_provider_horovod.local down
+	rm -rf .airflow .pytest_cache .build

@@ -34,7 +34,8 @@ def get_provider_info() -> dict:
             {
                 "integration-name": "Horovod",
                 "python-modules": ["airflow_provider_horovod.operators.horovod"],
-            }
+            },
+            {"integration-name": "Ray", "python-modules": ["airflow_provider_horovod.operators.ray"]},
         ],
         "sensors": [
             {"integration-name": "Ray", "python-modules": ["airflow_provider_horovod.sensors.ray"]}
@@ -46,6 +47,10 @@ def get_provider_info() -> dict:
             {"integration-name": "Ray", "python-modules": ["airflow_provider_horovod.triggers.ray"]}
         ],
         "extra-links": ["airflow_provider_horovod.links.ray.RayJobLink"],
+        "task-decorators": [
+            {"name": "horovod", "class-name": "airflow_provider_horovod.decorators.horovod.horovod_task"},
+            {"name": "ray", "class-name": "airflow_provider_horovod.decorators.ray.ray_task"},
+        ],
         "connection-types": [
             {
                 "connection-type": "ray",
@@ -66,6 +71,12 @@ def get_provider_info() -> dict:
                         "label": "Default runtime_env",
                         "description": "JSON Ray runtime_env merged under each job's own.",
                         "schema": {"type": ["string", "null"]},
+                    },
+                    "shared_storage": {
+                        "label": "Local storage is shared",
+                        "description": "true when local storage paths are on a filesystem shared by every Ray "
+                                       "node and the Airflow workers (else use s3:// storage). Default: false.",
+                        "schema": {"type": ["string", "null"], "default": "false"},
                     },
                 },
                 "ui-field-behaviour": {

@@ -53,3 +53,7 @@ class RayJobPendingTimeoutError(RayJobError):
 
 class TrainingResultError(HorovodProviderError, RuntimeError):
     """The job succeeded but its result record or checkpoint is missing or unreadable."""
+
+
+class MissingExtraError(HorovodProviderError, ImportError):
+    """A feature needs an extra of the package (``[amazon]``, ``[cluster]``) that is not installed."""

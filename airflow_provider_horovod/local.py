@@ -26,6 +26,8 @@ import urllib.error
 import urllib.request
 
 NUM_CPUS_ENV = "AIRFLOW_PROVIDER_HOROVOD_LOCAL_NUM_CPUS"
+# The training stack the embedded cluster runs jobs with, in this environment.
+CLUSTER_MODULES = ("ray", "torch", "horovod")
 STATE_FILE = "cluster.json"
 TOKEN_FILE = "auth_token"
 
@@ -114,8 +116,30 @@ def status() -> LocalCluster | None:
     return _running(state_dir())
 
 
+def missing_cluster_side() -> list[str]:
+    """What of the training stack this environment lacks (Ray's CLI, torch, Horovod)."""
+    import importlib.util
+
+    missing = [m for m in CLUSTER_MODULES if importlib.util.find_spec(m) is None]
+    if "ray" not in missing and not os.path.exists(_ray_cli()):
+        missing.append("the `ray` command")
+    return missing
+
+
+def _ray_cli() -> str:
+    return os.path.join(os.path.dirname(sys.executable), "ray")
+
+
 def ensure_running(timeout: float = 120.0) -> LocalCluster:
     """Start the local head, or reuse the one already running."""
+    if missing := missing_cluster_side():
+        from airflow_provider_horovod.exceptions import MissingExtraError
+
+        raise MissingExtraError(
+            f"The embedded local Ray cluster (used when there is no ray_default connection) needs the training stack "
+            f"where Airflow runs, and {', '.join(missing)} is missing. Install it with pip install "
+            "'airflow-provider-horovod[cluster]' and build Horovod with python -m airflow_provider_horovod.build_horovod; "
+            "or create the ray_default connection to your Ray cluster (type 'ray').")
     state = state_dir()
     with _locked(state):
         if cluster := _running(state):
@@ -143,12 +167,14 @@ def _start(state: str, timeout: float, num_cpus: int | None = None, extra_args: 
     os.makedirs(temp_dir, exist_ok=True)
     gcs, dashboard, agent, client = (_free_port() for _ in range(4))
     num_cpus = str(num_cpus or os.environ.get(NUM_CPUS_ENV) or max(4, os.cpu_count() or 1))
+    # GPUs are left for Ray to detect: on a GPU workstation use_gpu=True trains on them, as
+    # HorovodRunner's local mode trains on the driver's GPUs.
     cmd = [
-        os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head",
+        _ray_cli(), "start", "--head",
         "--node-ip-address=127.0.0.1", f"--port={gcs}",
         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
         f"--dashboard-agent-listen-port={agent}", f"--ray-client-server-port={client}",
-        f"--temp-dir={temp_dir}", f"--num-cpus={num_cpus}", "--num-gpus=0", "--disable-usage-stats",
+        f"--temp-dir={temp_dir}", f"--num-cpus={num_cpus}", "--disable-usage-stats",
         *extra_args,
     ]
     run = subprocess.run(cmd, env=_ray_env(state), capture_output=True, text=True, timeout=timeout)
@@ -177,7 +203,7 @@ def join_node(state: str, cluster: LocalCluster, *, num_cpus: int, num_gpus: int
     private /etc/hosts that resolves the name, as Gloo needs.
     """
     cmd = [
-        os.path.join(os.path.dirname(sys.executable), "ray"), "start", f"--address={cluster.gcs_address}",
+        _ray_cli(), "start", f"--address={cluster.gcs_address}",
         "--node-ip-address=127.0.0.1", f"--dashboard-agent-listen-port={_free_port()}",
         f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", "--disable-usage-stats", *extra_args,
     ]

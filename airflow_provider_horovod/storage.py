@@ -1,8 +1,9 @@
 """Storage seen from the Airflow side: read the result record, check that a checkpoint exists.
 
-Local paths, ``file://`` and ``s3://`` URIs. S3 is read with boto3 using the ``aws_conn_id``
-connection when one is given, else the worker's own AWS environment (the usual variables,
-including ``AWS_ENDPOINT_URL``). Credentials are never logged.
+Local paths, ``file://`` and ``s3://`` URIs. S3 goes through the Amazon provider's ``S3Hook``
+(the ``[amazon]`` extra), so ``aws_conn_id`` means what it means for every AWS operator (keys,
+role_arn and assume-role, profiles, web identity, ``endpoint_url`` in the extras or
+``service_config``, region); None uses the worker's own AWS environment. Credentials are never logged.
 
 Every S3 request is bounded in time (connect and read timeouts, a few retries), and an S3 endpoint
 that does not answer, a missing bucket or refused credentials raise :class:`StorageUnavailableError`
@@ -20,9 +21,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import urlparse
 
-from airflow_provider_horovod.exceptions import HorovodProviderError
+from airflow_provider_horovod.exceptions import HorovodProviderError, MissingExtraError
 
-SUPPORTED_SCHEMES = ("", "file", "s3")
 # botocore's defaults (60 s to connect, 60 s per read, 5 tries) would hold a task for minutes when
 # the S3 endpoint is down or hangs; these fail within about a minute.
 S3_CLIENT_CONFIG = {"connect_timeout": 10, "read_timeout": 30,
@@ -70,25 +70,16 @@ class Storage:
         return self._client(S3_PROBE_CONFIG)
 
     def _client(self, config: dict):
-        import boto3
+        try:
+            from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+        except ImportError:
+            raise MissingExtraError(
+                "s3:// storage needs the Amazon provider where Airflow runs: pip install "
+                "'airflow-provider-horovod[amazon]' (or give storage_path a local path shared with the cluster)."
+            ) from None
         from botocore.config import Config
 
-        kwargs: dict = {}
-        if self.aws_conn_id:
-            from airflow.sdk import BaseHook
-
-            conn = BaseHook.get_connection(self.aws_conn_id)
-            extra = conn.extra_dejson
-            kwargs = {
-                "aws_access_key_id": conn.login or None,
-                "aws_secret_access_key": conn.password or None,
-                "aws_session_token": extra.get("aws_session_token"),
-                "region_name": extra.get("region_name"),
-                "endpoint_url": extra.get("endpoint_url") or (extra.get("service_config", {})
-                                                              .get("s3", {}).get("endpoint_url")),
-            }
-            kwargs = {k: v for k, v in kwargs.items() if v}
-        return boto3.client("s3", config=Config(**config), **kwargs)
+        return S3Hook(aws_conn_id=self.aws_conn_id, config=Config(**config)).get_conn()
 
     def _credentials_source(self) -> str:
         if self.aws_conn_id:
@@ -227,3 +218,21 @@ class Storage:
             return
         with self._request(uri, self._s3_probe, bucket_request=True):
             self._s3_probe.head_bucket(Bucket=path.partition("/")[0])
+
+
+def check_aws_conn_id(aws_conn_id: str | None) -> None:
+    """A named AWS connection must exist before a job runs whose result it will read."""
+    if not aws_conn_id:
+        return
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from airflow_provider_horovod.exceptions import InvalidParameterError
+
+    try:
+        BaseHook.get_connection(aws_conn_id)
+    except AirflowNotFoundException:
+        raise InvalidParameterError(
+            "aws_conn_id", aws_conn_id,
+            "no such connection; create it (type aws), or leave aws_conn_id=None to use the worker's AWS environment.",
+        ) from None

@@ -1,25 +1,22 @@
-"""The smallest HorovodTrainOperator DAG: Ray's Horovod quickstart, trained by 2 workers.
+"""The smallest training DAG: Ray's Horovod quickstart, trained by 2 workers, evaluated on the cluster.
 
 With no ``ray_default`` connection, the operator starts an embedded local Ray cluster, and
 checkpoints go under ``$AIRFLOW_HOME/horovod-storage``. Point it at a real cluster with the
-``ray_default`` connection and at a bucket with ``storage_path="s3://bucket/prefix"``.
+``ray_default`` connection and at a bucket with the ``storage_path`` param (``s3://bucket/prefix``).
 
-The DAG file imports no torch, horovod or ray.train: the training code runs on the cluster.
+Every function here is named by its import path, so it runs on the cluster whatever Python the
+Airflow side has. The DAG file imports no torch, horovod or ray.train: the code runs on the cluster.
 """
 
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import Param, dag, task
+from airflow.sdk import Param, dag
 
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
+from airflow_provider_horovod.operators.ray import RayTaskOperator
 
-
-def train_dataset():
-    """Runs on the cluster: a small regression problem for the quickstart."""
-    from airflow_provider_horovod.examples.quickstart import make_dataset
-
-    return make_dataset(n=256)
+STORAGE = "{{ params.storage_path }}"
 
 
 @dag(
@@ -37,25 +34,17 @@ def horovod_quickstart():
         task_id="train",
         train_fn="airflow_provider_horovod.examples.quickstart:train_func",
         train_loop_config={"num_epochs": 5, "lr": 0.1, "batch_size": 16},
-        datasets={"train": train_dataset},
+        datasets={"train": "airflow_provider_horovod.examples.quickstart:make_dataset"},
         num_workers=2,
-        storage_path="{{ params.storage_path }}",
+        storage_path=STORAGE,
     )
-
-    @task
-    def evaluate(checkpoint_uri: str) -> float:
-        """Load the trained model from its checkpoint (local path or S3) and score it."""
-        import tempfile
-
-        from airflow_provider_horovod.examples.quickstart import holdout_mse
-        from airflow_provider_horovod.storage import Storage
-
-        with tempfile.TemporaryDirectory() as tmp:
-            mse = holdout_mse(Storage().download_folder(checkpoint_uri, tmp))
-        print(f"checkpoint: {checkpoint_uri}\nholdout MSE: {mse:.4f}")
-        return mse
-
-    evaluate(train.output["checkpoint_uri"])
+    # The model is loaded where torch is: a Ray job, its scores back in XCom.
+    RayTaskOperator(
+        task_id="evaluate",
+        python_callable="airflow_provider_horovod.examples.quickstart:evaluate",
+        op_args=[train.output],
+        storage_path=STORAGE,
+    )
 
 
 horovod_quickstart()

@@ -3,7 +3,8 @@
 ``train`` submits the Horovod job with ``wait_for_completion=False`` and returns at once, pushing
 the job's ``submission_id``. ``wait_for_training`` is a deferrable ``RayJobSensor``: it waits in
 the triggerer, holding no worker slot, fails when the job fails, and returns the same result as
-the operator, with the verified ``checkpoint_uri``. ``evaluate`` then scores that checkpoint.
+the operator, with the verified ``checkpoint_uri``. ``evaluate`` then scores that checkpoint on the
+cluster.
 
 The same sensor can wait for a training job that something else started: give it the job's
 submission id. With no ``ray_default`` connection the job runs on the embedded local Ray cluster;
@@ -15,17 +16,11 @@ This file imports no torch, horovod or ray.train: the scheduler parses it often.
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import Param, dag, task
+from airflow.sdk import Param, dag
 
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
+from airflow_provider_horovod.operators.ray import RayTaskOperator
 from airflow_provider_horovod.sensors.ray import RayJobSensor
-
-
-def train_dataset():
-    """Runs on the cluster: the quickstart's regression data."""
-    from airflow_provider_horovod.examples.quickstart import make_dataset
-
-    return make_dataset(n=256)
 
 
 @dag(
@@ -43,7 +38,7 @@ def horovod_sensor_example():
         task_id="train",
         train_fn="airflow_provider_horovod.examples.quickstart:train_func",
         train_loop_config={"num_epochs": 8, "lr": 0.1, "batch_size": 16},
-        datasets={"train": train_dataset},
+        datasets={"train": "airflow_provider_horovod.examples.quickstart:make_dataset"},
         num_workers=2,
         storage_path="{{ params.storage_path }}",
         wait_for_completion=False,
@@ -57,21 +52,15 @@ def horovod_sensor_example():
         timeout=12 * 3600,
     )
 
-    @task
-    def evaluate(result: dict) -> float:
-        """Load the trained model from its checkpoint (local path or S3) and score it."""
-        import tempfile
+    # Scored where the model fits: a Ray job on the cluster.
+    evaluate = RayTaskOperator(
+        task_id="evaluate",
+        python_callable="airflow_provider_horovod.examples.quickstart:evaluate",
+        op_args=[wait_for_training.output],
+        storage_path="{{ params.storage_path }}",
+    )
 
-        from airflow_provider_horovod.examples.quickstart import holdout_mse
-        from airflow_provider_horovod.storage import Storage
-
-        with tempfile.TemporaryDirectory() as tmp:
-            mse = holdout_mse(Storage().download_folder(result["checkpoint_uri"], tmp))
-        print(f"checkpoint: {result['checkpoint_uri']}\nholdout MSE: {mse:.4f}")
-        return mse
-
-    train >> wait_for_training
-    evaluate(wait_for_training.output)
+    train >> wait_for_training >> evaluate
 
 
 horovod_sensor_example()

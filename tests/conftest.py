@@ -1,8 +1,14 @@
 """Shared fixtures. Airflow's home for the tests is a fresh folder in the checkout (ignored by git),
-set before Airflow is imported."""
+set before Airflow is imported.
+
+The tests run in Airflow's environment, where the provider is installed from its wheel with no
+training stack; the Ray head runs from the cluster's environment (``tests/support/cluster.py``) and
+is reached through the ``ray_default`` connection, as in a deployment.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import socket
@@ -19,7 +25,7 @@ os.environ["AIRFLOW_HOME"] = str(TEST_HOME)
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "tests" / "dags")
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
-os.environ.pop("AIRFLOW_CONN_RAY_DEFAULT", None)  # tests use the embedded local cluster
+os.environ.pop("AIRFLOW_CONN_RAY_DEFAULT", None)  # set by the ray_cluster fixture
 TEST_HOME.mkdir(parents=True, exist_ok=True)
 
 
@@ -87,14 +93,26 @@ def moto_server():
     server.stop()
 
 
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    dashboard_url: str
+    gcs_address: str
+    token: str = dataclasses.field(repr=False)
+    state: str = ""
+
+
 @pytest.fixture(scope="session")
 def ray_cluster(moto_server):
-    """The embedded local Ray head (token auth on), started once for the session and stopped after."""
-    from airflow_provider_horovod import local
+    """A Ray head (token auth on) started from the cluster's environment, reached through the
+    ``ray_default`` connection; its local storage is this machine's disk, shared with Airflow."""
+    from support import cluster
 
-    cluster = local.ensure_running()
-    yield cluster
-    local.down()
+    state = str(TEST_HOME / "ray-cluster")
+    head = cluster.start_head(state, num_cpus=int(os.environ.get("AHP_TEST_CLUSTER_CPUS", "4")))
+    os.environ["AIRFLOW_CONN_RAY_DEFAULT"] = cluster.connection(head)
+    yield Cluster(head["dashboard_url"], head["gcs_address"], head["token"], state)
+    os.environ.pop("AIRFLOW_CONN_RAY_DEFAULT", None)
+    cluster.down(state)
 
 
 @pytest.fixture
@@ -102,3 +120,25 @@ def ray_hook(ray_cluster):
     from airflow_provider_horovod.hooks.ray import RayHook
 
     return RayHook()
+
+
+QUICK_JOB = REPO / "tests" / "support" / "ahp_quick_job"
+
+
+@pytest.fixture
+def quick_jobs(monkeypatch):
+    """The operator's training jobs replaced by a quick real Ray job (``support/ahp_quick_job``) under
+    the same submission id, payload and storage: it writes the checkpoint and result record a
+    training would, in a second or two."""
+    import dataclasses as dc
+
+    from airflow_provider_horovod.jobs import request
+
+    real = request.training_request
+
+    def quick(*args, **kwargs):
+        made = real(*args, **kwargs)
+        env = {**made.runtime_env, "py_modules": [*made.runtime_env["py_modules"], str(QUICK_JOB)]}
+        return dc.replace(made, entrypoint=f"python -m ahp_quick_job {made.payload_module}", runtime_env=env)
+
+    monkeypatch.setattr(request, "training_request", quick)

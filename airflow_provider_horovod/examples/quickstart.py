@@ -108,3 +108,16 @@ def holdout_mse(checkpoint_dir: str, n: int = 100) -> float:
     y = torch.tensor([[target((i + 0.5) / n)] for i in range(n)])
     with torch.no_grad():
         return float(torch.nn.functional.mse_loss(model(x), y))
+
+
+def evaluate(result) -> dict:
+    """Runs on the cluster, as a Ray job (``RayTaskOperator`` or ``@task.ray``): load the trained model
+    from its checkpoint (local path or S3, read as Ray Train reads it) and score it. ``result`` is the
+    training task's XCom, or a checkpoint URI."""
+    from ray.train import Checkpoint
+
+    uri = result["checkpoint_uri"] if isinstance(result, dict) else result
+    with Checkpoint(path=uri).as_directory() as folder:
+        mse = holdout_mse(folder)
+    print(f"checkpoint: {uri}\nholdout MSE: {mse:.4f}", flush=True)
+    return {"checkpoint_uri": uri, "holdout_mse": mse}

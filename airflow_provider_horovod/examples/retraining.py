@@ -1,16 +1,15 @@
 """The model of ``dags/horovod_retraining.py``: training function, data and evaluation.
 
-It lives in a module (not the DAG file) because two sides use it: the Horovod workers train with
-``train_regressor``, and the evaluation runs either in the Airflow task or, for a model too big for
-an Airflow worker, as a Ray job (``python -m airflow_provider_horovod.examples.retraining``).
-In your project this is your own package, shipped to the cluster in its image or ``runtime_env``.
+Everything here runs on the Ray cluster, where torch is: the data is written by a ``@task.ray``
+job, the Horovod workers train with ``train_regressor``, and another ``@task.ray`` job evaluates the
+checkpoint. In your project this is your own package, shipped to the cluster in its image or
+``runtime_env``.
 
 Heavy imports live inside the functions, so importing this module costs nothing.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
@@ -105,43 +104,46 @@ def holdout_mse(checkpoint_dir: str | None, holdout: dict) -> float:
         return float(torch.nn.functional.mse_loss(model(x), y))
 
 
-def evaluate_on_cluster(checkpoint_uri: str, holdout_uri: str, out_uri: str) -> dict:
-    """The evaluation as a Ray job's entrypoint runs it: storage through pyarrow.fs (as Ray Train
-    reads it, with the cluster's own credentials), the scores written to ``out_uri`` as JSON."""
+def write_data(seed: int, folder_uri: str) -> dict:
+    """Runs on the cluster: this interval's training and holdout data as parquet under ``folder_uri``
+    (local path or S3, with the cluster's own credentials). A real pipeline reads its interval from
+    a warehouse or a lake here instead of generating it."""
+    import pyarrow as pa
+    import pyarrow.fs
+    import pyarrow.parquet as pq
+
+    uris = {}
+    for name, n, offset in (("train", 512, 0), ("holdout", 256, 1_000_000)):
+        uris[name] = f"{folder_uri.rstrip('/')}/{name}.parquet"
+        fs, path = _fs(uris[name])
+        fs.create_dir(os.path.dirname(path), recursive=True)
+        with fs.open_output_stream(path) as out:
+            pq.write_table(pa.table(make_data(seed + offset, n)), out)
+    return uris
+
+
+def evaluate(checkpoint_uri: str, holdout_uri: str) -> dict:
+    """Runs on the cluster, where the model fits (a ``@task.ray`` job): the holdout MSE of the
+    checkpoint's model, next to the untrained baseline's."""
     import pyarrow.fs
 
-    def fs_path(uri: str):
-        if "://" not in uri:
-            return pyarrow.fs.LocalFileSystem(), os.path.abspath(uri)
-        return pyarrow.fs.FileSystem.from_uri(uri)
+    from ray.train import Checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
-        src_fs, src = fs_path(checkpoint_uri)
-        os.makedirs(os.path.join(tmp, "ckpt"))
-        pyarrow.fs.copy_files(src, os.path.join(tmp, "ckpt"), source_filesystem=src_fs,
-                              destination_filesystem=pyarrow.fs.LocalFileSystem())
-        data_fs, data = fs_path(holdout_uri)
+        fs, path = _fs(holdout_uri)
         local_holdout = os.path.join(tmp, "holdout.parquet")
-        pyarrow.fs.copy_files(data, local_holdout, source_filesystem=data_fs,
+        pyarrow.fs.copy_files(path, local_holdout, source_filesystem=fs,
                               destination_filesystem=pyarrow.fs.LocalFileSystem())
         holdout = read_holdout(local_holdout)
-        scores = {"holdout_mse": holdout_mse(os.path.join(tmp, "ckpt"), holdout),
-                  "baseline_mse": holdout_mse(None, holdout)}
-    out_fs, out = fs_path(out_uri)
-    out_fs.create_dir(os.path.dirname(out), recursive=True)
-    with out_fs.open_output_stream(out) as f:
-        f.write(json.dumps(scores).encode("utf-8"))
+        with Checkpoint(path=checkpoint_uri).as_directory() as folder:
+            scores = {"holdout_mse": holdout_mse(folder, holdout), "baseline_mse": holdout_mse(None, holdout)}
+    print(f"holdout MSE: baseline {scores['baseline_mse']:.4f}, trained {scores['holdout_mse']:.4f}", flush=True)
     return scores
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Score a checkpoint on holdout data (a Ray job's entrypoint).")
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--holdout", required=True)
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
-    print(json.dumps(evaluate_on_cluster(args.checkpoint, args.holdout, args.out)))
+def _fs(uri: str):
+    import pyarrow.fs
 
-
-if __name__ == "__main__":
-    main()
+    if "://" not in uri:
+        return pyarrow.fs.LocalFileSystem(), os.path.abspath(uri)
+    return pyarrow.fs.FileSystem.from_uri(uri)

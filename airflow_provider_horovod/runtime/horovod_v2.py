@@ -27,12 +27,12 @@ class HorovodV2Config(BackendConfig):
     :param timeout_s: Gloo rendezvous and collective timeout, in seconds.
     :param nics: network interfaces for Horovod (the first for Gloo, all for NCCL); None: Gloo
         finds the address of the node's host name.
-    :param horovod_env: extra ``HOROVOD_*`` tuning variables (fusion threshold, cycle time, timeline).
+
+    Tuning variables (``HOROVOD_FUSION_THRESHOLD``, ...) reach the workers through the job's runtime_env.
     """
 
     timeout_s: int = 300
     nics: Sequence[str] | None = None
-    horovod_env: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def backend_cls(self):
@@ -77,7 +77,6 @@ def rank_env(slot, *, rendezvous_addr: str, rendezvous_port: int, config: Horovo
     if config.nics:
         nics = list(config.nics)
         env.update({"HOROVOD_GLOO_IFACE": nics[0], "NCCL_SOCKET_IFNAME": ",".join(nics)})
-    env.update(config.horovod_env)
     return env
 
 
@@ -151,13 +150,13 @@ def with_initial_checkpoint(train_fn: Callable, checkpoint_uri: str | None, file
 
 
 def build_v2_trainer(train_fn: Callable, *, train_loop_config, datasets, scaling_config, run_config,
-                     resume_from: str | None, timeout_s: int, nics, horovod_env: dict[str, str]):
+                     resume_from: str | None, timeout_s: int, nics):
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     return DataParallelTrainer(
         with_initial_checkpoint(train_fn, resume_from, run_config.storage_filesystem),
         train_loop_config=train_loop_config,
-        backend_config=HorovodV2Config(timeout_s=timeout_s, nics=nics, horovod_env=dict(horovod_env or {})),
+        backend_config=HorovodV2Config(timeout_s=timeout_s, nics=nics),
         scaling_config=scaling_config,
         run_config=run_config,
         datasets=datasets,

@@ -7,7 +7,6 @@ ends FAILED and the Airflow task shows why.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import time
@@ -66,11 +65,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started_at = time.time()
     from airflow_provider_horovod.runtime.payload import read_payload
+    from airflow_provider_horovod.runtime.preflight import problems
+    from airflow_provider_horovod.spec import TrainingSpec
 
-    spec, folder = read_payload(argv[0])
-    if spec.trainer_api == "legacy":
-        # Ray 2.60 refuses HorovodTrainer under Train V2; must be set before ray.train is imported.
-        os.environ["RAY_TRAIN_V2_ENABLED"] = "0"
+    spec, folder = read_payload(argv[0], TrainingSpec)
+    if problem := problems(spec):
+        print(f"AHP_ERROR {problem}", flush=True)
+        return 1
     print(
         f"airflow-provider-horovod: job {spec.submission_id}, attempt {spec.attempt}, "
         f"{spec.num_workers} Horovod workers ({'GPU' if spec.use_gpu else 'CPU'}), trainer {spec.trainer_api}, "

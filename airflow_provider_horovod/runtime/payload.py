@@ -1,47 +1,36 @@
-"""The job's payload: a folder shipped as a Ray ``py_module`` holding the spec and pickled code.
-
-Standard library only: the Airflow side writes it, the runtime reads it.
-"""
+"""The job's payload on the cluster: a package shipped as a Ray ``py_module`` holding the spec and
+any pickled code (written by ``jobs.request.write_payload`` on the Airflow side). Standard library only."""
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import os
+from collections.abc import Callable
+from typing import Any
 
-from airflow_provider_horovod.spec import SPEC_FILE, TrainingSpec
-
-PAYLOAD_PREFIX = "ahp_payload_"
-
-
-def write_payload(spec: TrainingSpec, files: dict[str, bytes], parent_dir: str) -> tuple[str, str]:
-    """Write the payload package under ``parent_dir``; return (module name, folder path).
-
-    The name is a hash of the content, so Ray's package cache reuses an identical upload.
-    """
-    digest = hashlib.sha256(spec.to_json().encode())
-    for name in sorted(files):
-        digest.update(name.encode() + b"\0" + files[name])
-    module = PAYLOAD_PREFIX + digest.hexdigest()[:16]
-    folder = os.path.join(parent_dir, module)
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "__init__.py"), "w", encoding="utf-8") as f:
-        f.write('"""Payload of one airflow-provider-horovod training job."""\n')
-    with open(os.path.join(folder, SPEC_FILE), "w", encoding="utf-8") as f:
-        f.write(spec.to_json())
-    for name, data in files.items():
-        if os.path.basename(name) != name:
-            raise ValueError(f"payload file name {name!r} must be a plain file name")
-        with open(os.path.join(folder, name), "wb") as f:
-            f.write(data)
-    return module, folder
+from airflow_provider_horovod.spec import SPEC_FILE
 
 
 def payload_folder(module: str) -> str:
     return list(importlib.import_module(module).__path__)[0]
 
 
-def read_payload(module: str) -> tuple[TrainingSpec, str]:
+def read_payload(module: str, spec_class):
+    """(spec, payload folder) of the payload package ``module``."""
     folder = payload_folder(module)
     with open(os.path.join(folder, SPEC_FILE), encoding="utf-8") as f:
-        return TrainingSpec.from_json(f.read()), folder
+        return spec_class.from_json(f.read()), folder
+
+
+def load_callable(ref: dict[str, str], folder: str) -> Callable:
+    """A function from ``{"import": "pkg.mod:fn"}`` or ``{"pickle": "<file in the payload>"}``."""
+    if "import" in ref:
+        module, _, attr = ref["import"].partition(":")
+        target: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            target = getattr(target, part)
+        return target
+    import cloudpickle
+
+    with open(os.path.join(folder, ref["pickle"]), "rb") as f:
+        return cloudpickle.load(f)

@@ -3,6 +3,7 @@ finding checkpoints, and URIs with their scheme."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
@@ -32,9 +33,29 @@ def to_uri(storage_uri: str, path: str) -> str:
     return path
 
 
-def write_record(uri: str, record: ResultRecord) -> None:
-    """Write the record in one step: readers see it whole or not at all."""
-    body = record.to_json().encode("utf-8")
+def write_record(uri: str, record) -> None:
+    """Write a record (``ResultRecord``, ``TaskRecord``) in one step: readers see it whole or not at all."""
+    write_text(uri, record.to_json())
+
+
+def write_json(uri: str, value) -> None:
+    write_text(uri, json.dumps(value, sort_keys=True))
+
+
+def read_json(uri: str):
+    """The JSON file's value; None when there is no such file."""
+    import pyarrow.fs
+
+    fs, path = _fs(uri)
+    if fs.get_file_info(path).type == pyarrow.fs.FileType.NotFound:
+        return None
+    with fs.open_input_stream(path) as f:
+        return json.loads(f.read().decode("utf-8"))
+
+
+def write_text(uri: str, text: str) -> None:
+    """Write in one step: a local temp file renamed into place, or a single S3 PUT."""
+    body = text.encode("utf-8")
     if "://" not in uri or uri.startswith("file://"):
         path = uri[len("file://"):] if uri.startswith("file://") else uri
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -50,13 +71,8 @@ def write_record(uri: str, record: ResultRecord) -> None:
 
 
 def read_record(uri: str) -> ResultRecord | None:
-    import pyarrow.fs
-
-    fs, path = _fs(uri)
-    if fs.get_file_info(path).type == pyarrow.fs.FileType.NotFound:
-        return None
-    with fs.open_input_stream(path) as f:
-        return ResultRecord.from_json(f.read().decode("utf-8"))
+    data = read_json(uri)
+    return None if data is None else ResultRecord.from_json(json.dumps(data))
 
 
 def latest_checkpoint(attempt_uri: str) -> str | None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import json
 import math
 import os
@@ -11,8 +9,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from airflow_provider_horovod.functions import required_positional
+from airflow_provider_horovod.runtime.payload import load_callable
 from airflow_provider_horovod.runtime.aws import read_session, s3_filesystem, session_env, with_env
-from airflow_provider_horovod.runtime.result import latest_checkpoint, to_uri, write_record
+from airflow_provider_horovod.runtime.result import latest_checkpoint, read_json, to_uri, write_json, write_record
 from airflow_provider_horovod.spec import ResultRecord, TrainingSpec
 
 
@@ -34,24 +34,47 @@ def worker_group_start_timeout_s(spec: TrainingSpec) -> float:
     return max(MIN_WORKER_GROUP_START_TIMEOUT_S, float(spec.pending_timeout_s))
 
 
-def load_callable(ref: dict[str, str], folder: str) -> Callable:
-    """A function from ``{"import": "pkg.mod:fn"}`` or ``{"pickle": "<file in the payload>"}``."""
-    if "import" in ref:
-        module, _, attr = ref["import"].partition(":")
-        target: Any = importlib.import_module(module)
-        for part in attr.split("."):
-            target = getattr(target, part)
-        return target
-    import cloudpickle
-
-    with open(os.path.join(folder, ref["pickle"]), "rb") as f:
-        return cloudpickle.load(f)
-
-
 def takes_config(fn: Callable) -> bool:
     """Ray passes ``train_loop_config`` only to functions with a required parameter."""
-    return any(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-               for p in inspect.signature(fn).parameters.values())
+    return required_positional(fn) > 0
+
+
+def keep_rank0_return(value: Any, uri: str) -> None:
+    """Rank 0 leaves what the training function returned where the driver reads it (JSON: it goes to XCom)."""
+    import ray.train
+
+    if value is None or ray.train.get_context().get_world_rank() != 0:
+        return
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"train_fn returned a {type(value).__name__}, which XCom cannot hold as JSON ({err}). Return "
+                        "numbers, strings, lists or dicts; save models in the checkpoint.") from None
+    write_json(uri, value)
+
+
+def per_worker(spec: TrainingSpec, fn: Callable) -> Callable:
+    """What Ray Train runs on every worker: the user's function, called as the spec says (with
+    ``config``, or with the arguments of a ``@task.horovod`` call), its rank 0 return value kept.
+    Ray passes ``config`` only to a function with one parameter, so each wrapper has the right number."""
+    uri = spec.return_value_uri
+    if spec.train_args is not None:
+        args, kwargs = list(spec.train_args), dict(spec.train_kwargs or {})
+
+        def called_with_arguments():
+            keep_rank0_return(fn(*args, **kwargs), uri)
+
+        return called_with_arguments
+    if takes_config(fn):
+        def called_with_config(config):
+            keep_rank0_return(fn(config), uri)
+
+        return called_with_config
+
+    def called_bare():
+        keep_rank0_return(fn(), uri)
+
+    return called_bare
 
 
 def load_datasets(spec: TrainingSpec, folder: str, s3_fs=None) -> dict:
@@ -72,13 +95,6 @@ def load_datasets(spec: TrainingSpec, folder: str, s3_fs=None) -> dict:
     return datasets
 
 
-def resources_per_worker(spec: TrainingSpec) -> dict[str, float]:
-    """What Ray Train asks for each worker (its defaults: 1 CPU, or 1 GPU)."""
-    if spec.resources_per_worker:
-        return dict(spec.resources_per_worker)
-    return {"GPU": 1.0} if spec.use_gpu else {"CPU": 1.0}
-
-
 def wait_for_resources(spec: TrainingSpec) -> None:
     """Fail clearly when the workers' resources do not appear within the pending timeout.
 
@@ -89,7 +105,7 @@ def wait_for_resources(spec: TrainingSpec) -> None:
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    bundle = {k: v for k, v in resources_per_worker(spec).items() if v}
+    bundle = spec.worker_resources()
     group = placement_group([bundle] * spec.num_workers, strategy="PACK")
     ready, _ = ray.wait([group.ready()], timeout=spec.pending_timeout_s)
     remove_placement_group(group)
@@ -153,7 +169,6 @@ def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, res
         resume_from=resume_from,
         timeout_s=spec.horovod_timeout_s,
         nics=list(spec.horovod_nics) if spec.horovod_nics else None,
-        horovod_env=spec.horovod_env,
     )
 
 
@@ -229,6 +244,7 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
         os.environ.update(env)  # this driver: result record, resume lookup
         s3_fs = s3_filesystem(env)
         train_fn = with_env(train_fn, env)  # the training function's own S3 calls
+    train_fn = per_worker(spec, train_fn)
     datasets = load_datasets(spec, folder, s3_fs)
     wait_for_resources(spec)
     resume_from = resume_checkpoint(spec)
@@ -258,6 +274,7 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
         resumed_from=resume_from,
         timings={"started_at": started_at, "finished_at": time.time(), "fit_s": round(fit_s, 3),
                  "total_s": round(time.time() - started_at, 3)},
+        return_value=read_json(spec.return_value_uri),
     )
     write_record(spec.result_uri, record)
     return record

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pendulum
 from airflow.sdk import dag, task
 
@@ -28,18 +26,15 @@ def failing_train(config):
     raise ValueError("boom-in-training")
 
 
-@task
+@task.ray(storage_path=STORAGE)
 def evaluate(result: dict) -> dict:
-    """What a user's evaluation task does: pull the checkpoint URI, load the model, score it."""
-    import tempfile
+    """What a user's evaluation task does, on the cluster: load the model from the checkpoint, score it."""
+    import json
 
-    from airflow_provider_horovod.examples.quickstart import holdout_mse
-    from airflow_provider_horovod.storage import Storage
+    from airflow_provider_horovod.examples.quickstart import evaluate as score
 
-    with tempfile.TemporaryDirectory() as tmp:
-        local = Storage().download_folder(result["checkpoint_uri"], tmp)
-        mse = holdout_mse(local)
-    print("AHP_EVAL " + json.dumps({"result": result, "mse": mse}, default=str))
+    mse = score(result)["holdout_mse"]
+    print("AHP_EVAL " + json.dumps({"result": result, "mse": mse}, default=str), flush=True)
     return {"mse": mse}
 
 

@@ -1,4 +1,4 @@
-"""Run the test DAGs the way users and their CI do: `airflow dags test` in a subprocess."""
+"""Run DAGs the way users and their CI do: `airflow dags test` in a subprocess."""
 
 from __future__ import annotations
 
@@ -16,20 +16,17 @@ def airflow_bin() -> str:
 
 
 def dags_test(dag_id: str, *, conf: dict | None = None, logical_date: str | None = None,
-              dags_folder: Path = TEST_DAGS, timeout: int = 600) -> subprocess.CompletedProcess:
+              dags_folder: Path = TEST_DAGS, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     cmd = [airflow_bin(), "dags", "test", dag_id]
     if logical_date:
         cmd.append(logical_date)
     if conf:
         cmd += ["--conf", json.dumps(conf)]
-    env = {**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder)}
+    env = {**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder), **(env or {})}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def tagged_json(output: str, tag: str) -> list[dict]:
-    """Objects that tasks printed as `<tag> {json}` lines."""
-    found = []
-    for line in output.splitlines():
-        if tag + " " in line:
-            found.append(json.loads(line.split(tag + " ", 1)[1]))
-    return found
+    """Objects that tasks printed as `<tag> {json}` lines (the task log may add its own suffix)."""
+    decoder = json.JSONDecoder()
+    return [decoder.raw_decode(line.split(tag + " ", 1)[1])[0] for line in output.splitlines() if tag + " " in line]

@@ -1,0 +1,307 @@
+"""Parameter checks. Each returns the checked value or raises ``InvalidParameterError`` naming the
+parameter, the value and the fix; they run before anything is submitted. Pure."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlparse
+
+from airflow_provider_horovod.exceptions import InvalidParameterError
+
+STORAGE_SCHEMES = ("", "file", "s3")
+DATASET_SCHEMES = ("", "file", "s3", "gs")
+# Variables that must not travel in runtime_env: Ray shows env_vars to every dashboard reader.
+SECRET_ENV_PATTERN = re.compile(r"(SECRET|TOKEN|PASSWORD|CREDENTIAL|ACCESS_KEY)", re.IGNORECASE)
+# Ray 2.60's runtime_env fields (ray.runtime_env.RuntimeEnv.known_fields, private ones left out).
+RUNTIME_ENV_FIELDS = ("conda", "config", "container", "env_vars", "excludes", "image_uri", "java_jars", "pip",
+                      "py_executable", "py_modules", "uv", "worker_process_setup_hook", "working_dir")
+URI_SCHEMES = ("gcs", "s3", "gs", "https", "http", "file", "azure", "abfss")
+
+
+def check_num_workers(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidParameterError("num_workers", value, "give a whole number of Horovod workers, 1 or more (e.g. 2).")
+    return value
+
+
+def check_storage_path(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidParameterError("storage_path", value, "give a local path, a file:// URI or an s3://bucket/prefix URI.")
+    parsed = urlparse(value)
+    if parsed.scheme not in STORAGE_SCHEMES:
+        raise InvalidParameterError(
+            "storage_path", value,
+            f"scheme {parsed.scheme!r} is not supported; use a local path, file:// or s3://bucket/prefix.")
+    if parsed.scheme == "s3" and not parsed.netloc:
+        raise InvalidParameterError("storage_path", value, "name the bucket: s3://bucket/prefix.")
+    # file://data/x would silently mean /x on host "data", and file:// alone the worker's cwd.
+    if parsed.scheme == "file" and (parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/")):
+        raise InvalidParameterError("storage_path", value,
+                                    "a file:// URI takes an absolute path after the third slash: file:///abs/path.")
+    if parsed.scheme == "" and not os.path.isabs(value):
+        raise InvalidParameterError("storage_path", value, "give an absolute local path (the Ray workers resolve it).")
+    return value
+
+
+def check_json(parameter: str, value: Any) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidParameterError(parameter, value, "give a dict (it is passed to the function as `config`).")
+    try:
+        return json.loads(json.dumps(dict(value)))
+    except (TypeError, ValueError) as err:
+        raise InvalidParameterError(
+            parameter, value, f"it must be JSON-serialisable ({err}); pass paths or numbers, not objects.") from None
+
+
+def check_args(parameter: str, value: Any) -> list:
+    """Positional arguments: a list of JSON values."""
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)):
+        raise InvalidParameterError(parameter, value, "give a list of arguments.")
+    try:
+        return json.loads(json.dumps(list(value)))
+    except (TypeError, ValueError) as err:
+        raise InvalidParameterError(
+            parameter, value, f"it must be JSON-serialisable ({err}); pass paths or numbers, not objects.") from None
+
+
+def check_resources(value: Any, use_gpu: bool, parameter: str = "resources_per_worker") -> dict[str, float] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidParameterError(parameter, value, 'give a dict such as {"CPU": 1, "GPU": 1}.')
+    out: dict[str, float] = {}
+    for name, amount in value.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidParameterError(parameter, value, f"resource name {name!r} must be a non-empty string.")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not math.isfinite(amount):
+            raise InvalidParameterError(parameter, value, f"amount {amount!r} of {name!r} is not a number; give e.g. {{{name!r}: 1}}.")
+        if amount < 0:
+            raise InvalidParameterError(parameter, value, f"amount of {name!r} is negative; use 0 or more.")
+        if name.lower() in ("cpu", "gpu", "memory") and name not in ("CPU", "GPU", "memory"):
+            raise InvalidParameterError(parameter, value, f"unknown resource {name!r}: Ray spells it 'CPU', 'GPU' or 'memory'.")
+        out[name] = float(amount)
+    if out.get("GPU") and not use_gpu:
+        raise InvalidParameterError(parameter, value, "asks for GPUs while use_gpu=False; set use_gpu=True.")
+    return out
+
+
+def check_choice(parameter: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise InvalidParameterError(parameter, value, f"use one of {', '.join(map(repr, choices))}.")
+    return value
+
+
+def check_bool(parameter: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidParameterError(parameter, value, "give True or False.")
+    return value
+
+
+def check_positive(parameter: str, value: Any, *, allow_none: bool = False, integer: bool = False) -> Any:
+    if value is None and allow_none:
+        return None
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not 0 < value < math.inf:
+        kind = "whole number" if integer else "number"
+        raise InvalidParameterError(parameter, value, f"give a {kind} greater than 0.")
+    return value
+
+
+def check_seconds(parameter: str, value: Any, *, allow_none: bool = False) -> float | None:
+    """Seconds (0 or more) or a timedelta, as a float."""
+    if value is None and allow_none:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf:
+        raise InvalidParameterError(parameter, value, "give seconds (0 or more) or a timedelta.")
+    return float(seconds)
+
+
+def check_max_failures(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise InvalidParameterError("max_failures", value, "give 0 (no retry), a positive count, or -1 (retry without limit).")
+    return value
+
+
+def check_horovod_env(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidParameterError("horovod_env", value, 'give a dict such as {"HOROVOD_CYCLE_TIME": "1"}.')
+    for key in value:
+        if not isinstance(key, str) or not key.startswith("HOROVOD_"):
+            raise InvalidParameterError("horovod_env", value, f"key {key!r} is not a HOROVOD_* variable; put others in runtime_env.")
+        if isinstance(value[key], (Mapping, list, tuple, set)) or value[key] is None:
+            raise InvalidParameterError("horovod_env", value, f"{key} must be a string or a number, e.g. {{{key!r}: \"1\"}}.")
+    return {k: str(v) for k, v in value.items()}
+
+
+def check_nics(value: Any) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple, set)) or not all(isinstance(n, str) and n for n in value):
+        raise InvalidParameterError("horovod_nics", value, 'give a list of interface names, e.g. ["eth0"].')
+    return sorted(value)
+
+
+def masked(runtime_env: Mapping) -> dict:
+    """runtime_env as an error shows it: env var values hidden, they may hold credentials."""
+    env_vars = runtime_env.get("env_vars")
+    if isinstance(env_vars, Mapping):
+        return {**runtime_env, "env_vars": {k: "***" for k in env_vars}}
+    return dict(runtime_env)
+
+
+def is_uri(path: str) -> bool:
+    return urlparse(path).scheme in URI_SCHEMES and "://" in path
+
+
+def check_runtime_env(value: Any, parameter: str = "runtime_env") -> dict:
+    """A runtime_env Ray will accept, checked here: on the cluster a bad one fails the job late."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidParameterError(parameter, value, 'give a dict, e.g. {"pip": ["pandas"], "env_vars": {"A": "1"}}.')
+    shown = masked(value)
+    unknown = sorted(str(k) for k in value if k not in RUNTIME_ENV_FIELDS)
+    if unknown:
+        raise InvalidParameterError(parameter, shown, f"unknown field {unknown[0]!r}; Ray's runtime_env fields are: "
+                                                      f"{', '.join(RUNTIME_ENV_FIELDS)}.")
+    env_vars = value.get("env_vars") or {}
+    if not isinstance(env_vars, Mapping):
+        raise InvalidParameterError(parameter, shown, 'env_vars must be a dict of strings, e.g. {"A": "1"}.')
+    for key, var in env_vars.items():
+        if SECRET_ENV_PATTERN.search(str(key)):
+            raise InvalidParameterError(
+                parameter, shown,
+                f"env var {key!r} looks like a secret, and Ray shows runtime_env to every dashboard reader; give "
+                "the cluster its credentials (instance role, cluster env) instead.")
+        if not isinstance(key, str) or not isinstance(var, str):
+            raise InvalidParameterError(parameter, shown, f'env var {key!r} must map a string to a string, e.g. {{"A": "1"}}.')
+    working_dir = value.get("working_dir")
+    if working_dir is not None:
+        if not isinstance(working_dir, str):
+            raise InvalidParameterError(parameter, shown, "working_dir must be a local folder or a URI (a string).")
+        local_zip = working_dir.endswith(".zip") and os.path.isfile(working_dir)
+        if not is_uri(working_dir) and not os.path.isdir(working_dir) and not local_zip:
+            raise InvalidParameterError(parameter, shown, f"working_dir {working_dir!r} is not a folder here; give an "
+                                                          "existing local folder or .zip file (it is uploaded) or a URI.")
+    py_modules = value.get("py_modules")
+    if py_modules is not None:
+        if not isinstance(py_modules, (list, tuple)) or not all(isinstance(m, str) for m in py_modules):
+            raise InvalidParameterError(parameter, shown, "py_modules must be a list of local folders, .whl files or URIs.")
+        for module in py_modules:
+            if not is_uri(module) and not (os.path.isdir(module) or (os.path.isfile(module) and module.endswith((".whl", ".py")))):
+                raise InvalidParameterError(parameter, shown, f"py_modules entry {module!r} is neither an existing folder, "
+                                                              ".py or .whl file here, nor a URI.")
+    pip = value.get("pip")
+    if pip is not None and not (isinstance(pip, (list, tuple, Mapping)) or (isinstance(pip, str) and os.path.isfile(pip))):
+        raise InvalidParameterError(parameter, shown, 'pip must be a list of requirements (e.g. ["pandas==2.2"]), a dict '
+                                                      '{"packages": [...]}, or the path of a requirements file.')
+    excludes = value.get("excludes")
+    if excludes is not None and not (isinstance(excludes, (list, tuple)) and all(isinstance(e, str) for e in excludes)):
+        raise InvalidParameterError(parameter, shown, 'excludes must be a list of patterns, e.g. ["*.ckpt"].')
+    try:
+        json.dumps(dict(value))
+    except (TypeError, ValueError) as err:
+        raise InvalidParameterError(parameter, shown, f"it must be JSON-serialisable ({err}).") from None
+    return dict(value)
+
+
+def dataset_format(uri: str) -> str:
+    path = urlparse(uri).path.lower().rstrip("/")
+    for ext, fmt in ((".csv", "csv"), (".json", "json"), (".jsonl", "json")):
+        if path.endswith(ext):
+            return fmt
+    return "parquet"
+
+
+def check_conn_id(parameter: str, value: Any, fix: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidParameterError(parameter, value, fix)
+    return value
+
+
+def check_ray_conn_id(value: Any) -> str:
+    return check_conn_id("ray_conn_id", value,
+                         "give the id of a connection of type 'ray', or leave the default 'ray_default' (an embedded "
+                         "local Ray cluster when no such connection exists).")
+
+
+def check_submission_id(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidParameterError(
+            "submission_id", value,
+            "give the Ray job's submission id, e.g. \"{{ ti.xcom_pull(task_ids='train', key='submission_id') }}\".")
+    sid = value.strip()
+    if sid == "None":
+        # What "{{ ti.xcom_pull(...) }}" renders to when the upstream task pushed nothing.
+        raise InvalidParameterError(
+            "submission_id", sid,
+            "the template rendered None: the task it pulls from pushed no submission id; check task_ids and "
+            "key='submission_id' in xcom_pull.")
+    if any(c in sid for c in "/?#") or any(c.isspace() for c in sid):
+        raise InvalidParameterError(
+            "submission_id", sid,
+            "a Ray submission id has no spaces, '/', '?' or '#'; give the id as the Ray dashboard shows it "
+            "(e.g. 'raysubmit_...', or 'ahp-...-a1' for HorovodTrainOperator's jobs).")
+    return sid
+
+
+def check_datasets(value: Any, *, code_ships: bool = False) -> tuple[dict[str, dict[str, str]], dict[str, bytes]]:
+    """Datasets as the spec holds them (``{"uri", "format"}``, or a function that builds one on the
+    cluster), and the files that carry pickled functions."""
+    from airflow_provider_horovod.functions import is_import_path, ship_function
+
+    if value is None:
+        return {}, {}
+    if not isinstance(value, Mapping):
+        raise InvalidParameterError("datasets", value, 'give a dict such as {"train": "s3://bucket/train/"}.')
+    specs: dict[str, dict[str, str]] = {}
+    files: dict[str, bytes] = {}
+    for name, item in value.items():
+        parameter = f"datasets[{name!r}]"
+        if not isinstance(name, str) or not name.isidentifier():
+            raise InvalidParameterError("datasets", value, f"dataset name {name!r} must be a simple name like 'train'.")
+        if is_import_path(item) or (callable(item) and not hasattr(item, "iter_batches")):
+            ref, shipped = ship_function(parameter, item, f"dataset_{name}.pkl", code_ships=code_ships)
+            specs[name], files = ref, {**files, **shipped}
+        elif isinstance(item, str) and item.strip() and urlparse(item).scheme in DATASET_SCHEMES:
+            specs[name] = {"uri": item, "format": dataset_format(item)}
+        else:
+            raise InvalidParameterError(
+                parameter, item,
+                "give a local path, file://, s3:// or gs:// URI of parquet, csv or json files, or a function run on "
+                'the cluster that returns a ray.data.Dataset ("package.module:function", or the function itself; a '
+                "Dataset object cannot travel, wrap it in a function).")
+    return specs, files
+
+
+MIN_CREDENTIALS_TTL_S, MAX_CREDENTIALS_TTL_S = 900, 129600  # what STS GetSessionToken accepts
+
+
+def check_forwarding(forward: Any, aws_conn_id: str | None, ttl_s: Any) -> bool:
+    check_bool("forward_aws_credentials", forward)
+    if not forward:
+        return False
+    if not aws_conn_id:
+        raise InvalidParameterError(
+            "forward_aws_credentials", forward,
+            "set aws_conn_id to the AWS connection whose keys get the session credentials, or leave it False.")
+    if isinstance(ttl_s, bool) or not isinstance(ttl_s, int) or not MIN_CREDENTIALS_TTL_S <= ttl_s <= MAX_CREDENTIALS_TTL_S:
+        raise InvalidParameterError("aws_credentials_ttl_seconds", ttl_s,
+                                    f"give whole seconds from {MIN_CREDENTIALS_TTL_S} to {MAX_CREDENTIALS_TTL_S} "
+                                    "(what STS accepts).")
+    return True

@@ -1,0 +1,85 @@
+"""What differs between the Airflow 3 versions the provider supports (3.1 and later), in one place.
+
+Airflow 3.3 gives a task a ``task_state_store`` that outlives a try, calls a trigger's ``on_kill``
+when the user kills a deferred task, and has async XCom calls for triggers. On older versions the
+provider falls back: no store (a retry that re-attaches streams the job's log from where Ray's log
+begins), the kill noticed from the task's state when the trigger is cancelled, and XCom calls run
+in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@functools.cache
+def trigger_on_kill_supported() -> bool:
+    """True when the triggerer calls ``BaseTrigger.on_kill`` on a user's kill (Airflow 3.3+)."""
+    from airflow.triggers.base import BaseTrigger
+
+    return callable(getattr(BaseTrigger, "on_kill", None))
+
+
+def state_get(context: Any, key: str) -> Any:
+    """A value from the task's ``task_state_store`` (None without one, or when it cannot be read)."""
+    store = context.get("task_state_store") if hasattr(context, "get") else None
+    if store is None:
+        return None
+    try:
+        return store.get(key)
+    except Exception:  # what is stored there only spares repeated work: never fail the task for it
+        log.warning("Could not read %r from the task's state store.", key)
+        return None
+
+
+def state_set(context: Any, key: str, value: Any) -> None:
+    store = context.get("task_state_store") if hasattr(context, "get") else None
+    if store is None:
+        return
+    try:
+        store.set(key, value)
+    except Exception:
+        log.warning("Could not save %r in the task's state store.", key)
+
+
+def _xcom():
+    from airflow.sdk.execution_time.xcom import XCom
+
+    return XCom
+
+
+async def trigger_xcom_get(key: str, *, dag_id: str, task_id: str, run_id: str, map_index: int) -> Any:
+    """An XCom of the trigger's task instance, read from the triggerer."""
+    xcom = _xcom()
+    ids = {"key": key, "dag_id": dag_id, "task_id": task_id, "run_id": run_id, "map_index": map_index}
+    if hasattr(xcom, "aget_one"):
+        return await xcom.aget_one(**ids)
+    return await asyncio.to_thread(xcom.get_one, **ids)
+
+
+async def trigger_xcom_set(key: str, value: Any, *, dag_id: str, task_id: str, run_id: str,
+                           map_index: int) -> None:
+    xcom = _xcom()
+    ids = {"key": key, "value": value, "dag_id": dag_id, "task_id": task_id, "run_id": run_id,
+           "map_index": map_index}
+    if hasattr(xcom, "aset"):
+        await xcom.aset(**ids)
+    else:
+        await asyncio.to_thread(xcom.set, **ids)
+
+
+async def task_was_killed(*, dag_id: str, task_id: str, run_id: str, map_index: int) -> bool:
+    """Before Airflow 3.3: a cancelled trigger whose task is no longer deferred was killed by the
+    user (a triggerer restart leaves the task deferred)."""
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    states = await asyncio.to_thread(RuntimeTaskInstance.get_task_states, dag_id=dag_id, map_index=map_index,
+                                     task_ids=[task_id], run_ids=[run_id])
+    key = task_id if map_index < 0 else f"{task_id}_{map_index}"
+    state = (states.get(run_id) or {}).get(key)
+    return state is not None and str(state) != "deferred"

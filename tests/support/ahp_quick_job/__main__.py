@@ -1,0 +1,37 @@
+import json
+import sys
+import time
+
+from airflow_provider_horovod.runtime.payload import read_payload
+from airflow_provider_horovod.runtime.result import _fs, write_record
+from airflow_provider_horovod.spec import ResultRecord, TrainingSpec
+
+
+def main(payload: str) -> int:
+    started = time.time()
+    spec, _ = read_payload(payload, TrainingSpec)
+    config = spec.train_loop_config
+    print(f"quick job {spec.submission_id}, attempt {spec.attempt}, resume from {spec.resume_from}", flush=True)
+    for i in range(int(config.get("quick_lines", 3))):
+        print(f"quick-line-{i:04d}", flush=True)
+        time.sleep(float(config.get("quick_line_s", 0)))
+    if config.get("quick_fail"):
+        print(f"AHP_ERROR QuickJobError: {config['quick_fail']}", flush=True)
+        return 1
+    checkpoint = f"{spec.run_uri}/checkpoint_000000"
+    fs, path = _fs(checkpoint)
+    fs.create_dir(path, recursive=True)
+    with fs.open_output_stream(f"{path}/model.json") as out:
+        out.write(json.dumps({"run": config.get("run"), "attempt": spec.attempt}).encode())
+    metrics = {"run": config.get("run"), "size": spec.num_workers, "epoch": 0}
+    record = ResultRecord(submission_id=spec.submission_id, attempt=spec.attempt, storage_uri=spec.storage_uri,
+                          run_uri=spec.run_uri, checkpoint_uri=checkpoint, best_checkpoint_uri=checkpoint,
+                          metrics=metrics, world_size=spec.num_workers, trainer_api=spec.trainer_api,
+                          resumed_from=(spec.resume_from or [None])[0],
+                          timings={"started_at": started, "finished_at": time.time(), "fit_s": 0.0})
+    write_record(spec.result_uri, record)
+    print(f"checkpoint: {checkpoint}", flush=True)
+    return 0
+
+
+sys.exit(main(sys.argv[1]))

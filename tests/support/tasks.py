@@ -1,0 +1,106 @@
+"""Running a task's operator in the test process, against the real cluster: a task instance with
+enough for execute() (ids and an XCom store), a task_state_store, and waiting on Ray jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from types import SimpleNamespace
+
+from airflow_provider_horovod.ids import TaskRun
+
+DAG_ID = "ahp_inproc"
+
+
+class FakeTI(SimpleNamespace):
+    """A task instance as execute() sees it: ids and an XCom store."""
+
+    def __init__(self, run_id, *, dag_id=DAG_ID, task_id="train", map_index=-1, try_number=1):
+        super().__init__(dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index, try_number=try_number,
+                         xcoms={})
+
+    def xcom_push(self, key, value):
+        self.xcoms[key] = value
+
+    @property
+    def task_run(self) -> TaskRun:
+        return TaskRun.of(self)
+
+
+class StateStore(dict):
+    """A task instance's task_state_store: unlike XCom it outlives a try (there is no API server here)."""
+
+    def set(self, key, value, **_):
+        self[key] = value
+
+
+def run_in_thread(op, context, run=None):
+    """Run the task (``op.execute``, or ``run(op, context)``) in a thread; its result or error lands in the dict."""
+    outcome = {}
+
+    def target():
+        try:
+            outcome["result"] = run(op, context) if run else op.execute(context)
+        except BaseException as err:  # noqa: BLE001 - the test inspects it
+            outcome["error"] = err
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def wait_for_status(hook, sid, states, timeout=120):
+    deadline = time.monotonic() + timeout
+    info = None
+    while time.monotonic() < deadline:
+        info = hook.get_job_info(sid)
+        if info and info["status"] in states:
+            return info["status"]
+        time.sleep(0.5)
+    raise AssertionError(f"job {sid} did not reach {states}: {info and info['status']}")
+
+
+def jobs_of(hook, run_id, dag_id=DAG_ID, task_id="train"):
+    base = TaskRun(dag_id, task_id, run_id).base_id
+    return [j for j in hook.list_jobs() if (j.get("submission_id") or "").startswith(base + "-a")]
+
+
+def defer(op, ti, context=None):
+    """execute() up to its deferral: the job is submitted; the TaskDeferred carries the trigger."""
+    import pytest
+    from airflow.sdk.exceptions import TaskDeferred
+
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context or {"ti": ti})
+    return deferred.value
+
+
+def trigger_event(deferred, timeout: float = 300) -> dict:
+    """The trigger run to its one event, in an event loop of its own (as the triggerer runs it)."""
+    async def first():
+        return await asyncio.wait_for(anext(deferred.trigger.run()), timeout)
+
+    return asyncio.run(first()).payload
+
+
+def run_deferred(op, context):
+    """execute -> the trigger in an event loop (as the triggerer) -> execute_complete."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    try:
+        return op.execute(context)
+    except TaskDeferred as deferred:
+        event = asyncio.run(anext(deferred.trigger.run()))
+        return getattr(op, deferred.method_name)(context, event.payload)
+
+
+def slow_train(config):
+    """A training that waits to be killed."""
+    import time
+
+    import horovod.torch as hvd
+
+    hvd.init()
+    print("slow_train started", flush=True)
+    time.sleep(300)

@@ -1,0 +1,138 @@
+"""Stand-ins the unit tests share (imported as ``unit.fakes``): a task instance that records its
+XComs, a task state store, and the Ray dashboard's job table behind the hook's methods. They stand
+in for Airflow's and Ray's side of a call, never for the provider code under test."""
+
+from __future__ import annotations
+
+import os
+import time
+from types import SimpleNamespace
+from typing import Any
+
+RUN_ID = "scheduled__2026-11-01T00:00:00+00:00"
+
+
+class FakeTI:
+    """What the provider reads of a task instance: its ids, its try number, and xcom_push."""
+
+    def __init__(self, run_id: str = RUN_ID, *, dag_id: str = "dag", task_id: str = "train", map_index: int = -1,
+                 try_number: int = 1):
+        self.dag_id, self.task_id, self.run_id, self.map_index = dag_id, task_id, run_id, map_index
+        self.try_number = try_number
+        self.xcoms: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcoms[key] = value
+
+
+def context(**ti) -> dict:
+    return {"ti": FakeTI(**ti)}
+
+
+class Store(dict):
+    """A task_state_store: get and set by key."""
+
+    def set(self, key, value):
+        self[key] = value
+
+
+class Untouchable:
+    """A hook that fails the test when anything of it is used."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the cluster was contacted (hook.{name}) before the input was checked")
+
+
+def payload_files(runtime_env: dict) -> dict[str, bytes]:
+    """The files of the payload package among a runtime_env's py_modules (read while they exist)."""
+    for module in runtime_env.get("py_modules") or []:
+        if os.path.basename(module).startswith("ahp_payload_"):
+            files = {}
+            for name in sorted(os.listdir(module)):
+                with open(os.path.join(module, name), "rb") as f:
+                    files[name] = f.read()
+            return files
+    return {}
+
+
+class FakeRay:
+    """The Ray dashboard's job table in memory, behind the methods of RayHook the provider calls.
+
+    ``jobs`` maps a submission id to its info, or to a list of infos that successive polls see (the
+    last one stays). ``logs`` likewise maps a submission id to the log text, or a list of texts.
+    ``on_submit(fake, call)`` plays the cluster after a submission (by default the job is PENDING).
+    """
+
+    def __init__(self, jobs: dict | None = None, *, logs: dict | None = None, cluster: dict | None = None,
+                 shared_storage: bool = True, on_submit=None):
+        self.jobs = {sid: list(v) if isinstance(v, list) else [v] for sid, v in (jobs or {}).items()}
+        self.logs = {sid: list(v) if isinstance(v, list) else [v] for sid, v in (logs or {}).items()}
+        self.cluster = {"CPU": 4.0} if cluster is None else cluster
+        self.endpoint = SimpleNamespace(url="http://ray-head:8265", shared_storage=shared_storage, embedded=False)
+        self.on_submit = on_submit
+        self.submitted: list[dict] = []
+        self.stopped: list[str] = []
+        self.calls: list[str] = []
+
+    def set_job(self, sid: str, *infos: dict) -> None:
+        self.jobs[sid] = list(infos)
+
+    def _next(self, table: dict, sid: str):
+        seen = table.get(sid)
+        if not seen:
+            return None
+        return seen.pop(0) if len(seen) > 1 else seen[0]
+
+    # --- sync -------------------------------------------------------------------------------------
+
+    def get_job_info(self, submission_id: str) -> dict | None:
+        self.calls.append("get_job_info")
+        info = self._next(self.jobs, submission_id)
+        return None if info is None else dict(info)
+
+    def get_job_logs(self, submission_id: str) -> str:
+        self.calls.append("get_job_logs")
+        return self._next(self.logs, submission_id) or ""
+
+    def stop_job(self, submission_id: str) -> bool:
+        self.calls.append("stop_job")
+        self.stopped.append(submission_id)
+        return True
+
+    def get_cluster_resources(self) -> dict:
+        self.calls.append("get_cluster_resources")
+        return dict(self.cluster)
+
+    def get_job_url(self, submission_id: str) -> str:
+        return f"{self.endpoint.url}/#/jobs/{submission_id}"
+
+    def submit_job(self, *, entrypoint: str, submission_id: str, runtime_env=None, metadata=None, **kwargs) -> str:
+        self.calls.append("submit_job")
+        call = {"entrypoint": entrypoint, "submission_id": submission_id, "runtime_env": dict(runtime_env or {}),
+                "metadata": dict(metadata or {}), "payload": payload_files(dict(runtime_env or {})), **kwargs}
+        self.submitted.append(call)
+        self.jobs[submission_id] = [{"status": "PENDING", "metadata": call["metadata"], "start_time": time.time() * 1000,
+                                     "message": ""}]
+        if self.on_submit is not None:
+            self.on_submit(self, call)
+        return submission_id
+
+    # --- async twins, as the trigger uses them ------------------------------------------------------
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        self.calls.append("aclose")
+
+    async def a_get_job_info(self, submission_id: str) -> dict | None:
+        return self.get_job_info(submission_id)
+
+    async def a_get_job_logs(self, submission_id: str) -> str:
+        return self.get_job_logs(submission_id)
+
+    async def a_stop_job(self, submission_id: str) -> bool:
+        return self.stop_job(submission_id)
+
+    async def a_get_cluster_resources(self) -> dict:
+        return self.get_cluster_resources()

@@ -1,0 +1,148 @@
+"""build_horovod's pure parts: the sdist edits, the wheel cache's key, the build environment and the
+reading of `horovodrun --check-build`. Nothing here builds or installs anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_horovod import build_horovod as bh
+
+# The lines of Horovod 0.28.1's sdist that the edits change, around lines that must stay.
+FAKE_SDIST = {
+    "CMakeLists.txt": "cmake_minimum_required(VERSION 3.13)\nset(CMAKE_CXX_STANDARD 14)\nproject(horovod)\n",
+    "horovod/torch/CMakeLists.txt": "set(CMAKE_CXX_STANDARD 14)\nadd_library(pytorch)\n",
+    "third_party/gloo/CMakeLists.txt": 'set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} -std=c++11")\n',
+    "horovod/common/group_table.h": "// Copyright\n#ifndef GROUP_TABLE_H\n#include <mutex>\n#include <vector>\n",
+    "horovod/common/common.h": "// Copyright\n#include <functional>\n#include <memory>\n",
+}
+
+CHECK_BUILD_CPU = """\
+Horovod v0.28.1:
+
+Available Frameworks:
+    [ ] TensorFlow
+    [X] PyTorch
+    [ ] MXNet
+
+Available Controllers:
+    [ ] MPI
+    [X] Gloo
+
+Available Tensor Operations:
+    [ ] NCCL
+    [ ] DDL
+    [ ] CCL
+    [ ] MPI
+    [X] Gloo
+"""
+
+
+def fake_sdist(root: Path, files: dict[str, str] = FAKE_SDIST) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_patch_sources_makes_the_five_edits(tmp_path):
+    src = fake_sdist(tmp_path)
+    bh.patch_sources(src)
+    read = lambda rel: (src / rel).read_text()  # noqa: E731
+    assert read("CMakeLists.txt") == ("cmake_minimum_required(VERSION 3.13)\nset(CMAKE_CXX_STANDARD 17)\n"
+                                      "project(horovod)\n")
+    assert read("horovod/torch/CMakeLists.txt") == "set(CMAKE_CXX_STANDARD 17)\nadd_library(pytorch)\n"
+    assert read("third_party/gloo/CMakeLists.txt") == 'set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} -std=c++17")\n'
+    # The include goes right before the first #include, not before the comment or the guard.
+    assert read("horovod/common/group_table.h") == ("// Copyright\n#ifndef GROUP_TABLE_H\n#include <string>\n"
+                                                    "#include <mutex>\n#include <vector>\n")
+    assert read("horovod/common/common.h") == ("// Copyright\n#include <stdexcept>\n#include <functional>\n"
+                                               "#include <memory>\n")
+
+
+def test_patch_sources_twice_changes_nothing(tmp_path):
+    src = fake_sdist(tmp_path)
+    bh.patch_sources(src)
+    once = {rel: (src / rel).read_text() for rel in FAKE_SDIST}
+    bh.patch_sources(src)
+    assert {rel: (src / rel).read_text() for rel in FAKE_SDIST} == once
+
+
+@pytest.mark.parametrize("rel, text, says", [
+    ("horovod/torch/CMakeLists.txt", "set(CMAKE_CXX_STANDARD 20)\n", "horovod/torch/CMakeLists.txt has no "
+                                                                      "'set(CMAKE_CXX_STANDARD 14)'"),
+    ("third_party/gloo/CMakeLists.txt", "set(CMAKE_CXX_STANDARD 11)\n", "has no '-std=c++11'"),
+    ("horovod/common/common.h", "#pragma once\n", "common.h has no #include line"),
+], ids=["torch-standard", "gloo-flag", "common-include"])
+def test_patch_sources_refuses_a_changed_source(tmp_path, rel, text, says):
+    src = fake_sdist(tmp_path, {**FAKE_SDIST, rel: text})
+    with pytest.raises(bh.SourceChanged, match="Horovod's source changed") as raised:
+        bh.patch_sources(src)
+    assert says in str(raised.value)
+
+
+def test_patch_sources_refuses_a_missing_file(tmp_path):
+    files = {rel: text for rel, text in FAKE_SDIST.items() if rel != "horovod/common/group_table.h"}
+    with pytest.raises(bh.SourceChanged, match="group_table.h is missing"):
+        bh.patch_sources(fake_sdist(tmp_path, files))
+
+
+def test_cache_key_is_the_scripts():
+    assert bh.cache_key("2.13.0+cpu", "cp311") == "horovod-0.28.1-torch-2.13.0+cpu-cp311-cpu"
+    assert bh.cache_key("2.13.0", "cp312", "NCCL") == "horovod-0.28.1-torch-2.13.0-cp312-gpu-NCCL"
+
+
+def test_wheel_dir_defaults(tmp_path):
+    home = Path.home()
+    assert bh.default_cache_root({}) == home / ".cache" / "airflow-provider-horovod"
+    assert bh.default_cache_root({"XDG_CACHE_HOME": ""}) == home / ".cache" / "airflow-provider-horovod"
+    assert bh.default_cache_root({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "airflow-provider-horovod"
+    assert bh.default_cache_root({"XDG_CACHE_HOME": "/x", "HOROVOD_WHEEL_CACHE": str(tmp_path)}) == tmp_path
+    assert bh.wheel_dir(tmp_path, "2.13.0+cpu", "cp311") == tmp_path / "horovod-0.28.1-torch-2.13.0+cpu-cp311-cpu"
+
+
+def test_cached_wheel_ignores_partial_copies(tmp_path):
+    assert bh.cached_wheel(tmp_path) is None
+    (tmp_path / ".horovod-0.28.1-cp311-cp311-linux_x86_64.whl.partial").write_text("")
+    assert bh.cached_wheel(tmp_path) is None
+    (tmp_path / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl").write_text("")
+    assert bh.cached_wheel(tmp_path) == tmp_path / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+
+
+def test_build_env_cpu():
+    env = bh.build_env({"PATH": "/bin", "HOROVOD_GPU_OPERATIONS": ""}, jobs=3)
+    assert env["PATH"] == "/bin"
+    assert env["HOROVOD_WITH_PYTORCH"] == "1" and env["HOROVOD_CPU_OPERATIONS"] == "GLOO"
+    assert env["HOROVOD_WITHOUT_MPI"] == env["HOROVOD_WITHOUT_TENSORFLOW"] == env["HOROVOD_WITHOUT_MXNET"] == "1"
+    assert env["CMAKE_POLICY_VERSION_MINIMUM"] == "3.5" and env["MAKEFLAGS"] == "-j3"
+    assert "HOROVOD_GPU_OPERATIONS" not in env and "HOROVOD_NCCL_LIB" not in env
+
+
+def test_build_env_gpu_with_torchs_nccl():
+    base = {"MAKEFLAGS": "-j1", "HOROVOD_BUILD_CUDA_CC_LIST": "90"}
+    assert bh.wants_torch_nccl(base, "NCCL")
+    env = bh.build_env(base, "NCCL", "/site/nvidia/nccl/include", "/tmp/w/nccl-lib")
+    assert env["HOROVOD_GPU_OPERATIONS"] == "NCCL" and env["HOROVOD_BUILD_CUDA_CC_LIST"] == "90"
+    assert env["HOROVOD_NCCL_INCLUDE"] == "/site/nvidia/nccl/include" and env["HOROVOD_NCCL_LIB"] == "/tmp/w/nccl-lib"
+    assert env["HOROVOD_NCCL_LINK"] == "SHARED" and env["MAKEFLAGS"] == "-j1"
+    assert base == {"MAKEFLAGS": "-j1", "HOROVOD_BUILD_CUDA_CC_LIST": "90"}  # not changed in place
+
+
+def test_torchs_nccl_only_when_no_nccl_is_named():
+    assert not bh.wants_torch_nccl({}, "")
+    assert not bh.wants_torch_nccl({"HOROVOD_NCCL_HOME": "/opt/nccl"}, "NCCL")
+    assert not bh.wants_torch_nccl({"HOROVOD_NCCL_LIB": "/opt/nccl/lib"}, "NCCL")
+
+
+def test_parse_check_build():
+    assert bh.parse_check_build(CHECK_BUILD_CPU) == {"PyTorch", "Gloo"}
+    assert set(bh.required_features()) <= bh.parse_check_build(CHECK_BUILD_CPU)
+    assert "NCCL" in bh.required_features("NCCL")
+    assert not set(bh.required_features("NCCL")) <= bh.parse_check_build(CHECK_BUILD_CPU)
+
+
+def test_parse_check_build_without_pytorch_or_gloo():
+    without = CHECK_BUILD_CPU.replace("[X] PyTorch", "[ ] PyTorch").replace("[X] Gloo", "[ ] Gloo")
+    assert bh.parse_check_build(without) == set()
+    assert bh.parse_check_build("horovodrun: command failed\n") == set()
