@@ -1,9 +1,21 @@
-# A Ray node (head or worker) that can run the provider's training jobs: Ray 2.60, torch 2.13
-# and Horovod 0.28.1 built by the project's own script (with its three C++17 edits).
+# A Ray node (head or worker) that can run the provider's training jobs: Ray 2.60, torch 2.13, the
+# provider with its [cluster] extra, and Horovod 0.28.1 built by the provider's own build command
+# (`python -m airflow_provider_horovod.build_horovod`, with its C++17 edits).
 # Build from the repository root:
 #   CPU: docker build -f docker/ray.Dockerfile .
 #   GPU: docker build -f docker/ray.Dockerfile --build-arg VARIANT=gpu .   (Horovod with NCCL)
 ARG VARIANT=cpu
+
+# The provider's wheel, built from the repository (the same wheel as the Airflow image's).
+FROM python:3.11-slim AS provider
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY airflow_provider_horovod ./airflow_provider_horovod
+RUN pip install --no-cache-dir "build==1.6.1" \
+    && python -m build --wheel --outdir /dist .
+
+# Python 3.11, as in the Airflow image: a @task.ray or @task.horovod function defined in a DAG file
+# arrives pickled, which needs the same Python minor on both sides.
 FROM rayproject/ray:2.60.0-py311-cpu AS base-cpu
 # CUDA 13.0: the CUDA that PyPI's torch 2.13.0 is built with. Horovod's kernels are compiled with
 # this image's nvcc and NCCL, and must match the CUDA that torch runs.
@@ -22,19 +34,28 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends g++ make \
     && rm -rf /var/lib/apt/lists/*
 USER 1000
-COPY --chown=1000:100 scripts/build_horovod.sh /tmp/build_horovod.sh
 # torch first, at the project's pin (CPU wheels, or PyPI's CUDA build for the GPU variant): Horovod
-# compiles against it. Then Horovod, with NCCL for the GPU variant, and a check of what was built.
+# compiles against it.
 RUN if [ "${VARIANT}" = gpu ]; then \
-        pip install --no-cache-dir "torch==2.13.0" && export HOROVOD_GPU_OPERATIONS=NCCL; \
+        pip install --no-cache-dir "torch==2.13.0"; \
     else \
         pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu "torch==2.13.0"; \
+    fi
+# The provider with its [cluster] extra: what its runtime imports on the cluster (Ray Train, torch,
+# pyarrow, cloudpickle, boto3). Ray and torch are named at the image's versions so that pip keeps
+# them. The extra brings Airflow's packages too (apache-airflow is the provider's core dependency),
+# unused on the cluster: the provider's runtime travels with each job anyway.
+COPY --from=provider --chown=1000:100 /dist/ /tmp/provider/
+# DL3013: the provider is this repository's wheel; what it needs is pinned here or ranged by it.
+# hadolint ignore=DL3013
+RUN wheels=(/tmp/provider/airflow_provider_horovod-*.whl) \
+    && pip install --no-cache-dir "${wheels[0]}[cluster]" "ray[default,train]==2.60.0" "torch==2.13.0" \
+    && rm -rf /tmp/provider
+# Horovod, built against that torch (with NCCL for the GPU variant), installed, and checked: the
+# command fails if `horovodrun --check-build` lacks PyTorch, Gloo (or NCCL).
+RUN if [ "${VARIANT}" = gpu ]; then \
+        PIP_NO_CACHE_DIR=1 python -m airflow_provider_horovod.build_horovod --gpu --cache /tmp/horovod-wheels; \
+    else \
+        PIP_NO_CACHE_DIR=1 python -m airflow_provider_horovod.build_horovod --cache /tmp/horovod-wheels; \
     fi \
-    && PIP_NO_CACHE_DIR=1 HOROVOD_WHEEL_CACHE=/tmp/horovod-wheels bash /tmp/build_horovod.sh "$(command -v python)" \
-    && rm -rf /tmp/horovod-wheels /tmp/build_horovod.sh \
-    && built=$(horovodrun --check-build) && echo "$built" \
-    && for need in PyTorch Gloo ${HOROVOD_GPU_OPERATIONS:-}; do \
-        grep -q "\[X\] ${need}" <<<"$built" || { echo "Horovod was built without ${need}" >&2; exit 1; }; \
-    done
-# What the provider's runtime imports on the cluster; the provider itself travels with each job.
-RUN pip install --no-cache-dir "cloudpickle>=3.0" "boto3>=1.35" "pyarrow>=15"
+    && rm -rf /tmp/horovod-wheels

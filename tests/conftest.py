@@ -122,23 +122,11 @@ def ray_hook(ray_cluster):
     return RayHook()
 
 
-QUICK_JOB = REPO / "tests" / "support" / "ahp_quick_job"
-
-
 @pytest.fixture
 def quick_jobs(monkeypatch):
     """The operator's training jobs replaced by a quick real Ray job (``support/ahp_quick_job``) under
     the same submission id, payload and storage: it writes the checkpoint and result record a
     training would, in a second or two."""
-    import dataclasses as dc
+    from support.quick import use_quick_jobs
 
-    from airflow_provider_horovod.jobs import request
-
-    real = request.training_request
-
-    def quick(*args, **kwargs):
-        made = real(*args, **kwargs)
-        env = {**made.runtime_env, "py_modules": [*made.runtime_env["py_modules"], str(QUICK_JOB)]}
-        return dc.replace(made, entrypoint=f"python -m ahp_quick_job {made.payload_module}", runtime_env=env)
-
-    monkeypatch.setattr(request, "training_request", quick)
+    use_quick_jobs(monkeypatch.setattr)

@@ -36,7 +36,8 @@ RETRIES = 6
 BACKOFF_S = 0.5
 TIMEOUT_S = (5.0, 30.0)  # connect, read
 UPLOAD_TIMEOUT_S = (5.0, 300.0)
-RETRY_STATUSES = frozenset({502, 503, 504})
+# 429: the State API refuses requests beyond about 100 at once.
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
 
 class _Transient(Exception):
@@ -171,6 +172,8 @@ class RayHook(BaseHook):
         return self._endpoint(conn)
 
     async def a_endpoint(self) -> RayEndpoint:
+        if self._async_endpoint is None and "endpoint" in vars(self):  # read already by a sync call
+            self._async_endpoint = self.endpoint
         if self._async_endpoint is None:
             from airflow.providers.common.compat.connection import get_async_connection
             from airflow.sdk.exceptions import AirflowNotFoundException
@@ -389,6 +392,18 @@ class RayHook(BaseHook):
     async def a_get_job_logs(self, submission_id: str) -> str:
         return self._parse(*await self._a_request("GET", f"/api/jobs/{submission_id}/logs"), "job logs",
                            missing={}).get("logs", "")
+
+    async def a_get_log_tail(self, node_id: str, submission_id: str, lines: int) -> str | None:
+        """The last ``lines`` lines of the job's driver log (State API; cost follows ``lines``), None
+        while the driver has not written it."""
+        status, text = await self._a_request(
+            "GET", "/api/v0/logs/file", params={"node_id": node_id, "filename": f"job-driver-{submission_id}.log",
+                                                 "lines": lines})
+        if status != 200 and "file is not found" in text:
+            return None
+        if status != 200:
+            raise RayJobError(f"Ray dashboard log read failed: HTTP {status}: {text[:500]}", submission_id=submission_id)
+        return text
 
     async def a_stop_job(self, submission_id: str) -> bool:
         return bool(self._parse(*await self._a_request("POST", f"/api/jobs/{submission_id}/stop"), "stop",

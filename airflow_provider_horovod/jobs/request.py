@@ -89,7 +89,9 @@ def build_request(*, submission_id: str, runtime_module: str, files: dict[str, b
 
 def training_request(spec: TrainingSpec, files: dict[str, bytes], runtime_env: dict, task_run: TaskRun) -> JobRequest:
     """The Ray job of one training attempt."""
-    env_vars = dict(spec.horovod_env)
+    # Train V2 routes a worker's print() to a logger and, as Ray's workers replace sys.stdout, to
+    # stdout as well: every line would be in the job's log twice.
+    env_vars = {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0", **spec.horovod_env}
     if spec.trainer_api == "legacy":
         # Ray 2.60 refuses HorovodTrainer under Train V2; the driver and the workers need the flag
         # before ray.train is imported.

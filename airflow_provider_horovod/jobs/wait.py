@@ -1,5 +1,5 @@
-"""The one wait step: given what one poll saw (the job's info, its log, the clock), decide which log
-lines are new, whether the wait is over, and whether the job must be stopped.
+"""The one wait step: given what one poll saw (the job's info, the log lines that arrived, the
+clock), decide which lines to write, whether the wait is over, and whether the job must be stopped.
 
 The operator's synchronous loop, the trigger and the sensor's poke are thin I/O shells around
 ``step``: they fetch, call it, write the lines and act on its verdict. Pure, standard library only.
@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from airflow_provider_horovod.jobs.logs import LogCursor, new_lines, tail
-from airflow_provider_horovod.jobs.protocol import LOG_TAIL_LINES, META_RESOURCES, JobEvent, JobStatus
+from airflow_provider_horovod.jobs.logs import LogCursor
+from airflow_provider_horovod.jobs.protocol import META_RESOURCES, JobEvent, JobStatus
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,11 +23,14 @@ class WaitPolicy:
 
 @dataclasses.dataclass(frozen=True)
 class Poll:
-    """What one poll saw. ``info`` None: the job does not exist. ``log`` None: the log was not fetched."""
+    """What one poll saw. ``info`` None: the job does not exist. ``lines``: the log's lines that are
+    new since the last poll (all of them once the job has ended). ``tail``: the log's last lines,
+    for a failure's message."""
 
     info: dict | None
-    log: str | None
     now: float
+    lines: list[str] = dataclasses.field(default_factory=list)
+    tail: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,42 +51,32 @@ class Timeout:
 
 @dataclasses.dataclass(frozen=True)
 class Step:
+    """``lines`` to write; then ``event`` (the wait is over), or ``timeout`` (stop the job first)."""
+
     cursor: LogCursor
     lines: list[str]
     event: JobEvent | None = None
     timeout: Timeout | None = None
 
-    @property
-    def done(self) -> bool:
-        return self.event is not None or self.timeout is not None
-
-
-def needs_log(info: dict | None, streaming: bool) -> bool:
-    """Whether this poll should fetch the log: to stream it, or for the tail of a failure."""
-    status = JobStatus.of((info or {}).get("status"))
-    return info is not None and (streaming or (status is not None and status.is_terminal))
-
 
 def step(policy: WaitPolicy, cursor: LogCursor, poll: Poll) -> Step:
     sid = cursor.submission_id
+    cursor = cursor.advanced(poll.lines)
     info = poll.info
     if info is None:
-        return Step(cursor, [], JobEvent.error(
+        return Step(cursor, poll.lines, JobEvent.error(
             sid, f"Ray job {sid} does not exist on the cluster (deleted, or the cluster was replaced).",
             log_cursor=cursor.to_dict()))
     status = JobStatus.of(info.get("status"))
-    terminal = status is not None and status.is_terminal
-    lines: list[str] = []
-    if poll.log is not None:
-        lines, cursor = new_lines(poll.log, cursor, final=terminal)
-    if terminal:
-        failure_tail = tail(poll.log or "", LOG_TAIL_LINES) if status is not JobStatus.SUCCEEDED else []
-        return Step(cursor, lines, JobEvent.from_info(sid, info, log_tail=failure_tail, log_cursor=cursor.to_dict()))
+    if status is not None and status.is_terminal:
+        failure_tail = list(poll.tail) if status is not JobStatus.SUCCEEDED else []
+        return Step(cursor, poll.lines, JobEvent.from_info(sid, info, log_tail=failure_tail,
+                                                           log_cursor=cursor.to_dict()))
     if status is JobStatus.PENDING and policy.pending_timeout_s:
         waited = poll.now - (info.get("start_time") or poll.now * 1000) / 1000
         if waited > policy.pending_timeout_s:
-            return Step(cursor, lines, timeout=Timeout(sid, status.value, waited, requested_resources(info), info))
-    return Step(cursor, lines)
+            return Step(cursor, poll.lines, timeout=Timeout(sid, status.value, waited, requested_resources(info), info))
+    return Step(cursor, poll.lines)
 
 
 def requested_resources(info: dict) -> dict:

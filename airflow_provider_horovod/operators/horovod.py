@@ -150,8 +150,8 @@ class HorovodTrainOperator(BaseRayJobOperator):
                                            max_args=None if call else 1,
                                            arity_fix="it must take no argument or one (`config`, from train_loop_config).")
         datasets, ds_files = checks.check_datasets(self.datasets, code_ships=code_ships)
-        storage_uri = self.check_storage(task_run)
         checks.check_forwarding(self.forward_aws_credentials, self.aws_conn_id, self.aws_credentials_ttl_seconds)
+        storage_uri = self.check_storage(task_run)
         checks.check_bool("check_cluster_resources", self.check_cluster_resources)
         spec = TrainingSpec(
             submission_id=task_run.submission_id(1),

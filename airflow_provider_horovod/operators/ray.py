@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -14,10 +13,9 @@ from airflow.sdk import BaseOperator, conf
 
 from airflow_provider_horovod import compat
 from airflow_provider_horovod.checks import check_bool, check_positive, check_ray_conn_id
-from airflow_provider_horovod.exceptions import RayJobError
 from airflow_provider_horovod.jobs.logs import LOG_CURSOR_KEY, LogCursor
 from airflow_provider_horovod.jobs.protocol import XCOM_SUBMISSION_ID, JobEvent
-from airflow_provider_horovod.jobs.wait import Poll, WaitPolicy, needs_log, step
+from airflow_provider_horovod.jobs.wait import WaitPolicy
 from airflow_provider_horovod.links.ray import RayJobLink, push_job_link
 
 if TYPE_CHECKING:
@@ -159,27 +157,24 @@ class BaseRayJobOperator(BaseOperator):
         return self.complete(context, self.wait(context, sid, cursor))
 
     def wait(self, context: Context, sid: str, cursor: LogCursor) -> JobEvent:
-        """Poll until the job ends, streaming its log into the task log (the synchronous path)."""
-        policy = WaitPolicy(pending_timeout_s=self.pending_timeout_seconds)
-        while True:
-            info = self.hook.get_job_info(sid)
-            log_text = self.hook.get_job_logs(sid) if needs_log(info, streaming=True) else None
-            result = step(policy, cursor, Poll(info, log_text, time.time()))
-            if result.lines:
-                # Saved before the lines are written: a crash in between may skip them, never repeat them.
-                compat.state_set(context, LOG_CURSOR_KEY, result.cursor.to_dict())
-            for line in result.lines:
-                self.log.info("[ray] %s", line)
-            cursor = result.cursor
-            if result.timeout is not None:
-                self.hook.stop_job(sid)
-                from airflow_provider_horovod.hooks.ray import cluster_or_none
+        """Follow the job until it ends, streaming its log into the task log (the synchronous path:
+        the trigger's wait, in an event loop of this worker's own)."""
+        import asyncio
 
-                return result.timeout.event(cluster_or_none(self.hook), cursor)
-            if result.event is not None:
-                return result.event
-            if self._killed is not None and self._killed.wait(self.poll_interval_seconds):
-                raise RayJobError(f"Task killed; Ray job {sid} was stopped.", submission_id=sid, status="STOPPED")
+        from airflow_provider_horovod.jobs.follow import follow_job
+
+        async def save(latest: LogCursor) -> None:
+            compat.state_set(context, LOG_CURSOR_KEY, latest.to_dict())
+
+        async def follow() -> JobEvent:
+            try:
+                return await follow_job(self.hook, sid, policy=WaitPolicy(pending_timeout_s=self.pending_timeout_seconds),
+                                        cursor=cursor, poll_interval_s=self.poll_interval_seconds, write=self.log.info,
+                                        save_cursor=save, stopped=self._killed.is_set if self._killed else lambda: False)
+            finally:
+                await self.hook.aclose()
+
+        return asyncio.run(follow())
 
     def execute_complete(self, context: Context, event: dict) -> Any:
         """Resume after the trigger's event (a new operator instance: everything comes from the event)."""
@@ -238,7 +233,8 @@ class RayTaskOperator(BaseRayJobOperator):
         self.num_cpus = num_cpus
         self.num_gpus = num_gpus
         self.memory = memory
-        self.resources = resources
+        # Not `self.resources`: BaseOperator turns that attribute into Airflow's own Resources (cpus, ram, ...).
+        self.ray_resources = resources
         self.runtime_env = runtime_env
 
     def check(self, task_run):
@@ -257,7 +253,7 @@ class RayTaskOperator(BaseRayJobOperator):
             "num_cpus": checks.check_positive("num_cpus", self.num_cpus, allow_none=True) if self.num_cpus else None,
             "num_gpus": checks.check_positive("num_gpus", self.num_gpus, allow_none=True) if self.num_gpus else None,
             "memory": checks.check_positive("memory", self.memory, allow_none=True, integer=True),
-            "resources": checks.check_resources(self.resources, use_gpu=True, parameter="resources"),
+            "resources": checks.check_resources(self.ray_resources, use_gpu=True, parameter="resources"),
         }
         spec = TaskSpec(submission_id=task_run.submission_id(1), function=function,
                         storage_uri=self.check_storage(task_run), args=args,

@@ -13,8 +13,8 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow_provider_horovod import checks
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError
 from airflow_provider_horovod.jobs.logs import LogCursor
-from airflow_provider_horovod.jobs.protocol import JobEvent
-from airflow_provider_horovod.jobs.wait import Poll, WaitPolicy, needs_log, step
+from airflow_provider_horovod.jobs.protocol import LOG_TAIL_LINES, JobEvent
+from airflow_provider_horovod.jobs.wait import Poll, WaitPolicy, step
 from airflow_provider_horovod.links.ray import RayJobLink, push_job_link
 
 if TYPE_CHECKING:
@@ -101,8 +101,10 @@ class RayJobSensor(BaseSensorOperator):
             raise RayJobError(f"Ray job {sid!r} does not exist on the cluster of connection {self.ray_conn_id!r}; "
                               "check submission_id and ray_conn_id.", submission_id=sid)
         self.log.info("Ray job %s is %s", sid, info.get("status"))
-        log_text = self.hook.get_job_logs(sid) if needs_log(info, streaming=False) else None
-        result = step(WaitPolicy(self.pending_timeout_seconds), LogCursor(sid), Poll(info, log_text, time.time()))
+        # A failure shows the log's last lines.
+        failed = info.get("status") in ("FAILED", "STOPPED")
+        tail = self.hook.get_job_logs(sid).splitlines()[-LOG_TAIL_LINES:] if failed else []
+        result = step(WaitPolicy(self.pending_timeout_seconds), LogCursor(sid), Poll(info, time.time(), tail=tail))
         if result.timeout is not None:
             self.hook.stop_job(sid)
             from airflow_provider_horovod.hooks.ray import cluster_or_none

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,7 +12,8 @@ from airflow_provider_horovod import compat
 from airflow_provider_horovod.exceptions import HorovodProviderError, InvalidParameterError
 from airflow_provider_horovod.jobs.logs import LOG_CURSOR_KEY, LogCursor
 from airflow_provider_horovod.jobs.protocol import JobEvent
-from airflow_provider_horovod.jobs.wait import Poll, WaitPolicy, needs_log, step
+from airflow_provider_horovod.jobs.follow import follow_job
+from airflow_provider_horovod.jobs.wait import WaitPolicy
 
 
 class RayJobTrigger(BaseTrigger):
@@ -94,35 +94,25 @@ class RayJobTrigger(BaseTrigger):
             self.log.warning("Could not save the log cursor; a triggerer restart may repeat log lines.")
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        # The wait finishes (and closes its HTTP client) before the one event is yielded.
+        yield TriggerEvent((await self.wait()).to_dict())
+
+    async def wait(self) -> JobEvent:
+        """Follow the job until it ends, streaming its log; the event the wait ended with."""
         sid = self.submission_id
-        policy = WaitPolicy(pending_timeout_s=self.pending_timeout_seconds)
-        cursor = await self._saved_cursor()
+        latest = [await self._saved_cursor()]
+
+        async def save(cursor: LogCursor) -> None:
+            latest[0] = cursor
+            await self._save_cursor(cursor)
+
         async with self._hook() as hook:
             try:
-                while True:
-                    info = await hook.a_get_job_info(sid)
-                    log_text = await hook.a_get_job_logs(sid) if needs_log(info, self.stream_logs) else None
-                    result = step(policy, cursor, Poll(info, log_text, time.time()))
-                    if result.lines:
-                        # Saved before the lines are written: a restart may skip a batch, never repeat one.
-                        await self._save_cursor(result.cursor)
-                    for line in result.lines:
-                        self.log.info("[ray] %s", line)
-                    cursor = result.cursor
-                    if result.timeout is not None:
-                        await hook.a_stop_job(sid)
-                        try:
-                            cluster = await hook.a_get_cluster_resources()
-                        except HorovodProviderError:
-                            cluster = None
-                        yield TriggerEvent(result.timeout.event(cluster, cursor).to_dict())
-                        return
-                    if result.event is not None:
-                        yield TriggerEvent(result.event.to_dict())
-                        return
-                    await asyncio.sleep(self.poll_interval_seconds)
+                return await follow_job(hook, sid, policy=WaitPolicy(pending_timeout_s=self.pending_timeout_seconds),
+                                        cursor=latest[0], poll_interval_s=self.poll_interval_seconds,
+                                        write=self.log.info, save_cursor=save, stream_logs=self.stream_logs)
             except HorovodProviderError as err:
-                yield TriggerEvent(JobEvent.error(sid, str(err), log_cursor=cursor.to_dict()).to_dict())
+                return JobEvent.error(sid, str(err), log_cursor=latest[0].to_dict())
             except asyncio.CancelledError:
                 # Before Airflow 3.3 no on_kill is called: a cancel whose task is no longer deferred is a kill.
                 if not compat.trigger_on_kill_supported() and (ids := self._task_ids()) is not None:

@@ -6,7 +6,6 @@ import pendulum
 from airflow.sdk import dag, task
 
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
-from airflow_provider_horovod.sensors.ray import RayJobSensor
 
 QUICKSTART = "airflow_provider_horovod.examples.quickstart:train_func"
 CONFIG = {"num_epochs": 5, "lr": 0.1, "batch_size": 8}
@@ -17,13 +16,6 @@ def train_dataset():
     from airflow_provider_horovod.examples.quickstart import make_dataset
 
     return make_dataset(n=256)
-
-
-def failing_train(config):
-    import horovod.torch as hvd
-
-    hvd.init()
-    raise ValueError("boom-in-training")
 
 
 @task.ray(storage_path=STORAGE)
@@ -38,44 +30,13 @@ def evaluate(result: dict) -> dict:
     return {"mse": mse}
 
 
-def _train_dag(dag_id: str, deferrable: bool):
-    @dag(dag_id=dag_id, schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False)
-    def build():
-        train = HorovodTrainOperator(
-            task_id="train", train_fn=QUICKSTART, train_loop_config=CONFIG,
-            datasets={"train": train_dataset}, num_workers=2, storage_path=STORAGE,
-            deferrable=deferrable, poll_interval_seconds=0.5,
-        )
-        evaluate(train.output)
-
-    return build()
-
-
-_train_dag("ahp_train_sync", deferrable=False)
-_train_dag("ahp_train_deferred", deferrable=True)
-
-
 @dag(schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False)
-def ahp_sensor():
-    submit = HorovodTrainOperator(
-        task_id="submit", train_fn=QUICKSTART, train_loop_config=CONFIG, datasets={"train": train_dataset},
-        num_workers=2, storage_path=STORAGE, wait_for_completion=False,
+def ahp_train_deferred():
+    train = HorovodTrainOperator(
+        task_id="train", train_fn=QUICKSTART, train_loop_config=CONFIG, datasets={"train": train_dataset},
+        num_workers=2, storage_path=STORAGE, deferrable=True, poll_interval_seconds=0.5,
     )
-    wait = RayJobSensor(
-        task_id="wait", submission_id="{{ ti.xcom_pull(task_ids='submit', key='submission_id') }}",
-        deferrable=True, poke_interval=1,
-    )
-    submit >> wait
-    evaluate(wait.output)
+    evaluate(train.output)
 
 
-ahp_sensor()
-
-
-@dag(schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False)
-def ahp_failing():
-    HorovodTrainOperator(task_id="train", train_fn=failing_train, num_workers=2, storage_path=STORAGE,
-                         deferrable=True, poll_interval_seconds=0.5)
-
-
-ahp_failing()
+ahp_train_deferred()

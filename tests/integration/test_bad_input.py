@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from support.tasks import FakeTI
+from unit.operators.test_horovod import BAD_INPUTS, GOOD_FN
+
 from airflow_provider_horovod.exceptions import (
     HorovodProviderError,
     InvalidParameterError,
@@ -22,9 +25,6 @@ from airflow_provider_horovod.exceptions import (
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
 from airflow_provider_horovod.sensors.ray import RayJobSensor
 from airflow_provider_horovod.triggers.ray import RayJobTrigger
-
-from ..unit.operators.test_horovod import BAD_INPUTS, GOOD_FN
-from .test_operator import FakeTI
 
 pytestmark = pytest.mark.integration
 
@@ -82,8 +82,9 @@ OPERATOR_CASES = BAD_INPUTS + [
     ({"runtime_env": {"env_vars": {"MODE": 1}}}, "runtime_env", "must map a string to a string"),
     ({"runtime_env": {"env_vars": ["MODE=1"]}}, "runtime_env", "env_vars must be a dict"),
     ({"runtime_env": {"pips": ["pandas"]}}, "runtime_env", "unknown field 'pips'; Ray's runtime_env fields"),
-    ({"runtime_env": {"py_modules": "/tmp"}}, "runtime_env", "must be a list of strings"),
-    ({"runtime_env": {"working_dir": "/no/such/dir"}}, "runtime_env", "/no/such/dir is not a valid path"),
+    ({"runtime_env": {"py_modules": "/tmp"}}, "runtime_env", "py_modules must be a list"),
+    ({"runtime_env": {"py_modules": ["/no/such/module"]}}, "runtime_env", "'/no/such/module' is neither"),
+    ({"runtime_env": {"working_dir": "/no/such/dir"}}, "runtime_env", "'/no/such/dir' is not a folder here"),
 ]
 
 
@@ -116,7 +117,7 @@ def set_connection(monkeypatch, ray_cluster, conn_id="ray_bad", raw: str | None 
     """Defines connection `conn_id` (AIRFLOW_CONN_<ID>) to the local cluster, with `fields` changed."""
     port = int(ray_cluster.dashboard_url.rsplit(":", 1)[1])
     conn = {"conn_type": "ray", "host": "127.0.0.1", "port": port, "schema": "http",
-            "password": ray_cluster.token, **fields}
+            "password": ray_cluster.token, "extra": {"shared_storage": True}, **fields}
     monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", raw if raw is not None else json.dumps(conn))
     return conn_id
 
@@ -127,6 +128,7 @@ CONNECTION_CASES = {
     "verify-missing-file": ({"extra": {"verify": "/no/such/ca.pem"}},
                             ["'verify'='/no/such/ca.pem'", "path of a CA bundle"]),
     "extra-unknown": ({"extra": {"verfy": False}}, ["unknown extra ['verfy']", "takes 'verify', 'headers'"]),
+    "shared_storage-word": ({"extra": {"shared_storage": "yes"}}, ["'shared_storage'='yes'", "true or false"]),
     "extra-not-json": ({"extra": "{verify: true"}, ["extra is not valid JSON", "give a JSON object"]),
     "extra-not-object": ({"extra": "[1, 2]"}, ["extra must be a JSON object, got list", '{"verify": true']),
     "headers-not-json": ({"extra": {"headers": "{not json"}}, ["'headers' is not valid JSON", "give a JSON object"]),
@@ -208,7 +210,7 @@ def test_the_trigger_turns_a_bad_connection_into_one_error_event(ray_cluster, jo
         return [e async for e in RayJobTrigger(submission_id="ahp-some-job-a1", ray_conn_id=conn_id).run()]
 
     (event,) = asyncio.run(events())
-    assert event.payload["status"] == "error"
+    assert event.payload["outcome"] == "error"
     check_message(event.payload["message"], f"Connection {conn_id!r}", "port 70000" if "port" in fields
                   else "'verify'='yes'", hidden=(ray_cluster.token,))
 
@@ -217,7 +219,21 @@ def test_a_connection_that_does_not_exist(ray_cluster, job_list_unchanged, tmp_p
     op = HorovodTrainOperator(task_id="train", train_fn=GOOD_FN, storage_path=str(tmp_path), ray_conn_id="ray_nope")
     with pytest.raises(RayConnectionConfigError) as err:
         op.execute({"ti": FakeTI(run_id())})
-    check_message(str(err.value), "'ray_nope' does not exist", "Create it (type 'ray')")
+    check_message(str(err.value), "'ray_nope' was not found", "outside a task", "Create it (type 'ray')")
+
+
+@pytest.mark.parametrize("storage", ["tmp", "file", "default"])
+def test_local_storage_with_a_cluster_that_does_not_share_it(ray_cluster, job_list_unchanged, tmp_path, monkeypatch,
+                                                            storage):
+    """The result record would be written on the Ray nodes, where Airflow cannot read it."""
+    conn_id = set_connection(monkeypatch, ray_cluster, "ray_remote", extra={})
+    path = {"tmp": str(tmp_path), "file": f"file://{tmp_path}", "default": None}[storage]
+    op = HorovodTrainOperator(task_id="train", train_fn=GOOD_FN, storage_path=path, ray_conn_id=conn_id)
+    with pytest.raises(InvalidParameterError) as err:
+        op.execute({"ti": FakeTI(run_id())})
+    assert err.value.parameter == "storage_path"
+    check_message(str(err.value), "not the embedded local one", "s3://bucket/prefix",
+                  '{"shared_storage": true} on connection \'ray_remote\'', hidden=(ray_cluster.token,))
 
 
 # --- sensor --------------------------------------------------------------------------------------
@@ -299,8 +315,6 @@ STORAGE_FIX = ("give an absolute path, file:///path or", "s3://bucket/prefix")
 
 
 @pytest.mark.parametrize("dag_id, param, value, fix", [
-    ("horovod_retraining", "evaluate_on_ray", "yes", ("give true or false",)),
-    ("horovod_retraining", "evaluate_on_ray", None, ("give true or false",)),
     ("horovod_quickstart", "storage_path", 5, STORAGE_FIX),
     ("horovod_quickstart", "storage_path", "relative/dir", STORAGE_FIX),
     ("horovod_quickstart", "storage_path", "gs://bucket/x", STORAGE_FIX),

@@ -15,11 +15,13 @@ import uuid
 
 import pytest
 
-from airflow_provider_horovod.exceptions import RayClusterUnreachableError
-from airflow_provider_horovod.training import submission_base_id
-from airflow_provider_horovod.triggers.ray import XCOM_LOG_OFFSET, RayJobTrigger
+from support.tasks import FakeTI, jobs_of, run_deferred, run_in_thread, wait_for_status
 
-from .test_operator import FakeTI, jobs_of, make_operator, run_in_thread, slow_train, wait_for_status
+from airflow_provider_horovod.exceptions import RayClusterUnreachableError
+from airflow_provider_horovod.jobs.logs import LOG_CURSOR_KEY
+from airflow_provider_horovod.triggers.ray import RayJobTrigger
+
+from .test_operator import long_quick_job, make_operator
 
 pytestmark = pytest.mark.integration
 
@@ -95,34 +97,46 @@ def test_a_restarted_trigger_repeats_no_line_and_yields_one_event(ray_cluster, r
         return events
 
     events = asyncio.run(scenario())
-    assert len(events) == 1 and events[0].payload["status"] == "success", events
+    assert len(events) == 1 and events[0].payload["outcome"] == "success", events
     lines = streamed.lines()
     assert lines == [f"line-{i:03d}" for i in range(30)]  # each line once, in order
-    saved = store.values[(ti.dag_id, ti.task_id, ti.run_id, -1, XCOM_LOG_OFFSET)]
-    assert saved == {"submission_id": sid, "offset": len(ray_hook.get_job_logs(sid).splitlines())}
+    saved = store.values[(ti.dag_id, ti.task_id, ti.run_id, -1, LOG_CURSOR_KEY)]
+    assert (saved["submission_id"], saved["lines"]) == (sid, len(ray_hook.get_job_logs(sid).splitlines()))
     assert len(ray_hook.list_jobs()) == jobs_before + 1  # the trigger never submits
 
 
-def test_a_kill_while_deferred_stops_the_job_within_15_s(ray_cluster, ray_hook, tmp_path):
+@pytest.mark.oldest_airflow
+def test_a_kill_while_deferred_stops_the_job_within_15_s(ray_cluster, ray_hook, tmp_path, quick_jobs, monkeypatch):
     from airflow.sdk.exceptions import TaskDeferred
 
-    run_id = f"dkill-{uuid.uuid4().hex[:6]}"
-    op = make_operator(tmp_path, deferrable=True)
+    from airflow_provider_horovod import compat
+
+    ti = FakeTI(f"dkill-{uuid.uuid4().hex[:6]}")
+    op = make_operator(tmp_path, deferrable=True, train_loop_config=long_quick_job())
     with pytest.raises(TaskDeferred) as deferred:
-        op.execute({"ti": FakeTI(run_id)})
+        op.execute({"ti": ti})
     trigger = deferred.value.trigger
     sid = trigger.submission_id
-    assert sid == f"{submission_base_id('ahp_inproc', 'train', run_id)}-a1"
+    assert sid == ti.task_run.submission_id(1)
+    trigger.task_instance = ti
+    if not compat.trigger_on_kill_supported():
+        # Before Airflow 3.3 the triggerer only cancels the trigger; the trigger asks Airflow for the
+        # task's state (here what the API answers once the user marked the task failed).
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+        monkeypatch.setattr(RuntimeTaskInstance, "get_task_states",
+                            staticmethod(lambda **kw: {ti.run_id: {ti.task_id: "failed"}}))
 
     async def scenario():
         task = asyncio.create_task(anext(trigger.run(), None))
         await asyncio.to_thread(wait_for_status, ray_hook, sid, {"RUNNING"})
         # What the triggerer does when the user marks the task failed: cancel, then on_kill.
+        started = time.monotonic()
         task.cancel("Task cancelled by user action")
         with pytest.raises(asyncio.CancelledError):
             await task
-        started = time.monotonic()
-        await trigger.on_kill()
+        if compat.trigger_on_kill_supported():
+            await trigger.on_kill()
         return started
 
     started = asyncio.run(scenario())
@@ -215,48 +229,20 @@ def outage(ray_cluster, monkeypatch):
     port = int(ray_cluster.dashboard_url.rsplit(":", 1)[1])
     proxy = Outage(port)
     monkeypatch.setenv("AIRFLOW_CONN_RAY_FLAKY", json.dumps(
-        {"conn_type": "ray", "host": "127.0.0.1", "port": proxy.port, "password": ray_cluster.token}))
+        {"conn_type": "ray", "host": "127.0.0.1", "port": proxy.port, "password": ray_cluster.token,
+         "extra": {"shared_storage": True}}))
     yield proxy
     proxy.down()
 
 
-def sleepy_train(config):
-    import os
-    import tempfile
-    import time
-
-    import horovod.torch as hvd
-    import ray.train
-    from ray.train import Checkpoint
-
-    hvd.init()
-    time.sleep(config["seconds"])
-    if hvd.rank() == 0:
-        with tempfile.TemporaryDirectory() as folder:
-            open(os.path.join(folder, "done"), "w").close()
-            ray.train.report({"slept": config["seconds"]}, checkpoint=Checkpoint.from_directory(folder))
-    else:
-        ray.train.report({"slept": config["seconds"]})
-
-
-def run_deferred(op, context):
-    """execute -> the trigger in an event loop (as the triggerer) -> execute_complete."""
-    from airflow.sdk.exceptions import TaskDeferred
-
-    try:
-        return op.execute(context)
-    except TaskDeferred as deferred:
-        event = asyncio.run(anext(deferred.trigger.run()))
-        return getattr(op, deferred.method_name)(context, event.payload)
-
-
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
-def test_a_dashboard_that_comes_back_within_the_retries_costs_nothing(outage, ray_hook, tmp_path, deferrable):
+def test_a_dashboard_that_comes_back_within_the_retries_costs_nothing(outage, ray_hook, tmp_path, deferrable,
+                                                                     quick_jobs):
     run_id = f"flaky-{uuid.uuid4().hex[:6]}"
-    op = make_operator(tmp_path, train_fn=sleepy_train, train_loop_config={"seconds": 12}, ray_conn_id="ray_flaky",
-                       deferrable=deferrable)
+    op = make_operator(tmp_path, train_loop_config={"quick_lines": 12, "quick_line_s": 1, "run": run_id},
+                       ray_conn_id="ray_flaky", deferrable=deferrable)
     ti = FakeTI(run_id)
-    sid = f"{submission_base_id('ahp_inproc', 'train', run_id)}-a1"
+    sid = ti.task_run.submission_id(1)
     outage.up_after(3)  # down when the task starts
     thread, outcome = run_in_thread(op, {"ti": ti}, run=run_deferred if deferrable else None)
     wait_for_status(ray_hook, sid, {"RUNNING"})
@@ -267,14 +253,14 @@ def test_a_dashboard_that_comes_back_within_the_retries_costs_nothing(outage, ra
     thread.join(240)
     assert not thread.is_alive()
     assert "error" not in outcome and "result" in outcome, outcome
-    assert outcome["result"]["metrics"]["slept"] == 12
+    assert outcome["result"]["metrics"]["run"] == run_id
     assert ti.xcoms["checkpoint_uri"] == outcome["result"]["checkpoint_uri"]
     assert [j["submission_id"] for j in jobs_of(ray_hook, run_id)] == [sid]  # one job, submitted once
 
 
 def test_a_dashboard_that_stays_away_fails_the_task_clearly(outage, ray_hook, tmp_path):
     run_id = f"gone-{uuid.uuid4().hex[:6]}"
-    op = make_operator(tmp_path, train_fn=slow_train, ray_conn_id="ray_flaky")
+    op = make_operator(tmp_path, ray_conn_id="ray_flaky")
     started = time.monotonic()
     with pytest.raises(RayClusterUnreachableError) as err:
         op.execute({"ti": FakeTI(run_id)})

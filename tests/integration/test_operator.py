@@ -1,9 +1,10 @@
-"""HorovodTrainOperator, RayJobTrigger and RayJobSensor against the real stack, from Airflow's own
-environment: a Ray head with token auth started from the cluster's environment, 2 Horovod workers
-over Gloo, checkpoints on local disk and on S3 (moto).
+"""HorovodTrainOperator and RayJobTrigger against the real stack, from Airflow's own environment: a
+Ray head with token auth started from the cluster's environment, 2 Horovod workers over Gloo,
+checkpoints on S3 (moto). The sync operator on local disk and the sensor are run by the example
+DAGs' tests (test_dags.py).
 
-The DAG tests train for real; the in-process tests of the Airflow side (kill, stop, re-attach) run
-quick real Ray jobs under the operator's own submission ids (the ``quick_jobs`` fixture)."""
+The DAG test trains for real; the in-process tests of the Airflow side (failure, kill, stop,
+re-attach) run quick real Ray jobs under the operator's own submission ids (``quick_jobs``)."""
 
 from __future__ import annotations
 
@@ -35,15 +36,6 @@ def check_trained(output: str, storage_prefix: str) -> dict:
     return result
 
 
-@pytest.mark.oldest_airflow
-def test_sync_operator_trains_to_local_disk(ray_cluster, tmp_path, airflow_db):
-    run = dags_test("ahp_train_sync", conf={"storage_path": str(tmp_path)})
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
-    result = check_trained(run.stdout, str(tmp_path))
-    assert (tmp_path / result["checkpoint_uri"][len(str(tmp_path)) + 1:]).is_dir()
-    assert "[ray] " in run.stdout  # the job's log streamed into the task log
-
-
 def test_deferred_operator_trains_to_s3(ray_cluster, moto_server, airflow_db):
     bucket = f"ahp-{uuid.uuid4().hex[:8]}"
     moto_server.make_bucket(bucket)
@@ -54,22 +46,6 @@ def test_deferred_operator_trains_to_s3(ray_cluster, moto_server, airflow_db):
     keys = [o["Key"] for o in moto_server.client().list_objects_v2(Bucket=bucket)["Contents"]]
     assert any(k.endswith("result.json") for k in keys) and any("/checkpoint_" in k for k in keys)
     assert result["checkpoint_uri"].split(f"s3://{bucket}/", 1)[1] in {k.rsplit("/", 1)[0] for k in keys}
-
-
-def test_sensor_waits_for_a_submitted_job(ray_cluster, tmp_path, airflow_db):
-    run = dags_test("ahp_sensor", conf={"storage_path": str(tmp_path)})
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
-    check_trained(run.stdout, str(tmp_path))
-
-
-def test_failed_job_fails_the_task_with_the_error_and_log(ray_cluster, tmp_path, airflow_db):
-    run = dags_test("ahp_failing", conf={"storage_path": str(tmp_path)})
-    output = run.stdout + run.stderr
-    assert run.returncode != 0, output[-4000:]
-    # Ray's error type, the job's own error line and the end of its log.
-    assert "ended FAILED (JOB_ENTRYPOINT_COMMAND_ERROR)" in output, output[-4000:]
-    assert "AHP_ERROR" in output and "boom-in-training" in output
-    assert "Last lines of the job's log" in output
 
 
 # --- in-process: a task's operator driven directly, with the real cluster -----------------------
@@ -98,6 +74,20 @@ def test_on_kill_stops_the_job(ray_hook, tmp_path, quick_jobs):
     assert time.monotonic() - started < 15
     thread.join(30)
     assert isinstance(outcome.get("error"), RayJobError)
+
+
+def test_a_failed_job_fails_the_task_with_its_error_and_log(ray_hook, tmp_path, quick_jobs):
+    ti = FakeTI(f"fail-{uuid.uuid4().hex[:6]}")
+    op = make_operator(tmp_path, train_loop_config={"quick_lines": 60, "quick_fail": "boom-in-training"})
+    with pytest.raises(RayJobError) as err:
+        op.execute({"ti": ti})
+    message = str(err.value)
+    # Ray's error type, the job's own error line and the end of its log (not all of it).
+    assert "ended FAILED (JOB_ENTRYPOINT_COMMAND_ERROR)" in message, message
+    assert "AHP_ERROR QuickJobError: boom-in-training" in message
+    assert "Last lines of the job's log" in message and "quick-line-0059" in message
+    assert "quick-line-0001" not in message
+    assert err.value.status == "FAILED" and "checkpoint_uri" not in ti.xcoms
 
 
 def test_stopped_job_fails_the_task(ray_hook, tmp_path, quick_jobs):
@@ -135,7 +125,8 @@ def test_retry_reattaches_to_the_running_job(ray_hook, tmp_path, quick_jobs):
         first._killed.set()  # the first try's worker goes away, without stopping the job
         thread.join(30)
         first_lines = streamed_lines(events)
-        assert first_lines and store["ray_log_cursor"] == {"submission_id": sid, "lines": len(first_lines)}
+        saved = store["ray_log_cursor"]
+        assert first_lines and (saved["submission_id"], saved["lines"]) == (sid, len(first_lines))
         assert wait_for_status(ray_hook, sid, {"RUNNING", "SUCCEEDED"})
 
         ti.try_number = 2

@@ -10,10 +10,10 @@ import uuid
 
 import pytest
 
+from support.tasks import FakeTI
+
 from airflow_provider_horovod import credentials
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
-
-from .test_operator import FakeTI
 
 pytestmark = pytest.mark.integration
 

@@ -111,8 +111,8 @@ class FakeRay:
         call = {"entrypoint": entrypoint, "submission_id": submission_id, "runtime_env": dict(runtime_env or {}),
                 "metadata": dict(metadata or {}), "payload": payload_files(dict(runtime_env or {})), **kwargs}
         self.submitted.append(call)
-        self.jobs[submission_id] = [{"status": "PENDING", "metadata": call["metadata"], "start_time": time.time() * 1000,
-                                     "message": ""}]
+        self.jobs[submission_id] = [{"status": "PENDING", "metadata": call["metadata"],
+                                     "start_time": time.time() * 1000, "message": ""}]
         if self.on_submit is not None:
             self.on_submit(self, call)
         return submission_id

@@ -1,21 +1,29 @@
-"""docker/: what can be checked without a Docker engine. hadolint on each Dockerfile, the compose
-file against the Compose specification, the connections it configures, its health checks and the
-way the Ray token travels."""
+"""docker/: what can be checked without a Docker engine. hadolint on each Dockerfile, what each image
+installs (and at which versions: scripts/versions.env), the compose file against the Compose
+specification, the connections it configures, its health checks and the way the Ray token travels."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
-DOCKER = Path(__file__).resolve().parents[2] / "docker"
+ROOT = Path(__file__).resolve().parents[2]
+DOCKER = ROOT / "docker"
 DOCKERFILES = sorted(DOCKER.glob("*.Dockerfile"))
+AIRFLOW_DOCKERFILE = DOCKER / "airflow.Dockerfile"
+RAY_DOCKERFILE = DOCKER / "ray.Dockerfile"
+# The training stack, which the Airflow side must not install.
+CLUSTER_ONLY = ("torch", "ray", "horovod")
 BIN = Path(sys.executable).parent
 AIRFLOW_SERVICES = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
 TOKEN = "token-from-the-secret"
@@ -24,6 +32,98 @@ TOKEN = "token-from-the-secret"
 @pytest.fixture(scope="module")
 def compose() -> dict:
     return yaml.safe_load((DOCKER / "compose.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def versions() -> dict[str, str]:
+    """scripts/versions.env, the stack's versions (KEY=VALUE lines, # comments)."""
+    out = {}
+    for line in (ROOT / "scripts" / "versions.env").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, sep, value = line.partition("=")
+            assert sep, f"versions.env: {line!r} is not KEY=VALUE"
+            out[key.strip()] = value.strip().strip("\"'")
+    assert {"AIRFLOW", "RAY", "TORCH", "HOROVOD", "PYTHON_CLUSTER", "PYTHON_AIRFLOW"} <= set(out)
+    return out
+
+
+def instructions(dockerfile: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of each instruction, comment lines dropped and continued lines joined,
+    as Docker reads them."""
+    out, current = [], ""
+    for line in dockerfile.read_text().splitlines():
+        if line.strip().startswith("#"):
+            continue
+        current = f"{current} {line.strip()}".strip()
+        if current.endswith("\\"):
+            current = current[:-1].rstrip()
+            continue
+        if current:
+            keyword, _, arguments = current.partition(" ")
+            out.append((keyword.upper(), arguments.strip()))
+        current = ""
+    assert not current, f"{dockerfile.name} ends inside a continued line"
+    return out
+
+
+def stages(dockerfile: Path) -> list[list[tuple[str, str]]]:
+    """The build stages, each from its FROM on (instructions before the first FROM: global ARGs)."""
+    out: list[list[tuple[str, str]]] = []
+    for instruction in instructions(dockerfile):
+        if instruction[0] == "FROM":
+            out.append([])
+        if out:
+            out[-1].append(instruction)
+    return out
+
+
+def stage_named(dockerfile: Path, name: str) -> list[tuple[str, str]]:
+    found = [s for s in stages(dockerfile) if s[0][1].lower().endswith(f" as {name}")]
+    assert len(found) == 1, f"{dockerfile.name}: no single stage named {name!r}"
+    return found[0]
+
+
+def runs(stage: list[tuple[str, str]]) -> list[str]:
+    return [arguments for keyword, arguments in stage if keyword == "RUN"]
+
+
+def pip_installs(run: str) -> list[list[str]]:
+    """The arguments of each `pip install` in a RUN command, up to the next `;`, `&&` or `||`."""
+    return [shlex.split(m) for m in re.findall(r"\bpip install\b([^;&|]*)", run)]
+
+
+def requirement_names(specs: list[str]) -> set[str]:
+    return {Requirement(spec).name.lower().replace("_", "-") for spec in specs}
+
+
+def wheel_with_extra(run: str, extra: str) -> list[str]:
+    """The pip arguments that install the provider's wheel with `extra`: a path of the provider's
+    wheel, or a shell variable given that path in the same RUN, followed by [extra]."""
+    found = []
+    for args in pip_installs(run):
+        for arg in args:
+            target, sep, _ = arg.partition(f"[{extra}]")
+            if not sep or not arg.endswith(f"[{extra}]"):
+                continue
+            variable = re.fullmatch(r"\$\{?(\w+)(\[0\])?\}?", target)
+            if variable:
+                assigned = re.search(rf"\b{variable.group(1)}=\(?([^\s)]+)", run)
+                target = assigned.group(1) if assigned else ""
+            if re.fullmatch(r"/\S+/airflow_provider_horovod-[^/\s]*\.whl", target):
+                found.append(arg)
+    return found
+
+
+def provider_wheel_is_built_and_copied(dockerfile: Path) -> None:
+    """A first stage builds the provider's wheel from the repository; the final stage copies it."""
+    builder = stage_named(dockerfile, "provider")
+    copies = [arguments for keyword, arguments in builder if keyword == "COPY"]
+    copied = {source for c in copies for source in c.split()[:-1] if not source.startswith("--")}
+    assert {"pyproject.toml", "README.md", "airflow_provider_horovod"} <= copied, copies
+    assert any("python -m build --wheel" in r or "pip wheel" in r for r in runs(builder)), runs(builder)
+    final = stages(dockerfile)[-1]
+    assert any(keyword == "COPY" and "--from=provider" in arguments for keyword, arguments in final), final
 
 
 def tool(name: str) -> str:
@@ -70,22 +170,118 @@ def test_compose_file_follows_the_compose_specification():
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-def test_the_images_are_the_pinned_ones():
-    airflow = (DOCKER / "airflow.Dockerfile").read_text()
-    ray = (DOCKER / "ray.Dockerfile").read_text()
-    assert "FROM apache/airflow:3.3.2-python3.11" in airflow
-    assert '"apache-airflow==3.3.2"' in airflow and '"ray[default]==2.60.0"' in airflow
-    assert "FROM rayproject/ray:2.60.0-py311-cpu " in ray and "FROM rayproject/ray:2.60.0-py311-cu130 " in ray
-    assert '"torch==2.13.0"' in ray and "COPY --chown=1000:100 scripts/build_horovod.sh" in ray
-    assert "HOROVOD_GPU_OPERATIONS=NCCL" in ray
-    # The C++17 edits live in the script only.
-    assert "sed " not in ray and "CMAKE_CXX_STANDARD" not in ray
+def test_the_images_are_the_pinned_ones(versions):
+    airflow_from = [a for k, a in stages(AIRFLOW_DOCKERFILE)[-1] if k == "FROM"]
+    assert airflow_from == [f"apache/airflow:{versions['AIRFLOW']}-python{versions['PYTHON_AIRFLOW']}"]
+    ray_froms = [s[0][1] for s in stages(RAY_DOCKERFILE)]
+    py = versions["PYTHON_CLUSTER"].replace(".", "")
+    assert f"rayproject/ray:{versions['RAY']}-py{py}-cpu AS base-cpu" in ray_froms, ray_froms
+    assert f"rayproject/ray:{versions['RAY']}-py{py}-cu130 AS base-gpu" in ray_froms, ray_froms
+    assert ray_froms[-1] == "base-${VARIANT}"
+    # A function defined in a DAG file travels to the cluster pickled: one Python minor on both sides.
+    assert versions["PYTHON_AIRFLOW"] == versions["PYTHON_CLUSTER"]
+    for dockerfile in DOCKERFILES:
+        builder = stage_named(dockerfile, "provider")[0][1]
+        assert builder.startswith(f"python:{versions['PYTHON_CLUSTER']}-"), (dockerfile.name, builder)
+    # Every version the Ray image names is versions.env's.
+    ray_args = [a for r in runs(stages(RAY_DOCKERFILE)[-1]) for args in pip_installs(r) for a in args]
+    torch = [a for a in ray_args if a.startswith("torch")]
+    assert torch and set(torch) == {f"torch=={versions['TORCH']}"}, torch
+    ray = [a for a in ray_args if re.match(r"ray\b", a)]
+    assert ray == [f"ray[default,train]=={versions['RAY']}"], ray
+    # The compose file's Airflow image carries the same version.
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    assert compose["x-airflow"]["image"].endswith(f":{versions['AIRFLOW']}")
+    # And the README says so.
+    readme = (DOCKER / "README.md").read_text()
+    for words in (f"Airflow {versions['AIRFLOW']}", f"Ray {versions['RAY']} (Python {versions['PYTHON_CLUSTER']})",
+                  f"torch {versions['TORCH']}", f"Horovod {versions['HOROVOD']}",
+                  f"apache/airflow:{versions['AIRFLOW']}-python{versions['PYTHON_AIRFLOW']}"):
+        assert words in readme, words
+
+
+def test_both_images_build_the_same_provider_wheel():
+    for dockerfile in DOCKERFILES:
+        provider_wheel_is_built_and_copied(dockerfile)
+    builders = [stage_named(d, "provider") for d in DOCKERFILES]
+    assert builders[0] == builders[1]
+
+
+def test_the_airflow_image_installs_the_provider_wheel_with_its_amazon_extra(versions):
+    text = AIRFLOW_DOCKERFILE.read_text()
+    # A plain install, with the dependencies the provider declares.
+    assert "--no-deps" not in text
+    final = stages(AIRFLOW_DOCKERFILE)[-1]
+    installs = [(r, args) for r in runs(final) for args in pip_installs(r)]
+    assert len(installs) == 1, installs
+    run, args = installs[0]
+    assert wheel_with_extra(run, "amazon"), args
+    assert not [a for a in args if a.endswith("]") and not a.endswith("[amazon]")], args
+    # Airflow stays at the base image's version: its own AIRFLOW_VERSION (redefined nowhere), or that version.
+    pins = [a for a in args if a.startswith("apache-airflow")]
+    assert pins in (["apache-airflow==${AIRFLOW_VERSION}"], [f"apache-airflow=={versions['AIRFLOW']}"]), pins
+    assert not re.search(r"^\s*(ARG|ENV)\s+AIRFLOW_VERSION\b", text, re.MULTILINE | re.IGNORECASE)
+    # The token wrapper stays the entrypoint.
+    assert ("ENTRYPOINT", '["/opt/provider/with_ray_token.sh"]') in final
+    assert any(k == "COPY" and a.endswith("docker/with_ray_token.sh /opt/provider/with_ray_token.sh") for k, a in final)
+
+
+def test_the_airflow_side_has_neither_torch_nor_ray():
+    for keyword, arguments in instructions(AIRFLOW_DOCKERFILE):
+        for name in CLUSTER_ONLY:
+            assert not re.search(rf"\b{name}\b", arguments, re.IGNORECASE), (keyword, arguments)
+        assert "download.pytorch.org" not in arguments and "EXAMPLES" not in arguments, arguments
+    # What that install brings: the provider's core dependencies and its [amazon] extra.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = requirement_names([*project["dependencies"], *project["optional-dependencies"]["amazon"]])
+    assert "apache-airflow" in names and "apache-airflow-providers-amazon" in names, names
+    assert not [n for n in names if n.startswith(CLUSTER_ONLY)], names
+    assert {"ray", "torch"} <= requirement_names(project["optional-dependencies"]["cluster"])
+
+
+def test_the_ray_image_installs_the_provider_with_its_cluster_extra_and_builds_horovod(versions):
+    text = "\n".join(f"{k} {a}" for k, a in instructions(RAY_DOCKERFILE))  # comments may name them
+    final = stages(RAY_DOCKERFILE)[-1]
+    commands = runs(final)
+    torch_at = [i for i, r in enumerate(commands) if f'"torch=={versions["TORCH"]}"' in r and "[cluster]" not in r]
+    provider_at = [i for i, r in enumerate(commands) if wheel_with_extra(r, "cluster")]
+    build_at = [i for i, r in enumerate(commands) if "python -m airflow_provider_horovod.build_horovod" in r]
+    assert len(torch_at) == len(provider_at) == len(build_at) == 1, commands
+    # torch first (Horovod compiles against it), then the provider (the build command is its module), then Horovod.
+    assert torch_at[0] < provider_at[0] < build_at[0]
+    branches = r'if \[ "\$\{VARIANT\}" = gpu \]; then (.*?) else (.*?) fi'
+    gpu, cpu = re.search(branches, commands[torch_at[0]]).groups()
+    assert "download.pytorch.org" not in gpu and "--index-url https://download.pytorch.org/whl/cpu" in cpu
+    gpu, cpu = re.search(branches, commands[build_at[0]]).groups()
+    assert re.search(r"python -m airflow_provider_horovod\.build_horovod\b[^;&|]*\s--gpu\b", gpu), gpu
+    assert "python -m airflow_provider_horovod.build_horovod" in cpu and "--gpu" not in cpu, cpu
+    # A plain install of the extra, which brings the runtime's packages: none named by hand.
+    args = [a for r in commands for a in (x for xs in pip_installs(r) for x in xs)]
+    assert "--no-deps" not in args
+    assert not [a for a in args if re.match(r"(cloudpickle|boto3|pyarrow)\b", a)], args
+    # The module does the C++17 edits and the --check-build check; the old script is gone.
+    for gone in ("scripts/build_horovod.sh", "horovodrun", "sed ", "CMAKE_CXX_STANDARD"):
+        assert gone not in text, gone
+    # g++ and make as root, then the image's ray user again.
+    assert any("apt-get install -y --no-install-recommends g++ make" in r for r in commands)
+    users = [a for k, a in final if k == "USER"]
+    assert users == ["0", "1000"], users
+
+
+def test_compose_builds_with_the_args_the_dockerfiles_declare(compose):
+    for anchor, dockerfile in (("x-airflow", AIRFLOW_DOCKERFILE), ("x-ray", RAY_DOCKERFILE)):
+        build = compose[anchor]["build"]
+        assert build["context"] == ".." and build["dockerfile"] == f"docker/{dockerfile.name}"
+        declared = {a.split("=")[0] for k, a in instructions(dockerfile) if k == "ARG"}
+        assert set(build.get("args") or {}) <= declared, (anchor, build.get("args"), declared)
+    assert set(compose["x-ray"]["build"]["args"]) == {"VARIANT"}
 
 
 def test_connections_parse_into_what_the_provider_expects(compose, tmp_path, monkeypatch):
     from airflow.sdk import Connection
 
-    from airflow_provider_horovod.hooks.ray import RayHook, dashboard_url, parse_extras
+    from airflow_provider_horovod.hooks.ray import RayHook
+    from airflow_provider_horovod.hooks.ray_connection import dashboard_url, read_extras
     from airflow_provider_horovod.storage import Storage
 
     env = airflow_env(compose)
@@ -98,14 +294,17 @@ def test_connections_parse_into_what_the_provider_expects(compose, tmp_path, mon
     ray = Connection.from_json(run.stdout, conn_id="ray_default")
     assert (ray.conn_type, ray.host, ray.port, ray.schema, ray.password) == ("ray", "ray-head", 8265, "http", TOKEN)
     assert dashboard_url(ray.host, ray.port, ray.schema) == "http://ray-head:8265"
-    assert parse_extras("ray_default", ray.extra_dejson) == (True, {}, {})
+    assert read_extras("ray_default", ray.extra) == {}
     # What the hook makes of it, found the way a task finds it (the hook's own lookup would fall back
     # to an embedded local cluster if it found nothing: ask for the connection first).
     monkeypatch.setenv("AIRFLOW_CONN_RAY_DEFAULT", run.stdout)
     hook = RayHook()
-    endpoint = hook._endpoint_from(hook.get_connection("ray_default"))
-    assert endpoint.url == "http://ray-head:8265" and endpoint.verify is True
+    assert hook.get_connection("ray_default").host == "ray-head"
+    endpoint = hook.endpoint
+    assert endpoint.url == "http://ray-head:8265" and endpoint.verify is True and endpoint.runtime_env == {}
     assert dict(endpoint.headers) == {"Authorization": f"Bearer {TOKEN}"}
+    # A real cluster, whose storage is the bucket: no shared disk with Airflow (shared_storage unset).
+    assert endpoint.embedded is False and endpoint.shared_storage is False
 
     aws = Connection.from_json(env["AIRFLOW_CONN_AWS_DEFAULT"], conn_id="aws_default")
     assert (aws.conn_type, aws.login, aws.password) == ("aws", "minioadmin", "minioadmin")

@@ -2,7 +2,6 @@ import json
 import subprocess
 import sys
 from importlib import resources
-from pathlib import Path
 
 import jsonschema
 
@@ -18,7 +17,8 @@ def test_provider_info_names_classes_that_exist():
     import importlib
 
     info = get_provider_info()
-    paths = [c["hook-class-name"] for c in info["connection-types"]] + info["extra-links"]
+    paths = ([c["hook-class-name"] for c in info["connection-types"]] + info["extra-links"]
+             + [d["class-name"] for d in info["task-decorators"]])
     for path in paths:
         module, _, name = path.rpartition(".")
         assert hasattr(importlib.import_module(module), name), path
@@ -31,11 +31,22 @@ def test_provider_info_names_classes_that_exist():
 def test_connection_form_has_labels_and_placeholders():
     (ray,) = get_provider_info()["connection-types"]
     assert ray["connection-type"] == "ray" and ray["hook-name"] == "Ray"
-    assert set(ray["conn-fields"]) == {"verify", "headers", "runtime_env"}
+    assert set(ray["conn-fields"]) == {"verify", "headers", "runtime_env", "shared_storage"}
     assert all(field["label"] for field in ray["conn-fields"].values())
     behaviour = ray["ui-field-behaviour"]
     assert behaviour["relabeling"]["password"] == "Ray auth token"
     assert behaviour["placeholders"]["port"] == "8265"
+
+
+def test_the_connection_form_fields_are_the_extras_the_hook_reads():
+    from airflow_provider_horovod.hooks.ray_connection import EXTRAS
+
+    (ray,) = get_provider_info()["connection-types"]
+    assert set(ray["conn-fields"]) == set(EXTRAS)
+
+
+def test_task_decorators():
+    assert {d["name"] for d in get_provider_info()["task-decorators"]} == {"horovod", "ray"}
 
 
 def test_importing_the_airflow_side_does_not_import_the_training_stack():
@@ -43,7 +54,8 @@ def test_importing_the_airflow_side_does_not_import_the_training_stack():
         "import sys\n"
         "import airflow_provider_horovod.operators.horovod, airflow_provider_horovod.sensors.ray\n"
         "import airflow_provider_horovod.triggers.ray, airflow_provider_horovod.hooks.ray\n"
-        "import airflow_provider_horovod.links.ray\n"
+        "import airflow_provider_horovod.links.ray, airflow_provider_horovod.operators.ray\n"
+        "import airflow_provider_horovod.decorators.horovod, airflow_provider_horovod.decorators.ray\n"
         "heavy = [m for m in ('torch', 'horovod', 'ray.train', 'ray.data') if m in sys.modules]\n"
         "print(','.join(heavy))\n"
     )
@@ -51,16 +63,21 @@ def test_importing_the_airflow_side_does_not_import_the_training_stack():
     assert out.stdout.strip() == ""
 
 
-def test_airflow_lists_the_provider_and_its_connection_type():
-    """What `airflow providers list` and `airflow providers hooks` show, from the installed entry point."""
-    airflow = str(Path(sys.executable).with_name("airflow"))
-
-    def listed(*args: str) -> list[dict]:
-        out = subprocess.run([airflow, "providers", *args, "-o", "json"], capture_output=True, text=True,
-                             timeout=120, check=True)
-        return json.loads(out.stdout[out.stdout.index("["):])
-
-    (ours,) = [p for p in listed("list") if p["package_name"] == "airflow-provider-horovod"]
-    assert ours["version"] == __version__
-    (ray,) = [h for h in listed("hooks") if h.get("connection_type") == "ray"]
-    assert ray["class"] == "airflow_provider_horovod.hooks.ray.RayHook"
+def test_airflow_registers_the_provider_from_its_entry_point():
+    """What `airflow providers list`/`hooks` show and `@task.horovod` needs, asked of Airflow's
+    ProvidersManager in a fresh interpreter (the installed entry point, no state of this process)."""
+    code = (
+        "import json\n"
+        "from airflow.providers_manager import ProvidersManager\n"
+        "pm = ProvidersManager()\n"
+        "ours = pm.providers['airflow-provider-horovod']\n"
+        "hook = pm.hooks['ray']\n"
+        "print(json.dumps({'version': ours.version, 'hook': hook.hook_class_name if hook else None,\n"
+        "                  'conn_type': hook.connection_type if hook else None,\n"
+        "                  'decorators': {k: pm.taskflow_decorators[k].__module__ for k in ('horovod', 'ray')}}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found == {"version": __version__, "hook": "airflow_provider_horovod.hooks.ray.RayHook", "conn_type": "ray",
+                     "decorators": {"horovod": "airflow_provider_horovod.decorators.horovod",
+                                    "ray": "airflow_provider_horovod.decorators.ray"}}

@@ -93,11 +93,27 @@ def test_paths_of_an_attempt():
     assert consumed_uri("/x/", 1) == "/x/attempt-1/consumed.json"
 
 
-def test_pickled_files():
+def test_pickled_files_by_parameter():
     s = spec(train_fn={"pickle": "train_fn.pkl"},
-             datasets={"a": {"uri": "s3://b/a"}, "b": {"pickle": "dataset_b.pkl"}})
-    assert s.pickled_files() == ["train_fn.pkl", "dataset_b.pkl"]
-    assert spec().pickled_files() == []
+             datasets={"a": {"uri": "s3://b/a"}, "b": {"pickle": "dataset_b.pkl"}, "c": {"import": "m:f"}})
+    assert s.pickled_files() == {"train_fn": "train_fn.pkl", "datasets['b']": "dataset_b.pkl"}
+    assert spec().pickled_files() == {}
+
+
+def test_task_spec_and_record():
+    from airflow_provider_horovod.spec import TaskRecord, TaskSpec
+
+    task = TaskSpec(submission_id="sid-a2", function={"pickle": "function.pkl"}, storage_uri="/s", attempt=2,
+                    args=["s3://b/m"], kwargs={"t": 0.5}, python_version="3.11")
+    assert TaskSpec.from_json(task.to_json()) == task
+    assert (task.run_uri, task.result_uri) == ("/s/attempt-2", "/s/attempt-2/result.json")
+    assert task.pickled_files() == {"python_callable": "function.pkl"}
+    assert TaskSpec(submission_id="x", function={"import": "m:f"}, storage_uri="/s").pickled_files() == {}
+    record = TaskRecord(submission_id="sid-a2", attempt=2, storage_uri="/s", run_uri="/s/attempt-2",
+                        return_value={"acc": [0.9]}, timings={"total_s": 1.0})
+    data = json.loads(record.to_json())
+    data["new_field"] = 1
+    assert TaskRecord.from_json(json.dumps(data)) == record
 
 
 @pytest.mark.parametrize("version", ["2.60.0", "2.60.1", "2.60.0rc1", "2.60"])

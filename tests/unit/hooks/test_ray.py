@@ -1,20 +1,115 @@
-"""RayHook's pure parts: connection fields and extras, runtime_env merging, log offsets."""
+"""RayHook against a small real HTTP server standing in for the Ray dashboard: the hook's
+requests, parsing, retries, authentication and errors, sync and async alike."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from airflow_provider_horovod.exceptions import RayConnectionConfigError
-from airflow_provider_horovod.hooks.ray import (
-    RayEndpoint,
-    RayHook,
-    auth_headers,
-    dashboard_url,
-    job_url,
-    merge_runtime_env,
-    parse_extras,
-    split_new_lines,
-    ssl_context,
-    total_resources,
+from airflow_provider_horovod.exceptions import (
+    RayAuthenticationError,
+    RayClusterUnreachableError,
+    RayConnectionConfigError,
+    RayJobError,
+    RayVersionMismatchError,
 )
+from airflow_provider_horovod.hooks import ray as ray_hook_module
+from airflow_provider_horovod.hooks.ray import RETRIES, RayHook, tls_verify, total_resources
+from airflow_provider_horovod.hooks.ray_packages import package_folder
+from airflow_provider_horovod.spec import RAY_VERSIONS
+
+TOKEN = "tok-0d6b2a9c4e8f1357"
+NODES = {"data": {"result": {"result": [
+    {"state": "ALIVE", "resources_total": {"CPU": 4.0, "memory": 1e9, "node:10.0.0.1": 1.0}},
+    {"state": "ALIVE", "resources_total": {"CPU": 2.0, "GPU": 1.0}},
+    {"state": "DEAD", "resources_total": {"GPU": 8.0}},
+]}}}
+
+
+class Dashboard:
+    """A tiny Ray dashboard: answers each (method, path) from a script (the last answer repeats),
+    404 for anything unscripted, and records every request and the connection it came on."""
+
+    def __init__(self):
+        self.routes: dict[tuple[str, str], list[tuple[int, str]]] = {}
+        self.requests: list[dict] = []
+        self.answer("GET", "/api/version", 200, {"ray_version": "2.60.0", "version": "4"})
+        dashboard = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as Ray's dashboard (aiohttp) does
+
+            def log_message(self, *args):
+                pass
+
+            def handle_one(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                dashboard.requests.append({"method": self.command, "path": self.path, "body": body,
+                                           "headers": dict(self.headers), "peer": self.client_address})
+                script = dashboard.routes.get((self.command, self.path))
+                status, text = (script.pop(0) if len(script) > 1 else script[0]) if script else (404, "not found")
+                data = text.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = handle_one
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+
+    def answer(self, method: str, path: str, *answers) -> None:
+        """Answers as (status, body) pairs, or a status and a body for one answer."""
+        if answers and isinstance(answers[0], int):
+            answers = (answers,)
+        self.routes[(method, path)] = [(s, b if isinstance(b, str) else json.dumps(b)) for s, b in answers]
+
+    def asked(self, method: str, path: str) -> list[dict]:
+        return [r for r in self.requests if (r["method"], r["path"]) == (method, path)]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def dashboard():
+    server = Dashboard()
+    yield server
+    server.close()
+
+
+@pytest.fixture(autouse=True)
+def quick_retries(monkeypatch):
+    monkeypatch.setattr(ray_hook_module, "BACKOFF_S", 0.001)
+
+
+def set_connection(monkeypatch, conn_id: str, port: int, **fields) -> str:
+    conn = {"conn_type": "ray", "host": "127.0.0.1", "port": port, "schema": "http", "password": TOKEN, **fields}
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(conn))
+    return conn_id
+
+
+@pytest.fixture
+def hook(dashboard, monkeypatch):
+    return RayHook(ray_conn_id=set_connection(monkeypatch, "ray_test", dashboard.port,
+                                              extra={"headers": {"X-Team": "ml"}}))
+
+
+def arun(coro):
+    return asyncio.run(coro)
 
 
 def test_identity():
@@ -22,117 +117,287 @@ def test_identity():
         "ray", "ray_default", "Ray", "ray_conn_id")
 
 
-@pytest.mark.parametrize(
-    "host, port, schema, url",
-    [
-        ("ray-head", None, None, "http://ray-head:8265"),
-        ("ray-head", 443, "https", "https://ray-head:443"),
-        ("https://ray.example.com/", None, None, "https://ray.example.com"),
-        ("http://ray-head:9000", 8265, None, "http://ray-head:9000"),
-    ],
-)
-def test_dashboard_url(host, port, schema, url):
-    assert dashboard_url(host, port, schema) == url
+# --- requests and answers -------------------------------------------------------------------------
 
 
-def test_extras_defaults_and_strings():
-    assert parse_extras("c", {}) == (True, {}, {})
-    verify, headers, env = parse_extras("c", {"verify": "false", "headers": '{"X-A": "1"}',
-                                              "runtime_env": {"pip": ["x"]}})
-    assert verify is False and headers == {"X-A": "1"} and env == {"pip": ["x"]}
-    assert parse_extras("c", {"verify": "/etc/ca.pem"})[0] == "/etc/ca.pem"
+def test_requests_carry_the_token_and_the_headers(hook, dashboard):
+    dashboard.answer("GET", "/api/jobs/sid-a1", 200, {"status": "RUNNING"})
+    assert hook.get_job_info("sid-a1") == {"status": "RUNNING"}
+    headers = dashboard.asked("GET", "/api/jobs/sid-a1")[0]["headers"]
+    assert headers["Authorization"] == f"Bearer {TOKEN}" and headers["X-Team"] == "ml"
+    assert hook.get_dashboard_url() == dashboard.url
+    assert hook.get_job_url("sid-a1") == f"{dashboard.url}/#/jobs/sid-a1"
 
 
-@pytest.mark.parametrize(
-    "extra, needle",
-    [
-        ({"headers": "{not json"}, "'headers' is not valid JSON"),
-        ({"headers": "[1]"}, "must be a JSON object"),
-        ({"headers": {"X": 1}}, "strings to strings"),
-        ({"runtime_env": "[]"}, "'runtime_env' must be a JSON object"),
-        ({"verify": 3}, "true, false or a CA bundle path"),
-        ({"token": "x"}, "unknown extra ['token']"),
-    ],
-)
-def test_malformed_extras_name_the_connection_and_field(extra, needle):
-    with pytest.raises(RayConnectionConfigError) as err:
-        parse_extras("my_ray", extra)
-    assert "'my_ray'" in str(err.value) and needle in str(err.value)
+def test_a_missing_job_is_none(hook):
+    assert hook.get_job_info("nope") is None and hook.get_job_status("nope") is None
+    assert hook.get_job_logs("nope") == "" and hook.stop_job("nope") is False and hook.delete_job("nope") is False
+    assert arun(hook.a_get_job_info("nope")) is None
 
 
-def test_token_goes_in_a_bearer_header_and_never_in_repr():
-    headers = auth_headers("s3cret", {"X-A": "1"})
-    assert headers == {"X-A": "1", "Authorization": "Bearer s3cret"}
-    assert "s3cret" not in repr(RayEndpoint("c", "http://h:8265", headers))
+def test_other_errors_raise_with_the_answer(hook, dashboard):
+    dashboard.answer("GET", "/api/jobs/", 500, "internal trouble")
+    with pytest.raises(RayJobError, match="job list failed: HTTP 500: internal trouble"):
+        hook.list_jobs()
 
 
-def test_merge_runtime_env_puts_the_connection_default_under_the_job():
-    base = {"pip": ["a"], "env_vars": {"A": "1", "B": "1"}, "py_modules": ["/base"]}
-    job = {"pip": ["b"], "env_vars": {"B": "2"}, "py_modules": ["/job"]}
-    assert merge_runtime_env(base, job) == {"pip": ["b"], "env_vars": {"A": "1", "B": "2"},
-                                            "py_modules": ["/job", "/base"]}
-    assert merge_runtime_env(None, None) == {}
+def script_jobs(dashboard):
+    dashboard.answer("GET", "/api/jobs/sid-a1", 200, {"status": "FAILED", "message": "boom", "metadata": {"k": "v"}})
+    dashboard.answer("GET", "/api/jobs/sid-a1/logs", 200, {"logs": "line 1\nline 2\n"})
+    dashboard.answer("POST", "/api/jobs/sid-a1/stop", 200, {"stopped": True})
+    dashboard.answer("DELETE", "/api/jobs/sid-a1", 200, {"deleted": True})
+    dashboard.answer("GET", "/api/v0/nodes?detail=1&limit=10000", 200, NODES)
 
 
-def test_split_new_lines_loses_and_repeats_nothing():
-    text = "a\nb\npartial"
-    lines, offset = split_new_lines(text, 0)
-    assert (lines, offset) == (["a", "b"], 2)
-    lines, offset = split_new_lines(text + " line\nc\n", offset)
-    assert (lines, offset) == (["partial line", "c"], 4)
-    assert split_new_lines("a\nb\nc\nlast", 3, final=True) == (["last"], 4)
-    assert split_new_lines("", 0, final=True) == ([], 0)
+def test_sync_and_async_twins_give_the_same_results(hook, dashboard):
+    script_jobs(dashboard)
+    sync = [hook.get_job_info("sid-a1"), hook.get_job_status("sid-a1"), hook.get_job_logs("sid-a1"),
+            hook.stop_job("sid-a1"), hook.delete_job("sid-a1"), hook.get_cluster_resources(),
+            hook.get_job_url("sid-a1")]
+
+    async def twins():
+        async with hook:
+            return [await hook.a_get_job_info("sid-a1"), await hook.a_get_job_status("sid-a1"),
+                    await hook.a_get_job_logs("sid-a1"), await hook.a_stop_job("sid-a1"),
+                    await hook.a_delete_job("sid-a1"), await hook.a_get_cluster_resources(),
+                    await hook.a_get_job_url("sid-a1")]
+
+    assert arun(twins()) == sync
+    assert sync[:5] == [{"status": "FAILED", "message": "boom", "metadata": {"k": "v"}}, "FAILED", "line 1\nline 2\n",
+                        True, True]
+    assert sync[5] == {"CPU": 6.0, "memory": 1e9, "GPU": 1.0}
 
 
-def test_job_url_and_resources():
-    assert job_url("http://h:8265", "sid") == "http://h:8265/#/jobs/sid"
-    nodes = [{"state": "ALIVE", "resources_total": {"CPU": 4.0, "node:1.2.3.4": 1.0}},
-             {"state": "ALIVE", "resources_total": {"CPU": 2.0, "GPU": 1.0}},
-             {"state": "DEAD", "resources_total": {"GPU": 8.0}}]
-    assert total_resources(nodes) == {"CPU": 6.0, "GPU": 1.0}
+def test_one_client_and_one_connection_for_many_calls(hook, dashboard):
+    script_jobs(dashboard)
+    assert hook.get_conn() is hook.get_conn()
+    for _ in range(4):
+        hook.get_job_info("sid-a1")
+    assert len({r["peer"] for r in dashboard.requests}) == 1  # the connection is kept alive
+
+
+def test_aclose_closes_the_async_client(hook, dashboard):
+    script_jobs(dashboard)
+
+    async def use():
+        async with hook:
+            await hook.a_get_job_info("sid-a1")
+            client = await hook._a_client()
+            await hook.a_get_job_status("sid-a1")
+            assert await hook._a_client() is client and not client.is_closed
+        return client
+
+    client = arun(use())
+    assert client.is_closed
+    assert len({r["peer"] for r in dashboard.requests}) == 1
+
+
+# --- authentication, retries, unreachable clusters ------------------------------------------------
+
+
+@pytest.mark.parametrize("status, what", [(401, "no token was sent"), (403, "the token was refused")])
+def test_a_refused_token_names_the_connection_and_not_the_token(hook, dashboard, status, what):
+    dashboard.answer("GET", "/api/jobs/sid-a1", status, "Unauthorized")
+    for call in (lambda: hook.get_job_info("sid-a1"), lambda: arun(hook.a_get_job_info("sid-a1"))):
+        with pytest.raises(RayAuthenticationError) as err:
+            call()
+        message = str(err.value)
+        assert f"answered {status} ({what})" in message and "connection 'ray_test'" in message
+        assert "~/.ray/auth_token" in message and TOKEN not in message
+    assert len(dashboard.asked("GET", "/api/jobs/sid-a1")) == 2  # not retried
+
+
+def test_a_busy_dashboard_is_retried(hook, dashboard):
+    dashboard.answer("GET", "/api/jobs/sid-a1", (503, "busy"), (502, "bad gateway"), (200, {"status": "RUNNING"}))
+    assert hook.get_job_info("sid-a1") == {"status": "RUNNING"}
+    assert len(dashboard.asked("GET", "/api/jobs/sid-a1")) == 3
+    dashboard.answer("GET", "/api/jobs/sid-a2", (503, "busy"), (504, "timeout"), (200, {"status": "PENDING"}))
+    assert arun(hook.a_get_job_info("sid-a2")) == {"status": "PENDING"}
+    assert len(dashboard.asked("GET", "/api/jobs/sid-a2")) == 3
+
+
+def test_a_dashboard_that_stays_busy_is_unreachable_after_the_retries(hook, dashboard):
+    dashboard.answer("GET", "/api/jobs/sid-a1", 503, "busy")
+    with pytest.raises(RayClusterUnreachableError, match=f"did not answer after {RETRIES} tries .*HTTP 503"):
+        hook.get_job_info("sid-a1")
+    assert len(dashboard.asked("GET", "/api/jobs/sid-a1")) == RETRIES
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_refused_connection_is_unreachable_after_the_retries(monkeypatch):
+    port = free_port()
+    hook = RayHook(ray_conn_id=set_connection(monkeypatch, "ray_down", port))
+    for call in (lambda: hook.get_job_info("sid"), lambda: arun(hook.a_get_job_info("sid"))):
+        with pytest.raises(RayClusterUnreachableError) as err:
+            call()
+        message = str(err.value)
+        assert f"The Ray dashboard at http://127.0.0.1:{port} (connection 'ray_down') did not answer after " \
+               f"{RETRIES} tries" in message and "ConnectError" in message
+        assert "Check that the cluster is up" in message and TOKEN not in message
+
+
+def test_every_try_is_a_new_attempt_to_connect(monkeypatch):
+    """A server that accepts and hangs up at once: the hook tries exactly RETRIES times."""
+    accepted = []
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        hook = RayHook(ray_conn_id=set_connection(monkeypatch, "ray_flaky", listener.getsockname()[1]))
+        with pytest.raises(RayClusterUnreachableError, match=f"did not answer after {RETRIES} tries"):
+            hook.get_job_info("sid")
+        assert len(accepted) == RETRIES
+    finally:
+        listener.close()
+
+
+# --- the cluster's version ------------------------------------------------------------------------
+
+
+def test_check_connection(hook, dashboard):
+    assert hook.check_connection()["ray_version"] == "2.60.0"
+    assert hook.test_connection() == (True, f"Connected to Ray 2.60.0 at {dashboard.url}")
+
+
+@pytest.mark.parametrize("version", ["2.59.0", "2.61.0", None])
+def test_another_ray_version_is_refused_naming_both(hook, dashboard, version):
+    dashboard.answer("GET", "/api/version", 200, {"ray_version": version} if version else {})
+    (low, high) = RAY_VERSIONS
+    with pytest.raises(RayVersionMismatchError) as err:
+        hook.check_connection()
+    message = str(err.value)
+    assert "connection 'ray_test'" in message and f">={low[0]}.{low[1]},<{high[0]}.{high[1]}" in message
+    assert (version or "of an unknown version") in message
+    ok, text = hook.test_connection()
+    assert not ok and text == message
+
+
+# --- submitting -----------------------------------------------------------------------------------
+
+
+def make_module(tmp_path):
+    folder = tmp_path / "mymod"
+    folder.mkdir()
+    (folder / "__init__.py").write_text("VALUE = 1\n")
+    return folder
+
+
+def test_submit_uploads_local_packages_and_posts_the_job(hook, dashboard, tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_RAY_TEST", json.dumps({
+        "conn_type": "ray", "host": "127.0.0.1", "port": dashboard.port, "password": TOKEN,
+        "extra": {"runtime_env": {"env_vars": {"FROM_CONN": "1", "MODE": "conn"}, "pip": ["requests"]}}}))
+    hook = RayHook(ray_conn_id="ray_test")
+    module = make_module(tmp_path)
+    package = package_folder(str(module), keep_name=True)
+    put = f"/api/packages/gcs/{package.name}"
+    dashboard.answer("PUT", put, 200, "")
+    dashboard.answer("POST", "/api/jobs/", 200, {"submission_id": "sid-a1", "job_id": "02000000"})
+    sid = hook.submit_job(entrypoint="python -m x", submission_id="sid-a1",
+                          runtime_env={"py_modules": [str(module), "gcs://_ray_pkg_given.zip"],
+                                       "env_vars": {"MODE": "job"}},
+                          metadata={"airflow_dag_id": "d"}, entrypoint_num_cpus=1)
+    assert sid == "sid-a1"
+    assert [r["method"] for r in dashboard.asked("GET", put)] == ["GET"]  # asked whether Ray has it: 404
+    (upload,) = dashboard.asked("PUT", put)
+    assert upload["body"] == package.data
+    (posted,) = dashboard.asked("POST", "/api/jobs/")
+    body = json.loads(posted["body"])
+    assert body == {"entrypoint": "python -m x", "submission_id": "sid-a1", "metadata": {"airflow_dag_id": "d"},
+                    "runtime_env": {"py_modules": [package.uri, "gcs://_ray_pkg_given.zip"], "pip": ["requests"],
+                                    "env_vars": {"FROM_CONN": "1", "MODE": "job"}},
+                    "entrypoint_num_cpus": 1, "entrypoint_num_gpus": None, "entrypoint_memory": None,
+                    "entrypoint_resources": None}
+
+    # A second job: the cluster has the package now, and the version was checked once.
+    dashboard.answer("GET", put, 200, "")
+    dashboard.answer("POST", "/api/jobs/", 200, {"submission_id": "sid-a2"})
+    assert hook.submit_job(entrypoint="python -m x", submission_id="sid-a2",
+                           runtime_env={"py_modules": [str(module)]}) == "sid-a2"
+    assert len(dashboard.asked("PUT", put)) == 1
+    assert len(dashboard.asked("GET", "/api/version")) == 1
+
+
+def test_submit_on_a_cluster_of_another_version_submits_nothing(hook, dashboard):
+    dashboard.answer("GET", "/api/version", 200, {"ray_version": "2.59.0"})
+    with pytest.raises(RayVersionMismatchError):
+        hook.submit_job(entrypoint="python -m x", submission_id="sid-a1")
+    assert dashboard.asked("POST", "/api/jobs/") == []
+
+
+def test_a_duplicate_of_a_job_that_exists_returns_its_id(hook, dashboard):
+    dashboard.answer("POST", "/api/jobs/", 500, "Job with submission_id sid-a1 already exists. Please use a different")
+    dashboard.answer("GET", "/api/jobs/sid-a1", 200, {"status": "RUNNING"})
+    assert hook.submit_job(entrypoint="python -m x", submission_id="sid-a1") == "sid-a1"
+
+
+def test_a_refused_job_raises(hook, dashboard):
+    dashboard.answer("POST", "/api/jobs/", 400, "runtime_env is invalid: pip")
+    with pytest.raises(RayJobError, match="Ray refused job sid-a1: HTTP 400: runtime_env is invalid") as err:
+        hook.submit_job(entrypoint="python -m x", submission_id="sid-a1")
+    assert err.value.submission_id == "sid-a1"
+    dashboard.answer("POST", "/api/jobs/", 500, "already exists")  # ... but no such job
+    with pytest.raises(RayJobError, match="HTTP 500: already exists"):
+        hook.submit_job(entrypoint="python -m x", submission_id="sid-a1")
+
+
+def test_async_submit(hook, dashboard):
+    dashboard.answer("POST", "/api/jobs/", 200, {"submission_id": "sid-a1"})
+    assert arun(hook.a_submit_job(entrypoint="python -m x", submission_id="sid-a1")) == "sid-a1"
+
+
+# --- connections that cannot be used --------------------------------------------------------------
 
 
 def test_a_missing_named_connection_is_an_error_not_a_local_cluster(monkeypatch):
-    hook = RayHook(ray_conn_id="does_not_exist")
-    with pytest.raises(RayConnectionConfigError, match="'does_not_exist' does not exist"):
-        hook.get_dashboard_url()
+    monkeypatch.delenv("AIRFLOW_CONN_RAY_NOPE", raising=False)
+    for call in (lambda: RayHook(ray_conn_id="ray_nope").get_dashboard_url(),
+                 lambda: arun(RayHook(ray_conn_id="ray_nope").a_get_job_url("x"))):
+        with pytest.raises(RayConnectionConfigError) as err:
+            call()
+        message = str(err.value)
+        assert "Connection 'ray_nope' was not found" in message and "AIRFLOW_CONN_RAY_NOPE" in message
+        assert "code outside a task" in message and "only in the last two" in message
+        assert "secrets backends" in message and "Create it (type 'ray')" in message
 
 
-class ScriptedHook(RayHook):
-    """A hook whose job info comes from a script of states (the Jobs API is mocked, not the waiting)."""
-
-    def __init__(self, states):
-        super().__init__()
-        self.states = list(states)
-        self.asked = 0
-
-    def get_job_info(self, submission_id):
-        self.asked += 1
-        state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
-        return None if state is None else {"status": state, "message": f"msg-{state}"}
-
-    def get_job_url(self, submission_id):
-        return f"http://h:8265/#/jobs/{submission_id}"
+def test_an_unreadable_connection_is_not_taken_for_a_missing_one(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_RAY_DEFAULT", '{"conn_type": "ray", "host": "h", "password": "%s",' % TOKEN)
+    with pytest.raises(RayConnectionConfigError, match="is set in AIRFLOW_CONN_RAY_DEFAULT") as err:
+        RayHook().get_dashboard_url()
+    assert TOKEN not in str(err.value)
 
 
-def test_wait_for_job_polls_until_the_end():
-    hook = ScriptedHook(["PENDING", "RUNNING", "SUCCEEDED"])
-    assert hook.wait_for_job("sid", poll_interval=0)["status"] == "SUCCEEDED"
-    assert hook.asked == 3
+def test_a_bad_connection_fails_before_any_request(monkeypatch):
+    hook = RayHook(ray_conn_id=set_connection(monkeypatch, "ray_bad", 70000))
+    with pytest.raises(RayConnectionConfigError, match="port 70000"):
+        hook.get_job_info("sid")
 
 
-@pytest.mark.parametrize("states, timeout, needle", [(["RUNNING", "FAILED"], None, "ended FAILED: msg-FAILED"),
-                                                     ([None], None, "does not exist"),
-                                                     (["RUNNING"], 0.0, "still RUNNING after 0 s")])
-def test_wait_for_job_fails_clearly(states, timeout, needle):
-    from airflow_provider_horovod.exceptions import RayJobError
+# --- pure helpers ---------------------------------------------------------------------------------
 
-    with pytest.raises(RayJobError, match=needle):
-        ScriptedHook(states).wait_for_job("sid", poll_interval=0, timeout=timeout)
+
+def test_total_resources_of_the_alive_nodes():
+    assert total_resources(NODES["data"]["result"]["result"]) == {"CPU": 6.0, "memory": 1e9, "GPU": 1.0}
+    assert total_resources([]) == {}
 
 
 def self_signed_ca(folder) -> str:
-    """A CA certificate in PEM, written to ``folder``; its path."""
     import datetime
 
     from cryptography import x509
@@ -152,16 +417,10 @@ def self_signed_ca(folder) -> str:
     return str(path)
 
 
-def test_tls_verification_for_the_async_requests(tmp_path):
-    """The trigger's requests honour `verify` as the sync ones do: on by default, off, a CA bundle
-    file, or a folder of CA files."""
-    import ssl
-
-    assert ssl_context(True) is None  # aiohttp's default: verify against the system's CAs
-    assert ssl_context(False) is False
-    bundle = self_signed_ca(tmp_path)
-    trusted = ssl_context(bundle)
+def test_tls_verification_settings(tmp_path):
+    assert tls_verify(True) is True and tls_verify(False) is False
+    trusted = tls_verify(self_signed_ca(tmp_path))
     assert isinstance(trusted, ssl.SSLContext) and trusted.verify_mode == ssl.CERT_REQUIRED
     assert [c["subject"] for c in trusted.get_ca_certs()] == [((("commonName", "ahp test CA"),),)]
-    folder = ssl_context(str(tmp_path))  # a folder is a capath, as requests takes it
+    folder = tls_verify(str(tmp_path))  # a folder of CA files, as requests took it
     assert isinstance(folder, ssl.SSLContext) and folder.verify_mode == ssl.CERT_REQUIRED

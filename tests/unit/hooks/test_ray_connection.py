@@ -71,7 +71,8 @@ def test_the_token_loses_the_line_break_cat_leaves():
     assert endpoint(password=f"  {TOKEN}\n").headers["Authorization"] == f"Bearer {TOKEN}"
 
 
-@pytest.mark.parametrize("token", [f"{TOKEN[:6]}\n{TOKEN[6:]}", f"{TOKEN[:6]} {TOKEN[6:]}", f"{TOKEN[:6]}\x00{TOKEN[6:]}"])
+@pytest.mark.parametrize("token", [f"{TOKEN[:6]}\n{TOKEN[6:]}", f"{TOKEN[:6]} {TOKEN[6:]}",
+                                   f"{TOKEN[:6]}\x00{TOKEN[6:]}"])
 def test_a_token_with_whitespace_inside_is_refused_without_showing_it(token):
     message = refused(password=token, hidden=(TOKEN[:6], TOKEN[6:]))
     assert "the password (the Ray auth token)" in message and "not shown" in message
@@ -190,7 +191,8 @@ def test_an_unreadable_variable_is_explained_without_its_value(monkeypatch, raw,
     err = unreadable_env_connection("my_ray")
     assert isinstance(err, RayConnectionConfigError)
     message = str(err)
-    assert message.startswith("Connection 'my_ray' is set in AIRFLOW_CONN_MY_RAY, but Airflow cannot read it: " + reason)
+    assert message.startswith(
+        "Connection 'my_ray' is set in AIRFLOW_CONN_MY_RAY, but Airflow cannot read it: " + reason)
     assert '"conn_type": "ray"' in message and TOKEN not in message
 
 

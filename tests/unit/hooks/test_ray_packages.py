@@ -77,7 +77,7 @@ def test_the_zip_unpacks_to_the_same_files(mylib, tmp_path):
 
 
 def test_default_excludes(mylib):
-    make_tree(mylib, {"__pycache__/x.cpython-311.pyc": b"\0", "sub/__pycache__/y.pyc": b"\0", ".git/HEAD": "ref",
+    make_tree(mylib, {"__pycache__/x.cpython-311.pyc": b"\0", "sub/__pycache__/y.json": b"{}", ".git/HEAD": "ref",
                       "mod.pyc": b"\0", ".venv/bin/python": "", "venv/lib/x.py": ""})
     names = set(unpack(package_folder(str(mylib), keep_name=False).data))
     assert names == {"__init__.py", "sub/util.py", "data/table.csv"}

@@ -135,3 +135,22 @@ def test_write_payload_refuses_paths_as_file_names(tmp_path):
     with pytest.raises(ValueError, match="plain file name"):
         write_payload(bad, str(tmp_path))
     assert not (tmp_path / "escape").exists()
+
+
+def test_a_task_request_runs_the_function_in_the_driver():
+    from airflow_provider_horovod.jobs.request import task_request
+    from airflow_provider_horovod.spec import TaskSpec
+
+    task_run = TaskRun("dag", "evaluate", "manual__1")
+    task = TaskSpec(submission_id=task_run.submission_id(1), function={"pickle": "function.pkl"},
+                    storage_uri="/s/dag/evaluate/r", args=[1])
+    made = task_request(task, {"function.pkl": PICKLE}, {"env_vars": {"MODE": "x"}}, task_run,
+                        {"num_cpus": 2, "num_gpus": None, "memory": 0, "resources": {"accel": 1}})
+    assert made.entrypoint == f"python -m airflow_provider_horovod.runtime.task {made.payload_module}"
+    assert made.driver_resources == {"num_cpus": 2, "memory": 0, "resources": {"accel": 1}}
+    assert made.metadata[META_KIND] == "task"
+    assert made.metadata[META_RESULT_URI] == "/s/dag/evaluate/r/attempt-1/result.json"
+    assert json.loads(made.metadata[META_RESOURCES]) == {"num_cpus": 2, "resources": {"accel": 1}}
+    assert made.runtime_env["py_modules"] == [provider_folder()] and made.runtime_env["env_vars"] == {"MODE": "x"}
+    assert TaskSpec.from_json(made.files[SPEC_FILE].decode()) == task
+    assert json.loads(made.dry_run())["driver_resources"] == made.driver_resources

@@ -1,67 +1,47 @@
-"""The operator's checks: every bad input fails before anything reaches Ray, naming the parameter,
-the value and the fix. The cluster is never touched here: `_hook` raises if called."""
+"""HorovodTrainOperator: every bad input fails in execute() before the cluster is asked anything,
+naming the parameter, the value and the fix; good input becomes a spec and a Ray request; and the
+whole task run (submit, wait, finish, retry) against a stand-in for the Ray dashboard.
+
+``BAD_INPUTS`` and ``GOOD_FN`` are also used by the integration tests (against a real cluster).
+"""
+
+from __future__ import annotations
 
 import json
+import os
+import sys
 import threading
+import time
 from types import SimpleNamespace
 
+import cloudpickle
 import pytest
 
-from airflow_provider_horovod.exceptions import InvalidParameterError
+from airflow_provider_horovod import checks, functions
+from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError, RayJobPendingTimeoutError
+from airflow_provider_horovod.hooks.ray import RayHook
+from airflow_provider_horovod.ids import TaskRun
+from airflow_provider_horovod.jobs.logs import LOG_CURSOR_KEY
+from airflow_provider_horovod.jobs.protocol import XCOM_CHECKPOINT_URI, XCOM_SUBMISSION_ID, JobEvent
+from airflow_provider_horovod.links.ray import RayJobLink
+from airflow_provider_horovod.operators import ray as base_module
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
-from airflow_provider_horovod.spec import TrainingSpec
+from airflow_provider_horovod.operators.ray import BaseRayJobOperator
+from airflow_provider_horovod.spec import SPEC_FILE, ResultRecord, TrainingSpec, attempt_dir
+from airflow_provider_horovod.storage import Storage
+from unit.fakes import RUN_ID, FakeRay, Store, Untouchable, context
 
 GOOD_FN = "airflow_provider_horovod.examples.quickstart:train_func"
 
 
-def context(run_id="scheduled__2026-11-01T00:00:00+00:00", map_index=-1):
-    ti = SimpleNamespace(dag_id="d", task_id="t", run_id=run_id, map_index=map_index, try_number=1,
-                         xcom_push=lambda **kw: None)
-    return {"ti": ti}
-
-
-def operator(**kwargs):
+def operator(**kwargs) -> HorovodTrainOperator:
     kwargs.setdefault("train_fn", GOOD_FN)
     kwargs.setdefault("storage_path", "/tmp/ahp-unit")
-    op = HorovodTrainOperator(task_id="t", **kwargs)
-
-    def no_cluster():
-        raise AssertionError("the cluster was contacted before the input was checked")
-
-    op._hook = no_cluster
-    return op
+    return HorovodTrainOperator(task_id="train", **kwargs)
 
 
 def local_train(config):
     return config
-
-
-def test_good_input_builds_a_json_spec():
-    spec, files, runtime_env = operator(train_loop_config={"lr": 0.1}, num_workers=3,
-                                        datasets={"train": "s3://b/train/", "val": "/data/v.csv"}).build_spec(context())
-    assert spec.train_fn == {"import": GOOD_FN} and files == {} and runtime_env == {}
-    assert spec.datasets == {"train": {"uri": "s3://b/train/", "format": "parquet"},
-                             "val": {"uri": "/data/v.csv", "format": "csv"}}
-    assert TrainingSpec.from_json(spec.to_json()) == spec
-    assert spec.storage_uri.startswith("/tmp/ahp-unit/d/t/scheduled__2026-11-01T00_00_00_00_00-")
-
-
-def test_callable_train_fn_is_pickled_by_value():
-    import cloudpickle
-
-    spec, files, _ = operator(train_fn=local_train).build_spec(context())
-    assert spec.train_fn == {"pickle": "train_fn.pkl"}
-    assert cloudpickle.loads(files["train_fn.pkl"])({"x": 1}) == {"x": 1}
-
-
-def test_runs_and_map_indexes_get_distinct_ids_and_storage():
-    a, _, _ = operator().build_spec(context("r1"))
-    b, _, _ = operator().build_spec(context("r2"))
-    c, _, _ = operator().build_spec(context("r1", map_index=0))
-    assert len({a.submission_id, b.submission_id, c.submission_id}) == 3
-    assert len({a.storage_uri, b.storage_uri, c.storage_uri}) == 3
-    again, _, _ = operator().build_spec(context("r1"))
-    assert again.submission_id == a.submission_id  # known before submission, same on a retry
 
 
 class Unpicklable:
@@ -107,29 +87,425 @@ BAD_INPUTS = [
     ({"pending_timeout_seconds": -5}, "pending_timeout_seconds", "greater than 0"),
 ]
 
+# Cases that need no cluster either, beyond the table the integration tests share.
+MORE_BAD_INPUTS = [
+    ({"use_gpu": "yes"}, "use_gpu", "True or False"),
+    ({"ray_conn_id": ""}, "ray_conn_id", "'ray_default'"),
+    ({"deferrable": "false"}, "deferrable", "True or False"),
+    ({"wait_for_completion": None}, "wait_for_completion", "True or False"),
+    ({"check_cluster_resources": "no"}, "check_cluster_resources", "True or False"),
+    ({"forward_aws_credentials": True}, "forward_aws_credentials", "set aws_conn_id"),
+    ({"runtime_env": {"pips": ["pandas"]}}, "runtime_env", "unknown field 'pips'"),
+    ({"runtime_env": {"working_dir": "/no/such/dir"}}, "runtime_env", "is not a folder here"),
+    ({"datasets": {"train": "no_such_module_xyz:make"}}, "datasets['train']", "not importable"),
+    ({"train_fn": f"{GOOD_FN[:-len('train_func')]}trian_func"}, "train_fn", "(it has train_func"),
+]
 
-@pytest.mark.parametrize("kwargs, parameter, fix", BAD_INPUTS, ids=[f"{p}-{i}" for i, (_, p, _) in enumerate(BAD_INPUTS)])
-def test_bad_input_fails_before_submission_with_a_clear_message(kwargs, parameter, fix):
+
+def given(kwargs: dict, parameter: str):
+    """The value as the error shows it: env var values hidden."""
+    if parameter.startswith("datasets["):
+        return kwargs["datasets"][parameter[len("datasets['"):-2]]
+    value = kwargs.get(parameter)
+    if parameter == "runtime_env" and isinstance(value, dict) and isinstance(value.get("env_vars"), dict):
+        return {**value, "env_vars": {k: "***" for k in value["env_vars"]}}
+    return value
+
+
+@pytest.mark.parametrize("kwargs, parameter, fix", BAD_INPUTS + MORE_BAD_INPUTS,
+                         ids=[f"{p}-{i}" for i, (_, p, _) in enumerate(BAD_INPUTS + MORE_BAD_INPUTS)])
+def test_bad_input_fails_in_execute_before_any_cluster_call(kwargs, parameter, fix):
     op = operator(**kwargs)
+    op.__dict__["hook"] = Untouchable()
+    ctx = context()
     with pytest.raises(InvalidParameterError) as err:
-        op.execute(context())
+        op.execute(ctx)
     assert err.value.parameter == parameter
     message = str(err.value)
-    assert f"Invalid {parameter}=" in message and fix in message
+    assert message.startswith(f"Invalid {parameter}={given(kwargs, parameter)!r}: ") and fix in message
+    assert op.submission_id is None and ctx["ti"].xcoms == {}
 
 
 def test_secret_values_are_not_echoed_in_the_error():
     op = operator(runtime_env={"env_vars": {"AWS_SECRET_ACCESS_KEY": "s3cr3t-value"}})
+    op.__dict__["hook"] = Untouchable()
     with pytest.raises(InvalidParameterError) as err:
         op.execute(context())
     assert "s3cr3t-value" not in str(err.value)
 
 
-def test_constructor_does_no_work():
-    # A DAG file is parsed again and again: bad values only fail when the task runs.
-    HorovodTrainOperator(task_id="t", train_fn="x", num_workers=-1, storage_path="ftp://x")
+def test_the_constructor_does_no_work(monkeypatch):
+    # A DAG file is parsed again and again: a bad value fails only when the task runs.
+    def tripwire(*args, **kwargs):
+        raise AssertionError("the constructor checked, shipped or connected")
+
+    for module in (checks, functions, base_module):
+        for name, value in list(vars(module).items()):
+            if callable(value) and getattr(value, "__module__", None) in (checks.__name__, functions.__name__):
+                monkeypatch.setattr(module, name, tripwire)
+    monkeypatch.setattr(RayHook, "__init__", tripwire)
+    monkeypatch.setattr(HorovodTrainOperator, "check", tripwire)
+    monkeypatch.setattr(BaseRayJobOperator, "check_wait_parameters", tripwire)
+    monkeypatch.setattr(BaseRayJobOperator, "check_storage", tripwire)
+    op = HorovodTrainOperator(task_id="train", train_fn="x", num_workers=-1, storage_path="ftp://x", use_gpu="yes",
+                              runtime_env={"pips": 1}, datasets=5, ray_conn_id="", poll_interval_seconds=-1)
+    assert (op.train_fn, op.num_workers, op.storage_path, op.datasets, op.ray_conn_id) == ("x", -1, "ftp://x", 5, "")
+    assert "hook" not in op.__dict__
 
 
-def test_templated_fields_are_declared():
-    assert set(HorovodTrainOperator.template_fields) >= {"train_loop_config", "datasets", "storage_path", "runtime_env"}
-    json.dumps(list(HorovodTrainOperator.template_fields))
+def test_template_fields():
+    assert tuple(HorovodTrainOperator.template_fields) == (
+        "train_loop_config", "datasets", "storage_path", "horovod_env", "runtime_env", "ray_conn_id", "aws_conn_id")
+    op = operator(storage_path="s3://b/{{ params.env }}", train_loop_config={"lr": "{{ params.lr }}"},
+                  datasets={"train": "s3://b/{{ params.env }}/train/"}, ray_conn_id="ray_{{ params.env }}")
+    op.render_template_fields({"params": {"env": "prod", "lr": 0.1}})
+    assert op.storage_path == "s3://b/prod" and op.train_loop_config == {"lr": "0.1"}
+    assert op.datasets == {"train": "s3://b/prod/train/"} and op.ray_conn_id == "ray_prod"
+    assert RayJobLink in {type(link) for link in HorovodTrainOperator.operator_extra_links}
+
+
+# --- check() and request(): pure ------------------------------------------------------------------
+
+TASK_RUN = TaskRun("dag", "train", RUN_ID)
+
+
+def make_dataset():
+    return None
+
+
+def test_check_builds_the_spec():
+    training = operator(train_fn=local_train, train_loop_config={"lr": 0.1}, num_workers=3, use_gpu=True,
+                        resources_per_worker={"CPU": 2}, pending_timeout_seconds=30,
+                        datasets={"train": "s3://b/train/", "val": "/data/v.csv", "test": "file:///t.json",
+                                  "built": make_dataset,
+                                  "imported": "airflow_provider_horovod.examples.quickstart:make_dataset"},
+                        ).check(TASK_RUN)
+    spec = training.spec
+    assert spec.python_version == f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert spec.submission_id == TASK_RUN.submission_id(1) and spec.attempt == 1
+    assert spec.storage_uri == TASK_RUN.storage_uri("/tmp/ahp-unit")
+    assert spec.train_fn == {"pickle": "train_fn.pkl"} and spec.train_loop_config == {"lr": 0.1}
+    assert spec.datasets == {"train": {"uri": "s3://b/train/", "format": "parquet"},
+                             "val": {"uri": "/data/v.csv", "format": "csv"},
+                             "test": {"uri": "file:///t.json", "format": "json"},
+                             "built": {"pickle": "dataset_built.pkl"},
+                             "imported": {"import": "airflow_provider_horovod.examples.quickstart:make_dataset"}}
+    assert set(training.files) == {"train_fn.pkl", "dataset_built.pkl"}
+    assert (spec.num_workers, spec.use_gpu, spec.resources_per_worker) == (3, True, {"CPU": 2.0})
+    assert spec.pending_timeout_s == 30 and training.runtime_env == {}
+    assert TrainingSpec.from_json(spec.to_json()) == spec
+
+
+def test_a_callable_travels_by_value(monkeypatch):
+    training = operator(train_fn=local_train).check(TASK_RUN)
+    monkeypatch.setitem(sys.modules, __name__, None)
+    assert cloudpickle.loads(training.files["train_fn.pkl"])({"x": 1}) == {"x": 1}
+
+
+def test_an_import_path_is_not_looked_up_when_the_runtime_env_brings_code(tmp_path):
+    op = operator(train_fn="code_on_the_cluster:train", runtime_env={"py_modules": [str(tmp_path)]})
+    training = op.check(TASK_RUN)
+    assert training.spec.train_fn == {"import": "code_on_the_cluster:train"}
+    assert training.runtime_env == {"py_modules": [str(tmp_path)]}
+
+
+def test_storage_defaults_to_airflow_home_and_is_normalised(monkeypatch, tmp_path):
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    assert operator(storage_path=None).check(TASK_RUN).spec.storage_uri.startswith(
+        str(tmp_path / "horovod-storage") + "/dag/train/")
+    assert operator(storage_path="file:///data/x/").check(TASK_RUN).spec.storage_uri.startswith("/data/x/dag/")
+
+
+def test_request_of_a_later_attempt_resumes_from_the_earlier_ones():
+    op = operator()
+    training = op.check(TASK_RUN)
+    first = op.request(training, TASK_RUN, 1, resume=False)
+    second = op.request(training, TASK_RUN, 2, resume=True)
+    third = op.request(training, TASK_RUN, 3, resume=True)
+    fresh = op.request(training, TASK_RUN, 3, resume=False)
+
+    def spec_of(made):
+        return TrainingSpec.from_json(made.files[SPEC_FILE].decode())
+
+    root = training.spec.storage_uri
+    assert spec_of(first).resume_from == [] and spec_of(fresh).resume_from == []
+    assert spec_of(second).resume_from == [attempt_dir(root, 1)]
+    assert spec_of(third).resume_from == [attempt_dir(root, 2), attempt_dir(root, 1)]
+    assert (second.submission_id, spec_of(second).attempt) == (TASK_RUN.submission_id(2), 2)
+    assert spec_of(second).run_uri == f"{root}/attempt-2"
+
+
+def test_extra_files_travel_in_the_payload_only():
+    op = operator()
+    made = op.request(op.check(TASK_RUN), TASK_RUN, 1, False, extra_files={"aws_session.json": b'{"k": "v"}'})
+    assert made.files["aws_session.json"] == b'{"k": "v"}'
+    assert "aws_session" not in json.dumps(made.runtime_env) + json.dumps(made.metadata)
+
+
+# --- where the storage is ------------------------------------------------------------------------
+
+
+def test_a_local_storage_path_needs_a_shared_filesystem():
+    op = operator(storage_path="/data/checkpoints", ray_conn_id="ray_remote")
+    op.__dict__["hook"] = SimpleNamespace(endpoint=SimpleNamespace(shared_storage=False))
+    with pytest.raises(InvalidParameterError) as err:
+        op.execute(context())
+    message = str(err.value)
+    assert err.value.parameter == "storage_path" and message.startswith("Invalid storage_path='/data/checkpoints': ")
+    assert "connection 'ray_remote'" in message and '{"shared_storage": true}' in message
+    assert "s3://bucket/prefix" in message
+
+
+class ReachedTheCluster(Exception):
+    pass
+
+
+class SharedButUnreachable:
+    def __init__(self, shared):
+        self.endpoint = SimpleNamespace(shared_storage=shared)
+
+    def get_job_info(self, sid):
+        raise ReachedTheCluster(sid)
+
+
+@pytest.mark.parametrize("storage_path, shared", [("/data/checkpoints", True), ("s3://bucket/prefix", False)])
+def test_shared_or_s3_storage_passes_that_check(storage_path, shared):
+    op = operator(storage_path=storage_path)
+    op.__dict__["hook"] = SharedButUnreachable(shared)
+    with pytest.raises(ReachedTheCluster):
+        op.execute(context())
+
+
+# --- a whole task run against the stand-in dashboard ---------------------------------------------
+
+
+def cluster_that_trains(*, ends="SUCCEEDED", log=("epoch 0", "epoch 1", "done")):
+    """Plays the Ray job of a submission: two polls RUNNING, then ``ends``; on success it leaves a
+    checkpoint and the result record where the runtime would."""
+
+    def on_submit(ray: FakeRay, call: dict):
+        spec = TrainingSpec.from_json(call["payload"][SPEC_FILE].decode())
+        if ends == "SUCCEEDED":
+            checkpoint = f"{spec.run_uri}/checkpoint_000001"
+            os.makedirs(checkpoint)
+            with open(f"{checkpoint}/model.pt", "wb") as f:
+                f.write(b"weights")
+            record = ResultRecord(submission_id=spec.submission_id, attempt=spec.attempt, storage_uri=spec.storage_uri,
+                                  run_uri=spec.run_uri, checkpoint_uri=checkpoint, best_checkpoint_uri=None,
+                                  metrics={"loss": 0.1}, world_size=spec.num_workers, trainer_api=spec.trainer_api,
+                                  resumed_from=spec.resume_from[0] if spec.resume_from else None)
+            Storage().write_bytes(spec.result_uri, record.to_json().encode())
+        meta = call["metadata"]
+        ray.set_job(spec.submission_id, {"status": "RUNNING", "metadata": meta},
+                    {"status": "RUNNING", "metadata": meta},
+                    {"status": ends, "metadata": meta, "message": f"job {ends.lower()}",
+                     "error_type": None if ends == "SUCCEEDED" else "JOB_ENTRYPOINT_COMMAND_ERROR"})
+        text = "".join(f"{line}\n" for line in log)
+        ray.logs[spec.submission_id] = [text[: len(text) // 2], text]
+
+    return on_submit
+
+
+def train_op(tmp_path, **kwargs):
+    return operator(storage_path=str(tmp_path), poll_interval_seconds=0.001, **kwargs)
+
+
+def test_a_task_run_trains_and_returns_the_verified_checkpoint(tmp_path, capsys):
+    ray = FakeRay(on_submit=cluster_that_trains())
+    op = train_op(tmp_path, num_workers=3)
+    op.__dict__["hook"] = ray
+    ctx = {**context(), "task_state_store": Store()}
+    result = op.execute(ctx)
+    sid = TASK_RUN.submission_id(1)
+    (call,) = ray.submitted
+    assert call["submission_id"] == sid and call["entrypoint"].startswith("python -m airflow_provider_horovod.")
+    assert result["submission_id"] == sid and result["attempt"] == 1 and result["world_size"] == 3
+    assert result["checkpoint_uri"] == f"{TASK_RUN.storage_uri(str(tmp_path))}/attempt-1/checkpoint_000001"
+    assert result["dashboard_url"] == ray.get_job_url(sid) and result["metrics"] == {"loss": 0.1}
+    xcoms = ctx["ti"].xcoms
+    assert xcoms[XCOM_SUBMISSION_ID] == sid and xcoms[XCOM_CHECKPOINT_URI] == result["checkpoint_uri"]
+    assert xcoms[RayJobLink().xcom_key] == ray.get_job_url(sid)
+    assert ctx["task_state_store"][LOG_CURSOR_KEY] == {"submission_id": sid, "lines": 3}
+    out = capsys.readouterr().out
+    assert [out.count(f"[ray] {line}") for line in ("epoch 0", "epoch 1", "done")] == [1, 1, 1]
+    assert op.submission_id == sid
+
+
+def test_clearing_a_succeeded_task_trains_again(tmp_path):
+    ray = FakeRay(on_submit=cluster_that_trains())
+    first = train_op(tmp_path)
+    first.__dict__["hook"] = ray
+    assert first.execute(context())["attempt"] == 1
+    again = train_op(tmp_path)
+    again.__dict__["hook"] = ray
+    result = again.execute(context(try_number=2))
+    assert result["attempt"] == 2 and result["resumed_from"] is None
+    assert [c["submission_id"] for c in ray.submitted] == [TASK_RUN.submission_id(1), TASK_RUN.submission_id(2)]
+
+
+def test_a_failed_job_fails_the_try_and_the_retry_resumes(tmp_path):
+    ray = FakeRay(on_submit=cluster_that_trains(ends="FAILED", log=("Traceback", "ValueError: nan loss")))
+    op = train_op(tmp_path)
+    op.__dict__["hook"] = ray
+    with pytest.raises(RayJobError) as err:
+        op.execute(context())
+    assert "ended FAILED (JOB_ENTRYPOINT_COMMAND_ERROR)" in str(err.value)
+    assert str(err.value).endswith("Traceback\nValueError: nan loss")
+
+    ray.on_submit = cluster_that_trains()
+    retry = train_op(tmp_path)
+    retry.__dict__["hook"] = ray
+    result = retry.execute(context(try_number=2))
+    assert result["attempt"] == 2
+    spec = TrainingSpec.from_json(ray.submitted[1]["payload"][SPEC_FILE].decode())
+    assert spec.resume_from == [attempt_dir(TASK_RUN.storage_uri(str(tmp_path)), 1)]
+    assert result["resumed_from"] == spec.resume_from[0]
+
+
+def test_a_retry_reattaches_and_repeats_no_log_line(tmp_path, capsys):
+    sid = TASK_RUN.submission_id(1)
+    ray = FakeRay(on_submit=cluster_that_trains())
+    op = train_op(tmp_path)
+    op.__dict__["hook"] = ray
+    store = Store()
+    op.execute({**context(), "task_state_store": store})
+    capsys.readouterr()
+    # A worker died after the job had ended, before the task did: the next try finds the job.
+    ray.jobs[sid] = [{"status": "SUCCEEDED", "metadata": ray.submitted[0]["metadata"]}]
+    ray.logs[sid] = ["epoch 0\nepoch 1\ndone\nshutdown\n"]
+    os.remove(f"{TASK_RUN.storage_uri(str(tmp_path))}/attempt-1/consumed.json")
+    retry = train_op(tmp_path)
+    retry.__dict__["hook"] = ray
+    assert retry.execute({**context(try_number=2), "task_state_store": store})["attempt"] == 1
+    out = capsys.readouterr().out
+    assert "[ray] shutdown" in out and "[ray] epoch" not in out and "[ray] done" not in out
+    assert len(ray.submitted) == 1
+
+
+def test_without_waiting_the_task_returns_the_job(tmp_path):
+    ray = FakeRay()
+    op = train_op(tmp_path, wait_for_completion=False)
+    op.__dict__["hook"] = ray
+    ctx = context()
+    sid = TASK_RUN.submission_id(1)
+    assert op.execute(ctx) == {"submission_id": sid, "dashboard_url": ray.get_job_url(sid),
+                               "storage_uri": TASK_RUN.storage_uri(str(tmp_path)), "attempt": 1}
+    assert ctx["ti"].xcoms[XCOM_SUBMISSION_ID] == sid and "get_job_logs" not in ray.calls
+
+
+def test_deferred_the_trigger_gets_the_job_and_the_cursor(tmp_path):
+    from airflow.sdk.exceptions import TaskDeferred
+
+    ray = FakeRay(on_submit=cluster_that_trains())
+    op = train_op(tmp_path, deferrable=True, pending_timeout_seconds=45, ray_conn_id="my_ray")
+    op.__dict__["hook"] = ray
+    sid = TASK_RUN.submission_id(1)
+    ctx = {**context(), "task_state_store": Store({LOG_CURSOR_KEY: {"submission_id": sid, "lines": 2}})}
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    classpath, kwargs = deferred.value.trigger.serialize()
+    assert classpath == "airflow_provider_horovod.triggers.ray.RayJobTrigger"
+    assert kwargs == {"submission_id": sid, "ray_conn_id": "my_ray", "poll_interval_seconds": 0.001,
+                      "pending_timeout_seconds": 45, "log_cursor": {"submission_id": sid, "lines": 2},
+                      "stream_logs": True}
+    assert deferred.value.method_name == "execute_complete"
+    assert ctx["ti"].xcoms[LOG_CURSOR_KEY] == {"submission_id": sid, "lines": 2}
+
+    # The trigger's event resumes a new operator instance.
+    event = JobEvent.from_info(sid, {"status": "SUCCEEDED", "metadata": ray.submitted[0]["metadata"]},
+                               log_cursor={"submission_id": sid, "lines": 3})
+    resumed = train_op(tmp_path, deferrable=True)
+    resumed.__dict__["hook"] = ray
+    result = resumed.execute_complete(ctx, json.loads(json.dumps(event.to_dict())))
+    assert result["checkpoint_uri"].endswith("/attempt-1/checkpoint_000001")
+    assert ctx["task_state_store"][LOG_CURSOR_KEY] == {"submission_id": sid, "lines": 3}
+    assert ctx["ti"].xcoms[XCOM_CHECKPOINT_URI] == result["checkpoint_uri"]
+
+
+def test_resources_no_node_has_fail_before_submitting(tmp_path):
+    ray = FakeRay(cluster={"CPU": 8.0, "memory": 1e9})
+    op = train_op(tmp_path, use_gpu=True, num_workers=2)
+    op.__dict__["hook"] = ray
+    with pytest.raises(RayJobPendingTimeoutError) as err:
+        op.execute(context())
+    assert 'ask for {"GPU": 2.0}' in str(err.value) and "none of ['GPU']" in str(err.value)
+    assert "check_cluster_resources=False" in str(err.value) and ray.submitted == []
+
+    autoscaling = train_op(tmp_path, use_gpu=True, check_cluster_resources=False, wait_for_completion=False)
+    autoscaling.__dict__["hook"] = ray
+    autoscaling.execute(context())
+    assert len(ray.submitted) == 1
+
+
+def test_pending_too_long_stops_the_job_and_fails(tmp_path):
+    def stays_pending(ray, call):
+        ray.set_job(call["submission_id"], {"status": "PENDING", "metadata": call["metadata"],
+                                            "start_time": (time.time() - 60) * 1000})
+
+    ray = FakeRay(on_submit=stays_pending, cluster={"CPU": 1.0})
+    op = train_op(tmp_path, num_workers=4, pending_timeout_seconds=5)
+    op.__dict__["hook"] = ray
+    with pytest.raises(RayJobError) as err:
+        op.execute(context())
+    message = str(err.value)
+    assert "stayed PENDING for 60 s" in message and 'ask for {"CPU": 4.0}' in message
+    assert 'the cluster has {"CPU": 1.0}' in message
+    assert ray.stopped == [TASK_RUN.submission_id(1)]
+
+
+def test_a_killed_task_stops_its_job(tmp_path):
+    def runs_forever(ray, call):
+        ray.set_job(call["submission_id"], {"status": "RUNNING", "metadata": call["metadata"]})
+
+    ray = FakeRay(on_submit=runs_forever)
+    op = train_op(tmp_path)
+    op.__dict__["hook"] = ray
+    outcome = {}
+
+    def run():
+        try:
+            op.execute(context())
+        except Exception as err:
+            outcome["error"] = err
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    deadline = time.time() + 10
+    while op.submission_id is None and time.time() < deadline:
+        time.sleep(0.01)
+    op.on_kill()
+    worker.join(10)
+    assert not worker.is_alive()
+    assert isinstance(outcome.get("error"), RayJobError) and "Task killed" in str(outcome["error"])
+    assert ray.stopped == [TASK_RUN.submission_id(1)]
+
+
+def test_on_kill_before_a_job_exists_does_nothing():
+    op = operator()
+    op.__dict__["hook"] = Untouchable()
+    op.on_kill()
+
+
+def test_forwarded_credentials_travel_in_the_payload_only(tmp_path, s3, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_FWD", json.dumps({
+        "conn_type": "aws", "login": "AKIAFWDTEST000000001", "password": "long-lived-secret",
+        "extra": {"endpoint_url": s3.endpoint_url, "region_name": "us-east-1"}}))
+    ray = FakeRay()
+    op = train_op(tmp_path, forward_aws_credentials=True, aws_conn_id="aws_fwd", aws_credentials_ttl_seconds=900,
+                  wait_for_completion=False)
+    op.__dict__["hook"] = ray
+    op.execute(context())
+    (call,) = ray.submitted
+    session = json.loads(call["payload"]["aws_session.json"])
+    assert session["aws_session_token"] and session["endpoint_url"] == s3.endpoint_url
+    visible = json.dumps(call["runtime_env"]) + json.dumps(call["metadata"]) + call["entrypoint"]
+    assert session["aws_secret_access_key"] not in visible and session["aws_session_token"] not in visible
+    assert "long-lived-secret" not in json.dumps({k: v.decode("latin-1") for k, v in call["payload"].items()})
+
+
+def test_a_missing_aws_connection_fails_before_submitting(tmp_path, monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_AWS_NOPE", raising=False)
+    op = train_op(tmp_path, aws_conn_id="aws_nope")
+    op.__dict__["hook"] = Untouchable()
+    with pytest.raises(InvalidParameterError, match="create it \\(type aws\\)"):
+        op.execute(context())

@@ -1,0 +1,70 @@
+"""The two environments, as deployed: Airflow's (the provider from its wheel, no training stack) and
+the cluster's (Ray, torch, the patched Horovod); and the embedded local cluster, which needs the
+cluster side where Airflow runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support.cluster import REPO, cluster_python
+
+import airflow_provider_horovod
+from airflow_provider_horovod.local import _cluster_pids
+
+pytestmark = pytest.mark.integration
+
+
+def test_airflow_runs_the_provider_from_its_wheel_without_the_training_stack():
+    assert "site-packages" in airflow_provider_horovod.__file__, airflow_provider_horovod.__file__
+    for module in ("torch", "horovod", "ray"):
+        assert importlib.util.find_spec(module) is None, f"{module} is installed where Airflow runs"
+
+
+def test_the_embedded_cluster_needs_the_cluster_side(airflow_db, monkeypatch):
+    from airflow_provider_horovod.exceptions import MissingExtraError
+    from airflow_provider_horovod.hooks.ray import RayHook
+
+    monkeypatch.delenv("AIRFLOW_CONN_RAY_DEFAULT", raising=False)
+    with pytest.raises(MissingExtraError) as err:
+        RayHook().get_job_info("ahp-x-a1")
+    message = str(err.value)
+    assert "pip install 'airflow-provider-horovod[cluster]'" in message
+    assert "python -m airflow_provider_horovod.build_horovod" in message and "ray_default" in message
+
+
+def test_the_embedded_cluster_runs_a_job_where_the_cluster_side_is_installed(tmp_path):
+    """No ray_default connection, in the environment that has Airflow and the cluster side together
+    (`make demo`'s): the hook starts a local Ray head, runs the job, and the result reaches XCom."""
+    bin_dir = Path(cluster_python()).parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_CONN_", "AWS_"))}
+    env.update({"AIRFLOW_HOME": str(tmp_path / "home"), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags"),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
+    try:
+        subprocess.run([str(bin_dir / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True,
+                       timeout=300)
+        run = subprocess.run([str(bin_dir / "airflow"), "dags", "test", "ahp_embedded"], env=env,
+                             capture_output=True, text=True, timeout=600)
+        output = run.stdout + run.stderr
+        assert run.returncode == 0, output[-4000:]
+        assert f"{sys.version_info[0]}.{sys.version_info[1]}" in output  # the job's Python answered
+        assert "Submitting Ray job" in output
+        # The embedded head stays up for the next task; `local` tells where, and stops it.
+        cli = [cluster_python(), "-m", "airflow_provider_horovod.local"]
+        status = subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0 and "running: http://127.0.0.1:" in status.stdout
+        state = tmp_path / "home" / "ray-local"
+        token = (state / "auth_token").read_text()
+        assert oct((state / "auth_token").stat().st_mode & 0o777) == "0o600" and token not in output + status.stdout
+        temp_dir = json.loads((state / "cluster.json").read_text())["temp_dir"]
+        assert _cluster_pids(temp_dir)
+    finally:
+        down = subprocess.run([cluster_python(), "-m", "airflow_provider_horovod.local", "down"], env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0 and _cluster_pids(temp_dir) == []
+    assert subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=60).returncode == 1
