@@ -30,8 +30,8 @@ demo: setup
 # oldest supported Airflow's share. Test files stay in the checkout; the slowest tests are listed.
 test: setup-test
 	$(CLUSTER_VENV)/bin/python -m pytest $(PYTEST) --basetemp=.test-airflow/pytest-cluster tests/unit/runtime
-	$(AIRFLOW_VENV)/bin/pytest $(PYTEST) --basetemp=.test-airflow/pytest tests --ignore=tests/unit/runtime
-	$(OLDEST_VENV)/bin/pytest $(PYTEST) --basetemp=.test-airflow/pytest-oldest -m oldest_airflow tests/integration
+	$(AIRFLOW_VENV)/bin/pytest $(PYTEST) --basetemp=.test-airflow/pytest -m "not cross_python" tests --ignore=tests/unit/runtime
+	$(OLDEST_VENV)/bin/pytest $(PYTEST) --basetemp=.test-airflow/pytest-oldest -m "oldest_airflow or cross_python" tests/integration
 
 # Benchmarks (not tests): writes bench/results.md, raw data in bench/out/.
 bench: setup

@@ -17,6 +17,7 @@ RESULT_VERSION = 1
 SPEC_FILE = "spec.json"
 RESULT_FILE = "result.json"
 RETURN_VALUE_FILE = "return_value.json"
+TIMELINE_FILE = "horovod_timeline.json"
 # Written by the Airflow side once a task try has consumed an attempt's result: a later try of the
 # same task run (a user clearing a succeeded task) then trains again instead of reusing it.
 CONSUMED_FILE = "consumed.json"
@@ -97,6 +98,10 @@ class TrainingSpec:
     pending_timeout_s: float | None = None
     # The Airflow side's Python ("3.12"): a pickled function loads only on the same minor version.
     python_version: str = ""
+    # Read the datasets before the workers start (see runtime.trainers.materialized).
+    materialize_datasets: bool = True
+    # Record Horovod's timeline on rank 0 and keep it next to the checkpoints.
+    horovod_timeline: bool = False
     # ``@task.horovod``: every worker calls ``train_fn(*train_args, **train_kwargs)`` (no config).
     train_args: list[Any] | None = None
     train_kwargs: dict[str, Any] | None = None
@@ -105,6 +110,15 @@ class TrainingSpec:
     @property
     def run_uri(self) -> str:
         return attempt_dir(self.storage_uri, self.attempt)
+
+    @property
+    def timeline_uri(self) -> str:
+        return f"{self.run_uri}/{TIMELINE_FILE}"
+
+    @property
+    def timeline_local_path(self) -> str:
+        """Where Horovod writes the timeline on the node of rank 0, before it is stored."""
+        return f"/tmp/ahp-horovod-timeline-{self.submission_id}.json"
 
     @property
     def return_value_uri(self) -> str:
@@ -173,6 +187,8 @@ class ResultRecord:
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     # What the training function returned on rank 0 (JSON).
     return_value: Any = None
+    # Horovod's timeline (Chrome tracing JSON) of rank 0, when it was recorded.
+    timeline_uri: str | None = None
     version: int = RESULT_VERSION
 
     def to_json(self) -> str:

@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 from urllib.parse import urlparse
 
 from airflow_provider_horovod.exceptions import HorovodProviderError, MissingExtraError
@@ -161,6 +162,48 @@ class Storage:
         with self._request(uri):
             self._s3.put_object(Bucket=bucket, Key=key, Body=body)
 
+    def swap_json(self, uri: str, update: Callable[[Any], Any], tries: int = 10) -> tuple[Any, Any]:
+        """Replace a small JSON record by ``update(current)`` (None: leave it), atomically against
+        other writers: a lock file beside a local record, a conditional PUT (If-Match / If-None-Match)
+        for S3, tried again when another writer came first. Returns (before, written or None)."""
+        scheme, path = split_uri(uri)
+        if scheme == "":
+            import fcntl
+
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path + ".lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                before = self.read_json(uri)
+                after = update(before)
+                if after is not None:
+                    self.write_json(uri, after)
+                return before, after
+        from botocore.exceptions import ClientError
+
+        bucket, _, key = path.partition("/")
+        for _ in range(tries):
+            with self._request(uri):
+                try:
+                    answer = self._s3.get_object(Bucket=bucket, Key=key)
+                    before, condition = json.loads(answer["Body"].read()), {"IfMatch": answer["ETag"]}
+                except self._s3.exceptions.NoSuchKey:
+                    before, condition = None, {"IfNoneMatch": "*"}
+            after = update(before)
+            if after is None:
+                return before, None
+            try:
+                with self._request(uri):
+                    self._s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(after, sort_keys=True).encode(),
+                                        **condition)
+                return before, after
+            except StorageUnavailableError as err:
+                cause = err.__cause__
+                if not (isinstance(cause, ClientError) and cause.response.get("Error", {}).get("Code") in (
+                        "PreconditionFailed", "ConditionalRequestConflict", "412")):
+                    raise
+        raise StorageUnavailableError(f"Storage {uri} cannot be updated: other writers kept changing it "
+                                      f"({tries} tries).")
+
     def exists(self, uri: str) -> bool:
         return self.read_text(uri) is not None
 
@@ -225,7 +268,7 @@ def check_aws_conn_id(aws_conn_id: str | None) -> None:
     if not aws_conn_id:
         return
     from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
+    from airflow.providers.common.compat.sdk import AirflowNotFoundException
 
     from airflow_provider_horovod.exceptions import InvalidParameterError
 

@@ -4,6 +4,12 @@ Each run works on its own data interval and writes under its own storage folder,
 reruns never overwrite each other. Everything heavy runs on the Ray cluster; the Airflow tasks only
 move small JSON records.
 
+Runs of several days (``airflow backfill create --dag-id horovod_retraining --from-date 2026-11-01
+--to-date 2026-11-07 --max-active-runs 1``) may overlap with the daily run: ``train`` takes at most
+one training at a time in this DAG (``max_active_tis_per_dag``), so they queue in Airflow, where the
+waiting shows, rather than in Ray; and the champion only moves to a newer day's model that scores
+better, so no run moves it backwards. Unpausing the DAG runs today's interval only (``catchup=False``).
+
 - ``prepare_data`` (``@task.ray``) writes the run's training and holdout data as parquet. Here it is a
   small synthetic regression problem generated from the logical date; a real pipeline reads the
   data interval from its warehouse or lake instead.
@@ -13,9 +19,10 @@ move small JSON records.
   URI to XCom.
 - ``evaluate`` (``@task.ray``) loads the model from that checkpoint where torch is, on the cluster,
   and scores it on the holdout data next to the untrained baseline.
-- ``promote`` moves the champion pointer (a small JSON record in storage) to the new checkpoint,
-  atomically, when it beats the champion; then ``publish_champion`` emits an Asset event for
-  downstream DAGs, carrying the new checkpoint URI (it is skipped, emitting nothing, otherwise).
+- ``promote`` moves the champion pointer (a small JSON record in storage) to the new checkpoint when
+  it comes from a newer day and beats the champion, as one compare-and-swap (a lock beside a local
+  record, a conditional write on S3); then ``publish_champion`` emits an Asset event for downstream
+  DAGs, carrying the new checkpoint URI (it is skipped, emitting nothing, otherwise).
 
 Where it runs. With no ``ray_default`` connection it trains on an embedded local Ray cluster and
 stores everything under ``$AIRFLOW_HOME/horovod-storage``. For a real cluster and bucket:
@@ -53,8 +60,7 @@ CHAMPION_ASSET = Asset(name="horovod_retraining_champion")
 @dag(
     schedule="@daily",
     start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
-    catchup=True,
-    max_active_runs=1,  # runs promote one after another, so the champion moves in date order
+    catchup=False,  # a backfill is asked for (airflow backfill create), not started by unpausing
     tags=["horovod", "retraining", "example"],
 )
 def horovod_retraining():
@@ -87,6 +93,9 @@ def horovod_retraining():
         num_workers=2,
         storage_path=STORAGE,
         checkpoint_num_to_keep=2,
+        # One training at a time from this DAG: a backfill's runs queue here, visibly. Size it (or an
+        # Airflow pool, pool_slots per training) to what the Ray cluster fits.
+        max_active_tis_per_dag=1,
     )
     data >> train
 
@@ -99,17 +108,14 @@ def horovod_retraining():
         return {"checkpoint_uri": result["checkpoint_uri"], **scores, "submission_id": result["submission_id"]}
 
     @task
-    def promote(evaluation: dict, run_id=None) -> dict:
-        """Move the champion pointer to the new checkpoint when it is better."""
+    def promote(evaluation: dict, ds=None, run_id=None) -> dict:
+        """Move the champion pointer to the new checkpoint when it is newer and better."""
+        from airflow_provider_horovod.examples.retraining import challenge
         from airflow_provider_horovod.storage import Storage
 
-        storage = Storage()
-        champion = storage.read_json(CHAMPION)
-        promoted = champion is None or evaluation["holdout_mse"] < champion["holdout_mse"]
-        if promoted:
-            # One atomic write (rename or single S3 put): readers see the old or the new pointer.
-            storage.write_json(CHAMPION, {**evaluation, "run_id": run_id})
-        summary = {**evaluation, "promoted": promoted,
+        candidate = {**evaluation, "logical_date": ds, "run_id": run_id}
+        champion, promoted = Storage().swap_json(CHAMPION, lambda current: challenge(current, candidate))
+        summary = {**candidate, "promoted": promoted is not None,
                    "champion_mse_before": champion["holdout_mse"] if champion else None}
         print("AHP_RETRAINING " + json.dumps(summary))
         return summary
@@ -117,7 +123,7 @@ def horovod_retraining():
     @task(outlets=[CHAMPION_ASSET])
     def publish_champion(summary: dict, outlet_events=None) -> None:
         """An Asset event for downstream DAGs, only when the champion moved: a skipped task emits none."""
-        from airflow.sdk.exceptions import AirflowSkipException
+        from airflow.providers.common.compat.sdk import AirflowSkipException
 
         if not summary["promoted"]:
             raise AirflowSkipException("The champion stays; nothing new for downstream DAGs.")

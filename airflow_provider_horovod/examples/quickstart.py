@@ -41,7 +41,7 @@ def make_dataset(n: int = 256):
     return ray.data.from_items([{"x": x, "y": target(x)} for x in xs])
 
 
-def train_func(config: dict) -> None:
+def train_func(config: dict) -> dict:
     import tempfile
 
     import horovod.torch as hvd
@@ -68,6 +68,7 @@ def train_func(config: dict) -> None:
     loss_fn = nn.MSELoss()
     shard = ray.train.get_dataset_shard("train")
     context = ray.train.get_context()
+    loss_value = None
     for epoch in range(start_epoch, config.get("num_epochs", 5)):
         model.train()
         for batch in shard.iter_torch_batches(batch_size=config.get("batch_size", 16), dtypes=torch.float32):
@@ -88,6 +89,8 @@ def train_func(config: dict) -> None:
                 ray.train.report(metrics, checkpoint=Checkpoint.from_directory(folder))
         else:
             ray.train.report(metrics)
+    # Rank 0's return value reaches XCom (as `return_value`).
+    return {"loss": loss_value, "epochs": config.get("num_epochs", 5), "lr": config.get("lr", 0.1)}
 
 
 def load_model(checkpoint_dir: str):

@@ -147,3 +147,13 @@ def _fs(uri: str):
     if "://" not in uri:
         return pyarrow.fs.LocalFileSystem(), os.path.abspath(uri)
     return pyarrow.fs.FileSystem.from_uri(uri)
+
+
+def challenge(champion: dict | None, candidate: dict) -> dict | None:
+    """The new champion record when ``candidate`` takes over, else None. It takes over from no
+    champion, or from an older logical date's that it beats: runs that overlap or finish out of
+    order (a backfill beside the daily run) never move the champion back to older data."""
+    if champion is None:
+        return candidate
+    newer = candidate["logical_date"] > champion.get("logical_date", "")
+    return candidate if newer and candidate["holdout_mse"] < champion["holdout_mse"] else None

@@ -161,7 +161,7 @@ class RayHook(BaseHook):
 
     @cached_property
     def endpoint(self) -> RayEndpoint:
-        from airflow.sdk.exceptions import AirflowNotFoundException
+        from airflow.providers.common.compat.sdk import AirflowNotFoundException
 
         if self._async_endpoint is not None:  # read already by an async call
             return self._async_endpoint
@@ -176,7 +176,7 @@ class RayHook(BaseHook):
             self._async_endpoint = self.endpoint
         if self._async_endpoint is None:
             from airflow.providers.common.compat.connection import get_async_connection
-            from airflow.sdk.exceptions import AirflowNotFoundException
+            from airflow.providers.common.compat.sdk import AirflowNotFoundException
 
             try:
                 conn = await get_async_connection(self.ray_conn_id, self)

@@ -46,6 +46,10 @@ class LogReader:
             if text is None:
                 return []  # the driver has not written its log yet
             window = Window.of(text, asked)
+            if final and window.partial:
+                # The job has ended: its unterminated last line is complete, and is one of the lines
+                # the cursor counts once streamed (a re-attach to the ended job finds it there).
+                window = Window([*window.lines, window.partial], whole=window.whole)
             if window.whole and len(window.lines) < cursor.lines:
                 raise HorovodProviderError(
                     f"the log is shorter ({len(window.lines)} lines) than what was already streamed ({cursor.lines} "
@@ -58,10 +62,13 @@ class LogReader:
         self.window = max(MIN_WINDOW, 2 * (len(new) + TAIL_LINES))
         self.last_lines = (window.lines + ([window.partial] if window.partial else []))[-LOG_TAIL_LINES:]
         self.partial = window.partial
-        return new + ([window.partial] if final and window.partial else [])
+        return new
 
     async def last(self, hook: RayHook, info: dict | None) -> list[str]:
         """The log's last lines (a failure's message shows them)."""
         node = (info or {}).get("driver_node_id")
         text = await hook.a_get_log_tail(node, self.submission_id, LOG_TAIL_LINES) if node else None
-        return Window.of(text, LOG_TAIL_LINES).lines[-LOG_TAIL_LINES:] if text else []
+        if not text:
+            return []
+        window = Window.of(text, LOG_TAIL_LINES)
+        return (window.lines + ([window.partial] if window.partial else []))[-LOG_TAIL_LINES:]

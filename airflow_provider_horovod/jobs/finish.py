@@ -98,6 +98,7 @@ def result_dict(record: ResultRecord, *, submission_id: str, dashboard_url: str)
         "resumed_from": record.resumed_from,
         "timings": record.timings,
         "return_value": record.return_value,
+        "timeline_uri": record.timeline_uri,
     }
 
 

@@ -47,10 +47,12 @@ async def follow_job(hook: RayHook, submission_id: str, *, policy: WaitPolicy, c
         cursor = result.cursor
         if result.timeout is not None:
             await hook.a_stop_job(submission_id)
-            try:
-                cluster = await hook.a_get_cluster_resources()
-            except HorovodProviderError:
-                cluster = None
+            cluster = None
+            if not result.timeout.stalled:
+                try:
+                    cluster = await hook.a_get_cluster_resources()
+                except HorovodProviderError:
+                    pass
             return result.timeout.event(cluster, cursor)
         if result.event is not None:
             return result.event

@@ -37,24 +37,30 @@ class LogCursor:
     submission_id: str
     lines: int = 0
     tail: tuple[str, ...] = ()
+    # When the job last showed progress (a new line; its start while running), epoch seconds.
+    progress_at: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"submission_id": self.submission_id, "lines": self.lines, "tail": list(self.tail)}
+        return {"submission_id": self.submission_id, "lines": self.lines, "tail": list(self.tail),
+                "progress_at": self.progress_at}
 
     @classmethod
     def from_dict(cls, data: Any, submission_id: str) -> LogCursor:
         """The saved cursor when it is one of this job's; else the start of the log."""
         if isinstance(data, dict) and data.get("submission_id") == submission_id:
-            return cls(submission_id, int(data.get("lines") or 0), tuple(data.get("tail") or ()))
+            return cls(submission_id, int(data.get("lines") or 0), tuple(data.get("tail") or ()),
+                       float(data.get("progress_at") or 0.0))
         return cls(submission_id)
 
     def furthest(self, other: LogCursor) -> LogCursor:
         return self if self.lines >= other.lines else other
 
-    def advanced(self, lines: Sequence[str]) -> LogCursor:
-        """The cursor after ``lines`` more."""
+    def advanced(self, lines: Sequence[str], now: float | None = None) -> LogCursor:
+        """The cursor after ``lines`` more (seen at ``now``, when given: progress)."""
+        if not lines:
+            return self
         tail = (*self.tail, *(digest(line) for line in lines[-TAIL_LINES:]))[-TAIL_LINES:]
-        return LogCursor(self.submission_id, self.lines + len(lines), tail)
+        return LogCursor(self.submission_id, self.lines + len(lines), tail, now or self.progress_at)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,12 +84,24 @@ def place(window: Window, cursor: LogCursor) -> list[str] | None:
     shorter than what is new, or the cursor's last lines recur in it): ask for a longer one."""
     if window.whole:
         return window.lines[cursor.lines:]
-    if not cursor.lines or not cursor.tail:
-        return None  # everything since the start is new: only the whole log has it
+    if len(cursor.tail) < TAIL_LINES:
+        # The cursor is in the log's first lines (or has no digests): so few lines recur by chance
+        # (a blank line, a banner) and would be found in the wrong place. Only the whole log places
+        # it; that log is hardly longer than what is new.
+        return None
     digests = [digest(line) for line in window.lines]
     k = len(cursor.tail)
     found = [p for p in range(len(digests) - k + 1) if tuple(digests[p:p + k]) == cursor.tail]
-    return window.lines[found[0] + k:] if len(found) == 1 else None
+    if len(found) != 1:
+        return None
+    start = found[0]
+    # Lines that repeat themselves with a shift (a run of identical lines: every shift) may be the
+    # cursor's own only in part, its first ones before the window: then the window shows fewer of the
+    # new lines than came. Only a shift longer than the lines the window shows before them rules it out.
+    tail = cursor.tail
+    if any(tail[shift:] == tail[:k - shift] for shift in range(start + 1, k)):
+        return None
+    return window.lines[start + k:]
 
 
 def lines_after(text: str, count: int) -> list[str]:

@@ -92,6 +92,9 @@ def training_request(spec: TrainingSpec, files: dict[str, bytes], runtime_env: d
     # Train V2 routes a worker's print() to a logger and, as Ray's workers replace sys.stdout, to
     # stdout as well: every line would be in the job's log twice.
     env_vars = {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0", **spec.horovod_env}
+    if spec.horovod_timeline:
+        # Every rank reads it; rank 0 writes there, and the runtime stores it beside the checkpoints.
+        env_vars["HOROVOD_TIMELINE"] = spec.timeline_local_path
     if spec.trainer_api == "legacy":
         # Ray 2.60 refuses HorovodTrainer under Train V2; the driver and the workers need the flag
         # before ray.train is imported.

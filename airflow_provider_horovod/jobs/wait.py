@@ -16,9 +16,12 @@ from airflow_provider_horovod.jobs.protocol import META_RESOURCES, JobEvent, Job
 
 @dataclasses.dataclass(frozen=True)
 class WaitPolicy:
-    """:param pending_timeout_s: fail (and stop the job) when it stays PENDING longer; None: no limit."""
+    """:param pending_timeout_s: fail (and stop the job) when it stays PENDING longer; None: no limit.
+    :param stall_timeout_s: fail (and stop the job) when, running, it shows no progress (no new line
+        in its log; Ray Train logs every report) for longer; None: no limit."""
 
     pending_timeout_s: float | None = None
+    stall_timeout_s: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,18 +38,20 @@ class Poll:
 
 @dataclasses.dataclass(frozen=True)
 class Timeout:
-    """The job waited too long for its resources; the shell stops it and asks what the cluster has."""
+    """The job waited too long for its resources, or stalled: the shell stops it (and, for the
+    resources, asks what the cluster has)."""
 
     submission_id: str
     status: str
     waited_s: float
     asked: dict
     info: dict
+    stalled: bool = False
 
     def event(self, cluster: dict | None, cursor: LogCursor) -> JobEvent:
-        return JobEvent.error(self.submission_id, pending_timeout_message(
-            self.submission_id, self.status, self.waited_s, self.asked, cluster),
-            info=self.info, log_cursor=cursor.to_dict())
+        message = (stall_message(self.submission_id, self.waited_s) if self.stalled else
+                   pending_timeout_message(self.submission_id, self.status, self.waited_s, self.asked, cluster))
+        return JobEvent.error(self.submission_id, message, info=self.info, log_cursor=cursor.to_dict())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +66,7 @@ class Step:
 
 def step(policy: WaitPolicy, cursor: LogCursor, poll: Poll) -> Step:
     sid = cursor.submission_id
-    cursor = cursor.advanced(poll.lines)
+    cursor = cursor.advanced(poll.lines, poll.now)
     info = poll.info
     if info is None:
         return Step(cursor, poll.lines, JobEvent.error(
@@ -76,6 +81,12 @@ def step(policy: WaitPolicy, cursor: LogCursor, poll: Poll) -> Step:
         waited = poll.now - (info.get("start_time") or poll.now * 1000) / 1000
         if waited > policy.pending_timeout_s:
             return Step(cursor, poll.lines, timeout=Timeout(sid, status.value, waited, requested_resources(info), info))
+    if status is JobStatus.RUNNING and policy.stall_timeout_s:
+        if not cursor.progress_at:  # the stall clock starts when the job is first seen running
+            cursor = dataclasses.replace(cursor, progress_at=poll.now)
+        quiet = poll.now - cursor.progress_at
+        if quiet > policy.stall_timeout_s:
+            return Step(cursor, poll.lines, timeout=Timeout(sid, status.value, quiet, {}, info, stalled=True))
     return Step(cursor, poll.lines)
 
 
@@ -95,4 +106,13 @@ def pending_timeout_message(submission_id: str, status: str, waited_s: float, as
         f"Its workers ask for {json.dumps(asked, sort_keys=True)}; the cluster has {have}. "
         "Give the cluster those resources, lower num_workers/resources_per_worker, or raise "
         "pending_timeout_seconds. The job was stopped."
+    )
+
+
+def stall_message(submission_id: str, quiet_s: float) -> str:
+    return (
+        f"Ray job {submission_id} showed no progress for {quiet_s:.0f} s (stall_timeout_seconds): no new line in "
+        "its log, where Ray Train logs every report. The job was stopped; the task's retry runs the next attempt, "
+        "resuming from the last checkpoint. Raise stall_timeout_seconds if a step of the training runs that long "
+        "quietly."
     )

@@ -67,8 +67,17 @@ class HorovodTrainOperator(BaseRayJobOperator):
         longer than the training may run.
     :param check_cluster_resources: fail before submitting when the cluster has none of a resource
         the workers ask for. Turn off for autoscaling clusters that add such nodes on demand.
+    :param horovod_timeline: record Horovod's timeline on rank 0 (Chrome-tracing JSON, as
+        ``HOROVOD_TIMELINE`` does) and store it next to the attempt's checkpoints; its URI is in XCom as
+        ``timeline_uri``. Off by default: it slows training markedly.
+    :param materialize_datasets: read the datasets into Ray's object store before the workers start
+        (default). A training waiting for its workers then holds none of the CPUs its reads need, so
+        trainings queued on a busy cluster run one after another instead of starving each other.
+        False: stream them while the workers train, for datasets bigger than the object store (give
+        Ray Data CPUs of its own then: a cluster whose CPUs all go to workers cannot read).
     :param storage_path, aws_conn_id, ray_conn_id, deferrable, wait_for_completion, poll_interval_seconds,
-        pending_timeout_seconds: see :class:`~airflow_provider_horovod.operators.ray.BaseRayJobOperator`
+        pending_timeout_seconds, stall_timeout_seconds: see
+        :class:`~airflow_provider_horovod.operators.ray.BaseRayJobOperator`
         (``storage_path`` holds the checkpoints and the result record).
     """
 
@@ -105,6 +114,8 @@ class HorovodTrainOperator(BaseRayJobOperator):
         forward_aws_credentials: bool = False,
         aws_credentials_ttl_seconds: int = 12 * 3600,
         check_cluster_resources: bool = True,
+        materialize_datasets: bool = True,
+        horovod_timeline: bool = False,
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
@@ -126,6 +137,8 @@ class HorovodTrainOperator(BaseRayJobOperator):
         self.forward_aws_credentials = forward_aws_credentials
         self.aws_credentials_ttl_seconds = aws_credentials_ttl_seconds
         self.check_cluster_resources = check_cluster_resources
+        self.materialize_datasets = materialize_datasets
+        self.horovod_timeline = horovod_timeline
 
     # --- building the job: pure, and checked before anything is submitted ---------------------
 
@@ -174,6 +187,8 @@ class HorovodTrainOperator(BaseRayJobOperator):
             horovod_env=checks.check_horovod_env(self.horovod_env),
             pending_timeout_s=self.pending_timeout_seconds,
             python_version=python_version(),
+            materialize_datasets=checks.check_bool("materialize_datasets", self.materialize_datasets),
+            horovod_timeline=checks.check_bool("horovod_timeline", self.horovod_timeline),
             train_args=checks.check_args("op_args", call[0]) if call else None,
             train_kwargs=checks.check_json("op_kwargs", call[1]) if call else None,
         )

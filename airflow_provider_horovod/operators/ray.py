@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator, conf
+from airflow.providers.common.compat.sdk import conf
+from airflow.sdk import BaseOperator
 
 from airflow_provider_horovod import compat
 from airflow_provider_horovod.checks import check_bool, check_positive, check_ray_conn_id
@@ -44,7 +45,12 @@ class BaseRayJobOperator(BaseOperator):
         ``RayJobSensor`` waits).
     :param poll_interval_seconds: seconds between status polls.
     :param pending_timeout_seconds: fail (and stop the job) when it waits longer than this for
-        resources. None: wait without limit.
+        resources: the job's driver (the job PENDING) or a training's workers (the job RUNNING, its
+        worker group not started). None: wait without limit.
+    :param stall_timeout_seconds: fail (and stop the job) when, running, it shows no progress for
+        longer than this: no new line in its log (Ray Train logs every ``ray.train.report``). The
+        task's retry then runs the next attempt, resuming from the last checkpoint. None (default):
+        no limit.
     :param storage_path: root of the job's records (and checkpoints) (templated): ``s3://bucket/prefix``,
         or an absolute local path (``file://`` too) on the embedded cluster or on a filesystem shared
         by every Ray node and the Airflow workers. Each task run writes under its own folder.
@@ -59,9 +65,10 @@ class BaseRayJobOperator(BaseOperator):
     def __init__(self, *, ray_conn_id: str = "ray_default",
                  deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
                  wait_for_completion: bool = True, poll_interval_seconds: float = 1.0,
-                 pending_timeout_seconds: float | None = 600.0, storage_path: str | None = None,
-                 aws_conn_id: str | None = None, **kwargs) -> None:
+                 pending_timeout_seconds: float | None = 600.0, stall_timeout_seconds: float | None = None,
+                 storage_path: str | None = None, aws_conn_id: str | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.stall_timeout_seconds = stall_timeout_seconds
         self.ray_conn_id = ray_conn_id
         self.storage_path = storage_path
         self.aws_conn_id = aws_conn_id
@@ -121,12 +128,16 @@ class BaseRayJobOperator(BaseOperator):
                 "path is on a filesystem shared by every Ray node and the Airflow workers, set the extra "
                 f'{{"shared_storage": true}} on connection {self.ray_conn_id!r}.')
 
+    def wait_policy(self) -> WaitPolicy:
+        return WaitPolicy(pending_timeout_s=self.pending_timeout_seconds, stall_timeout_s=self.stall_timeout_seconds)
+
     def check_wait_parameters(self) -> None:
         check_ray_conn_id(self.ray_conn_id)
         check_bool("deferrable", self.deferrable)
         check_bool("wait_for_completion", self.wait_for_completion)
         check_positive("poll_interval_seconds", self.poll_interval_seconds)
         check_positive("pending_timeout_seconds", self.pending_timeout_seconds, allow_none=True)
+        check_positive("stall_timeout_seconds", self.stall_timeout_seconds, allow_none=True)
 
     def execute(self, context: Context) -> Any:
         self._killed = threading.Event()
@@ -150,6 +161,7 @@ class BaseRayJobOperator(BaseOperator):
                 trigger=RayJobTrigger(submission_id=sid, ray_conn_id=self.ray_conn_id,
                                       poll_interval_seconds=self.poll_interval_seconds,
                                       pending_timeout_seconds=self.pending_timeout_seconds,
+                                      stall_timeout_seconds=self.stall_timeout_seconds,
                                       log_cursor=cursor.to_dict()),
                 method_name="execute_complete",
                 timeout=self.execution_timeout,
@@ -168,7 +180,7 @@ class BaseRayJobOperator(BaseOperator):
 
         async def follow() -> JobEvent:
             try:
-                return await follow_job(self.hook, sid, policy=WaitPolicy(pending_timeout_s=self.pending_timeout_seconds),
+                return await follow_job(self.hook, sid, policy=self.wait_policy(),
                                         cursor=cursor, poll_interval_s=self.poll_interval_seconds, write=self.log.info,
                                         save_cursor=save, stopped=self._killed.is_set if self._killed else lambda: False)
             finally:

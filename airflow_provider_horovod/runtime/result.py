@@ -53,6 +53,13 @@ def read_json(uri: str):
         return json.loads(f.read().decode("utf-8"))
 
 
+def exists(uri: str) -> bool:
+    import pyarrow.fs
+
+    fs, path = _fs(uri)
+    return fs.get_file_info(path).type != pyarrow.fs.FileType.NotFound
+
+
 def write_text(uri: str, text: str) -> None:
     """Write in one step: a local temp file renamed into place, or a single S3 PUT."""
     body = text.encode("utf-8")

@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"AHP_ERROR {problem}", flush=True)
         return 1
     print(f"airflow-provider-horovod: task job {spec.submission_id}, attempt {spec.attempt}", flush=True)
+    from airflow_provider_horovod.runtime import checkpoint_io
+
+    checkpoint_io.install()  # a checkpoint read with ray.train.Checkpoint comes down at S3's speed
     try:
         value = load_callable(spec.function, folder)(*spec.args, **spec.kwargs)
     except Exception as err:  # the job must end FAILED with a readable reason

@@ -10,9 +10,18 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_horovod.functions import required_positional
+from airflow_provider_horovod.runtime import checkpoint_io
 from airflow_provider_horovod.runtime.payload import load_callable
 from airflow_provider_horovod.runtime.aws import read_session, s3_filesystem, session_env, with_env
-from airflow_provider_horovod.runtime.result import latest_checkpoint, read_json, to_uri, write_json, write_record
+from airflow_provider_horovod.runtime.result import (
+    exists,
+    latest_checkpoint,
+    read_json,
+    to_uri,
+    write_json,
+    write_record,
+    write_text,
+)
 from airflow_provider_horovod.spec import ResultRecord, TrainingSpec
 
 
@@ -39,6 +48,20 @@ def takes_config(fn: Callable) -> bool:
     return required_positional(fn) > 0
 
 
+def store_timeline(spec: TrainingSpec) -> None:
+    """After training, with the timeline on: Horovod closes it at shutdown; rank 0 stores it."""
+    if not spec.horovod_timeline:
+        return
+    import horovod.torch as hvd
+    import ray.train
+
+    hvd.shutdown()
+    if ray.train.get_context().get_world_rank() == 0 and os.path.exists(spec.timeline_local_path):
+        with open(spec.timeline_local_path, encoding="utf-8") as f:
+            write_text(spec.timeline_uri, f.read())
+        print(f"Horovod timeline: {spec.timeline_uri}", flush=True)
+
+
 def keep_rank0_return(value: Any, uri: str) -> None:
     """Rank 0 leaves what the training function returned where the driver reads it (JSON: it goes to XCom)."""
     import ray.train
@@ -56,23 +79,30 @@ def keep_rank0_return(value: Any, uri: str) -> None:
 def per_worker(spec: TrainingSpec, fn: Callable) -> Callable:
     """What Ray Train runs on every worker: the user's function, called as the spec says (with
     ``config``, or with the arguments of a ``@task.horovod`` call), its rank 0 return value kept.
-    Ray passes ``config`` only to a function with one parameter, so each wrapper has the right number."""
+    Ray passes ``config`` only to a function with one parameter, so each wrapper has the right number.
+    Each also routes the worker's checkpoint copies to and from S3 through boto3's transfer manager."""
     uri = spec.return_value_uri
     if spec.train_args is not None:
         args, kwargs = list(spec.train_args), dict(spec.train_kwargs or {})
 
         def called_with_arguments():
+            checkpoint_io.install()
             keep_rank0_return(fn(*args, **kwargs), uri)
+            store_timeline(spec)
 
         return called_with_arguments
     if takes_config(fn):
         def called_with_config(config):
+            checkpoint_io.install()
             keep_rank0_return(fn(config), uri)
+            store_timeline(spec)
 
         return called_with_config
 
     def called_bare():
+        checkpoint_io.install()
         keep_rank0_return(fn(), uri)
+        store_timeline(spec)
 
     return called_bare
 
@@ -95,27 +125,50 @@ def load_datasets(spec: TrainingSpec, folder: str, s3_fs=None) -> dict:
     return datasets
 
 
-def wait_for_resources(spec: TrainingSpec) -> None:
-    """Fail clearly when the workers' resources do not appear within the pending timeout.
+def pending_timeout_error(spec: TrainingSpec) -> PendingTimeoutError:
+    """The workers found no room in time: what they asked for, and what the cluster has."""
+    import ray
 
-    Ray Train would otherwise wait for ever for GPUs that no node has, the job RUNNING all along.
-    """
+    bundle = spec.worker_resources()
+    return PendingTimeoutError(
+        f"the {spec.num_workers} workers, each asking for {json.dumps(bundle, sort_keys=True)}, found no room "
+        f"within {worker_group_start_timeout_s(spec):g} s (pending_timeout_seconds); the cluster has "
+        f"{json.dumps(ray.cluster_resources(), sort_keys=True)} of which "
+        f"{json.dumps(ray.available_resources(), sort_keys=True)} are free. Give the cluster those resources, lower "
+        "num_workers/resources_per_worker, or raise pending_timeout_seconds.")
+
+
+def wait_for_resources(spec: TrainingSpec) -> None:
+    """Legacy trainer: fail clearly when the workers' resources do not appear within the pending
+    timeout (Train V1 would wait for ever for GPUs that no node has, the job RUNNING all along).
+    Train V2 waits for them itself, as long as the same timeout, and then fails the run."""
     if not spec.pending_timeout_s:
         return
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    bundle = spec.worker_resources()
-    group = placement_group([bundle] * spec.num_workers, strategy="PACK")
+    group = placement_group([spec.worker_resources()] * spec.num_workers, strategy="PACK")
     ready, _ = ray.wait([group.ready()], timeout=spec.pending_timeout_s)
     remove_placement_group(group)
     if not ready:
-        raise PendingTimeoutError(
-            f"the {spec.num_workers} workers, each asking for {json.dumps(bundle, sort_keys=True)}, found no "
-            f"room within {spec.pending_timeout_s:g} s (pending_timeout_seconds); the cluster has "
-            f"{json.dumps(ray.cluster_resources(), sort_keys=True)} of which "
-            f"{json.dumps(ray.available_resources(), sort_keys=True)} are free."
-        )
+        raise pending_timeout_error(spec)
+
+
+def startup_timed_out(err: BaseException) -> bool:
+    """Train V2 gave up waiting for its workers' resources (WorkerGroupStartupTimeoutError)."""
+    from airflow_provider_horovod.runtime.job import error_chain
+
+    chain = error_chain(err) + [getattr(e, "controller_failure", None) for e in error_chain(err)]
+    return any(type(e).__name__ == "WorkerGroupStartupTimeoutError" for e in chain if e is not None)
+
+
+def materialized(datasets: dict) -> dict:
+    """The datasets read before the workers start: a training waiting for its workers then holds
+    none of the CPUs its reads need, so trainings queued on a busy cluster run one after another
+    instead of starving each other's reads (Ray Data's read tasks need CPUs the workers hold)."""
+    if datasets:
+        print(f"Reading the datasets {sorted(datasets)} before the workers start.", flush=True)
+    return {name: dataset.materialize() for name, dataset in datasets.items()}
 
 
 def resume_checkpoint(spec: TrainingSpec) -> str | None:
@@ -165,7 +218,10 @@ def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, res
         train_loop_config=spec.train_loop_config if takes_config(train_fn) else None,
         datasets=datasets or None,
         scaling_config=scaling_config(spec),
-        run_config=run_config(spec, RunConfig, CheckpointConfig, FailureConfig, storage_fs),
+        # A worker group that cannot start within the pending timeout fails the run, saying why;
+        # Ray Train's default retries it (a controller failure) without end.
+        run_config=run_config(spec, RunConfig, CheckpointConfig, FailureConfig, storage_fs,
+                              controller_failure_limit=0),
         resume_from=resume_from,
         timeout_s=spec.horovod_timeout_s,
         nics=list(spec.horovod_nics) if spec.horovod_nics else None,
@@ -188,8 +244,9 @@ def scaling_config(spec: TrainingSpec):
     )
 
 
-def run_config(spec: TrainingSpec, RunConfig, CheckpointConfig, FailureConfig, storage_fs=None):
-    """``storage_fs``: an explicit filesystem (forwarded credentials); paths then have no scheme."""
+def run_config(spec: TrainingSpec, RunConfig, CheckpointConfig, FailureConfig, storage_fs=None, **failure):
+    """``storage_fs``: an explicit filesystem (forwarded credentials); paths then have no scheme.
+    ``failure``: more of the trainer API's FailureConfig."""
     parent, name = spec.run_uri.rsplit("/", 1)
     return RunConfig(
         storage_path=parent.split("://", 1)[-1] if storage_fs else parent,
@@ -200,7 +257,7 @@ def run_config(spec: TrainingSpec, RunConfig, CheckpointConfig, FailureConfig, s
             checkpoint_score_attribute=spec.checkpoint_score_attribute,
             checkpoint_score_order=spec.checkpoint_score_order,
         ),
-        failure_config=FailureConfig(max_failures=spec.max_failures),
+        failure_config=FailureConfig(max_failures=spec.max_failures, **failure),
     )
 
 
@@ -246,14 +303,22 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
         train_fn = with_env(train_fn, env)  # the training function's own S3 calls
     train_fn = per_worker(spec, train_fn)
     datasets = load_datasets(spec, folder, s3_fs)
-    wait_for_resources(spec)
+    if spec.materialize_datasets:
+        datasets = materialized(datasets)
+    if spec.trainer_api == "legacy":
+        wait_for_resources(spec)
     resume_from = resume_checkpoint(spec)
     if resume_from:
         print(f"Resuming from checkpoint {resume_from}", flush=True)
     storage_fs = s3_fs if spec.storage_uri.startswith("s3://") else None
     trainer = TRAINER_BUILDERS[spec.trainer_api](spec, train_fn, datasets, resume_from, storage_fs)
     fit_start = time.monotonic()
-    result = trainer.fit()
+    try:
+        result = trainer.fit()
+    except Exception as err:
+        if startup_timed_out(err):
+            raise pending_timeout_error(spec) from err
+        raise
     fit_s = time.monotonic() - fit_start
     if getattr(result, "error", None):
         raise result.error
@@ -275,6 +340,7 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
         timings={"started_at": started_at, "finished_at": time.time(), "fit_s": round(fit_s, 3),
                  "total_s": round(time.time() - started_at, 3)},
         return_value=read_json(spec.return_value_uri),
+        timeline_uri=spec.timeline_uri if spec.horovod_timeline and exists(spec.timeline_uri) else None,
     )
     write_record(spec.result_uri, record)
     return record

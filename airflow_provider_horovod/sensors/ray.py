@@ -8,7 +8,8 @@ from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
+from airflow.providers.common.compat.sdk import conf
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from airflow_provider_horovod import checks
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError

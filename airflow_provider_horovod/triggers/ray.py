@@ -24,13 +24,16 @@ class RayJobTrigger(BaseTrigger):
     :param poll_interval_seconds: seconds between status polls.
     :param pending_timeout_seconds: fail (and stop the job) when it stays PENDING longer than this,
         measured from the job's own start time so a triggerer restart does not reset it. None: no limit.
+    :param stall_timeout_seconds: fail (and stop the job) when, running, its log shows no new line for
+        longer than this. None: no limit.
     :param log_cursor: how far the job's log is already in the task log; only later lines are streamed.
     :param stream_logs: stream the job's log into the task log.
     """
 
     def __init__(self, *, submission_id: str, ray_conn_id: str = "ray_default",
                  poll_interval_seconds: float = 1.0, pending_timeout_seconds: float | None = 600.0,
-                 log_cursor: dict | None = None, stream_logs: bool = True):
+                 stall_timeout_seconds: float | None = None, log_cursor: dict | None = None,
+                 stream_logs: bool = True):
         super().__init__()
         if not isinstance(submission_id, str) or not submission_id:
             raise InvalidParameterError("submission_id", submission_id, "give the Ray job's submission id.")
@@ -41,10 +44,15 @@ class RayJobTrigger(BaseTrigger):
                 isinstance(pending_timeout_seconds, bool) or not isinstance(pending_timeout_seconds, (int, float))
                 or pending_timeout_seconds <= 0):
             raise InvalidParameterError("pending_timeout_seconds", pending_timeout_seconds, "give a number > 0 or None.")
+        if stall_timeout_seconds is not None and (
+                isinstance(stall_timeout_seconds, bool) or not isinstance(stall_timeout_seconds, (int, float))
+                or stall_timeout_seconds <= 0):
+            raise InvalidParameterError("stall_timeout_seconds", stall_timeout_seconds, "give a number > 0 or None.")
         self.submission_id = submission_id
         self.ray_conn_id = ray_conn_id
         self.poll_interval_seconds = poll_interval_seconds
         self.pending_timeout_seconds = pending_timeout_seconds
+        self.stall_timeout_seconds = stall_timeout_seconds
         self.log_cursor = LogCursor.from_dict(log_cursor, submission_id).to_dict()
         self.stream_logs = stream_logs
 
@@ -56,6 +64,7 @@ class RayJobTrigger(BaseTrigger):
                 "ray_conn_id": self.ray_conn_id,
                 "poll_interval_seconds": self.poll_interval_seconds,
                 "pending_timeout_seconds": self.pending_timeout_seconds,
+                "stall_timeout_seconds": self.stall_timeout_seconds,
                 "log_cursor": self.log_cursor,
                 "stream_logs": self.stream_logs,
             },
@@ -108,7 +117,8 @@ class RayJobTrigger(BaseTrigger):
 
         async with self._hook() as hook:
             try:
-                return await follow_job(hook, sid, policy=WaitPolicy(pending_timeout_s=self.pending_timeout_seconds),
+                return await follow_job(hook, sid, policy=WaitPolicy(pending_timeout_s=self.pending_timeout_seconds,
+                                                                     stall_timeout_s=self.stall_timeout_seconds),
                                         cursor=latest[0], poll_interval_s=self.poll_interval_seconds,
                                         write=self.log.info, save_cursor=save, stream_logs=self.stream_logs)
             except HorovodProviderError as err:

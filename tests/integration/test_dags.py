@@ -166,6 +166,48 @@ def test_rerun_after_a_crash_reattaches_and_clearing_trains_again(airflow_db, ra
     assert jobs_for(ray_hook, dag_id, run_id) == [job, job[:-1] + "2"]
 
 
+def test_taskflow_sweep_returns_its_values_picks_the_best_and_scores_it(airflow_db, ray_cluster, ray_hook,
+                                                                       tmp_path):
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    run = dags_test("horovod_taskflow", dags_folder=DAGS, conf={"storage_path": str(tmp_path)})
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-6000:]
+    with create_session() as session:
+        run_id = session.query(XComModel.run_id).filter(XComModel.dag_id == "horovod_taskflow").order_by(
+            XComModel.timestamp.desc()).first()[0]
+        rows = session.query(XComModel.task_id, XComModel.map_index, XComModel.value).filter(
+            XComModel.dag_id == "horovod_taskflow", XComModel.run_id == run_id,
+            XComModel.key == "return_value").all()
+    results = {index: value for task_id, index, value in rows if task_id == "train"}
+    # One Ray job per mapped training, each once, each in a folder of its own, each returning its value.
+    assert sorted(results) == [0, 1, 2]
+    assert [results[i]["return_value"]["learning_rate"] for i in range(3)] == [0.02, 0.1, 0.3]
+    assert len({r["storage_uri"] for r in results.values()}) == 3
+    assert all(r["storage_uri"].endswith(f"/map-{i}") and r["attempt"] == 1 for i, r in results.items())
+    jobs = [j for j in ray_hook.list_jobs() if j.get("metadata", {}).get("airflow_dag_id") == "horovod_taskflow"
+            and j["metadata"].get("airflow_run_id") == run_id]
+    assert sorted(j["metadata"]["airflow_map_index"] for j in jobs if j["metadata"]["airflow_task_id"] == "train") == [
+        "0", "1", "2"]
+    # The best by the returned loss, scored on the cluster from its checkpoint.
+    best = min(results.values(), key=lambda r: r["return_value"]["loss"])
+    picked = next(value for task_id, _, value in rows if task_id == "pick_best")
+    scored = next(value for task_id, _, value in rows if task_id == "evaluate")
+    assert picked["submission_id"] == best["submission_id"] and scored["checkpoint_uri"] == best["checkpoint_uri"]
+    assert scored["error"] < 0.05
+    # Horovod's timeline of rank 0, stored beside each training's checkpoints.
+    for result in results.values():
+        assert result["timeline_uri"].startswith(result["storage_uri"])
+        assert any(event.get("ph") for event in timeline_events(Path(result["timeline_uri"])))
+
+
+def timeline_events(path: Path) -> list[dict]:
+    """Horovod's timeline: Chrome-tracing JSON, an array Horovod may leave open at its end."""
+    text = path.read_text().rstrip().rstrip(",")
+    return json.loads(text if text.endswith("]") else text + "]")
+
+
 def test_sensor_example_end_to_end(airflow_db, ray_cluster, ray_hook, tmp_path):
     before = {j["submission_id"] for j in ray_hook.list_jobs()}
     run = dags_test("horovod_sensor_example", dags_folder=DAGS, conf={"storage_path": str(tmp_path)})

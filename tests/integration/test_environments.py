@@ -68,3 +68,30 @@ def test_the_embedded_cluster_runs_a_job_where_the_cluster_side_is_installed(tmp
                               capture_output=True, text=True, timeout=120)
     assert down.returncode == 0 and _cluster_pids(temp_dir) == []
     assert subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=60).returncode == 1
+
+
+def pickled_train(config):
+    return config
+
+
+@pytest.mark.cross_python
+def test_a_function_pickled_on_another_python_fails_at_the_jobs_start(ray_hook, tmp_path):
+    """Airflow on another Python minor than the cluster (run from the oldest-Airflow environment):
+    a callable travels pickled and cannot load there; the job says so at its start, and how to fix it."""
+    from support.tasks import FakeTI
+
+    from airflow_provider_horovod.exceptions import RayJobError
+    from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
+
+    airflow_python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    cluster = subprocess.run([cluster_python(), "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert airflow_python != cluster, "this test runs where Airflow's Python is not the cluster's"
+    op = HorovodTrainOperator(task_id="train", train_fn=pickled_train, num_workers=2, storage_path=str(tmp_path),
+                              poll_interval_seconds=0.5)
+    with pytest.raises(RayJobError) as err:
+        op.execute({"ti": FakeTI("cross-python")})
+    message = str(err.value)
+    assert "ended FAILED" in message and "train_fn travelled pickled" in message
+    assert f"Airflow's Python {airflow_python}" in message and f"runs Python {cluster}" in message
+    assert 'import path "package.module:function"' in message

@@ -107,7 +107,7 @@ def test_a_restarted_trigger_repeats_no_line_and_yields_one_event(ray_cluster, r
 
 @pytest.mark.oldest_airflow
 def test_a_kill_while_deferred_stops_the_job_within_15_s(ray_cluster, ray_hook, tmp_path, quick_jobs, monkeypatch):
-    from airflow.sdk.exceptions import TaskDeferred
+    from airflow.providers.common.compat.sdk import TaskDeferred
 
     from airflow_provider_horovod import compat
 

@@ -54,7 +54,7 @@ def connections(ray_cluster, moto_server, monkeypatch):
 
 def test_no_secret_reaches_logs_xcom_fields_trigger_or_the_ray_job(connections, moto_server, ray_hook, monkeypatch,
                                                                     capsys, caplog):
-    from airflow.sdk.exceptions import TaskDeferred
+    from airflow.providers.common.compat.sdk import TaskDeferred
 
     # Spy on the session credentials the job gets, so the search covers them too.
     sessions = []

@@ -69,7 +69,7 @@ def jobs_of(hook, run_id, dag_id=DAG_ID, task_id="train"):
 def defer(op, ti, context=None):
     """execute() up to its deferral: the job is submitted; the TaskDeferred carries the trigger."""
     import pytest
-    from airflow.sdk.exceptions import TaskDeferred
+    from airflow.providers.common.compat.sdk import TaskDeferred
 
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(context or {"ti": ti})
@@ -86,7 +86,7 @@ def trigger_event(deferred, timeout: float = 300) -> dict:
 
 def run_deferred(op, context):
     """execute -> the trigger in an event loop (as the triggerer) -> execute_complete."""
-    from airflow.sdk.exceptions import TaskDeferred
+    from airflow.providers.common.compat.sdk import TaskDeferred
 
     try:
         return op.execute(context)

@@ -1,5 +1,6 @@
 """Building the trainers from a spec, on the cluster side (no cluster needed to build them)."""
 
+import json
 import os
 
 import pytest
@@ -42,3 +43,52 @@ def test_a_users_own_worker_group_timeout_is_kept(tmp_path, monkeypatch):
     monkeypatch.setenv(WORKER_GROUP_START_TIMEOUT_ENV, "42")  # from the job's runtime_env env_vars
     build_v2_trainer(spec(tmp_path, pending_timeout_s=900), train, {}, None)
     assert os.environ[WORKER_GROUP_START_TIMEOUT_ENV] == "42"
+
+
+def test_ray_train_gets_the_users_function_with_the_right_number_of_parameters(tmp_path, monkeypatch):
+    """Ray passes `config` only to a function with one parameter: each wrapper keeps the user's shape."""
+    import inspect
+
+    from airflow_provider_horovod.runtime import trainers
+
+    kept = []
+    monkeypatch.setattr(trainers, "keep_rank0_return", lambda value, uri: kept.append((value, uri)))
+
+    def with_config(config):
+        return config["x"]
+
+    def bare():
+        return "bare"
+
+    def called(a, b=0):
+        return a + b
+
+    base = spec(tmp_path)
+    wrapped = trainers.per_worker(base, with_config)
+    assert len(inspect.signature(wrapped).parameters) == 1 and wrapped({"x": 5}) is None
+    assert len(inspect.signature(trainers.per_worker(base, bare)).parameters) == 0
+    call = TrainingSpec(submission_id="s-a1", train_fn={"import": "m:f"}, storage_uri=str(tmp_path),
+                        train_args=[1], train_kwargs={"b": 2})
+    wrapped_call = trainers.per_worker(call, called)
+    assert len(inspect.signature(wrapped_call).parameters) == 0
+    trainers.per_worker(base, bare)()
+    wrapped_call()
+    assert [v for v, _ in kept] == [5, "bare", 3]
+    assert {u for _, u in kept} == {base.return_value_uri}
+
+
+def test_a_return_value_that_is_not_json_fails_rank_0(tmp_path, monkeypatch):
+    import ray.train
+
+    from airflow_provider_horovod.runtime import trainers
+
+    class Rank0:
+        def get_world_rank(self):
+            return 0
+
+    monkeypatch.setattr(ray.train, "get_context", lambda: Rank0())
+    uri = str(tmp_path / "attempt-1" / "return_value.json")
+    trainers.keep_rank0_return({"loss": 0.5}, uri)
+    assert json.loads(open(uri).read()) == {"loss": 0.5}
+    with pytest.raises(TypeError, match="train_fn returned a object, which XCom cannot hold as JSON"):
+        trainers.keep_rank0_return(object(), uri)

@@ -1,0 +1,93 @@
+"""`@task.ray` and `@task.horovod` against the real stack, from Airflow's environment: the task
+job's return value, a kill, a retry that re-attaches, and bad arguments refused before submission.
+(The TaskFlow example DAG, a real sweep, is run by test_dags.py.)"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pendulum
+import pytest
+from support.tasks import FakeTI, jobs_of, run_in_thread, wait_for_status
+
+from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError
+from airflow_provider_horovod.operators.ray import RayTaskOperator
+
+pytestmark = pytest.mark.integration
+
+
+def ray_task(tmp_path, function, *args, **kwargs):
+    return RayTaskOperator(task_id="train", python_callable=function, op_args=list(args), storage_path=str(tmp_path),
+                           poll_interval_seconds=0.5, **kwargs)
+
+
+def test_a_ray_task_returns_its_value_to_xcom(ray_hook, tmp_path):
+    ti = FakeTI(f"task-{uuid.uuid4().hex[:6]}")
+    value = ray_task(tmp_path, "json:loads", '{"a": [1, 2]}').execute({"ti": ti})
+    assert value == {"a": [1, 2]}
+    (job,) = jobs_of(ray_hook, ti.run_id)
+    assert job["metadata"]["ahp_kind"] == "task" and ti.xcoms["submission_id"] == job["submission_id"]
+    assert job["driver_info"] is not None or job["status"] == "SUCCEEDED"
+
+
+def test_killing_a_ray_task_stops_its_job(ray_hook, tmp_path):
+    ti = FakeTI(f"taskkill-{uuid.uuid4().hex[:6]}")
+    op = ray_task(tmp_path, "time:sleep", 300)
+    thread, outcome = run_in_thread(op, {"ti": ti})
+    sid = ti.task_run.submission_id(1)
+    wait_for_status(ray_hook, sid, {"RUNNING"})
+    started = time.monotonic()
+    op.on_kill()
+    assert wait_for_status(ray_hook, sid, {"STOPPED"}, timeout=15) == "STOPPED"
+    assert time.monotonic() - started < 15
+    thread.join(30)
+    assert isinstance(outcome.get("error"), RayJobError)
+
+
+def test_a_retry_of_a_ray_task_reattaches_to_its_job(ray_hook, tmp_path):
+    ti = FakeTI(f"taskretry-{uuid.uuid4().hex[:6]}")
+    first = ray_task(tmp_path, "time:sleep", 6)
+    thread, _ = run_in_thread(first, {"ti": ti})
+    sid = ti.task_run.submission_id(1)
+    wait_for_status(ray_hook, sid, {"RUNNING"})
+    first._killed.set()  # the first try's worker goes away; the job goes on
+    thread.join(30)
+    ti.try_number = 2
+    assert ray_task(tmp_path, "time:sleep", 6).execute({"ti": ti}) is None  # time.sleep's value
+    assert [j["submission_id"] for j in jobs_of(ray_hook, ti.run_id)] == [sid]
+
+
+@pytest.mark.parametrize("decorator, kwargs, parameter", [
+    ("ray", {"num_gpus": -1}, "num_gpus"),
+    ("ray", {"memory": 1.5}, "memory"),
+    ("ray", {"runtime_env": {"env_vars": {"API_TOKEN": "x"}}}, "runtime_env"),
+    ("horovod", {"num_workers": 0}, "num_workers"),
+    ("horovod", {"storage_path": "relative/path"}, "storage_path"),
+])
+def test_bad_decorator_arguments_fail_before_submission(ray_hook, tmp_path, decorator, kwargs, parameter):
+    from airflow.sdk import dag, task
+
+    before = len(ray_hook.list_jobs())
+
+    @dag(dag_id=f"ahp_bad_{decorator}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
+    def build():
+        @getattr(task, decorator)(task_id="work", **{"storage_path": str(tmp_path), **kwargs})
+        def work(x: int) -> int:
+            return x
+
+        work(1)
+
+    op = build().get_task("work")
+    with pytest.raises(InvalidParameterError) as err:
+        op.execute({"ti": FakeTI("bad-decorator", task_id="work")})
+    assert err.value.parameter == parameter
+    assert len(ray_hook.list_jobs()) == before
+
+
+def test_arguments_that_are_not_json_fail_before_submission(ray_hook, tmp_path):
+    before = len(ray_hook.list_jobs())
+    with pytest.raises(InvalidParameterError) as err:
+        ray_task(tmp_path, "json:dumps", object()).execute({"ti": FakeTI("not-json")})
+    assert err.value.parameter == "op_args" and "JSON-serialisable" in str(err.value)
+    assert len(ray_hook.list_jobs()) == before
