@@ -116,7 +116,7 @@ def horovod_retraining():
         candidate = {**evaluation, "logical_date": ds, "run_id": run_id}
         champion, promoted = Storage().swap_json(CHAMPION, lambda current: challenge(current, candidate))
         summary = {**candidate, "promoted": promoted is not None,
-                   "champion_mse_before": champion["holdout_mse"] if champion else None}
+                   "champion_before": {k: champion[k] for k in ("logical_date", "holdout_mse")} if champion else None}
         print("AHP_RETRAINING " + json.dumps(summary))
         return summary
 

@@ -26,8 +26,6 @@ from airflow_provider_horovod.spec import ResultRecord, TrainingSpec
 
 
 WORKER_GROUP_START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
-# Ray Train V2's own default, kept as the least wait.
-MIN_WORKER_GROUP_START_TIMEOUT_S = 60.0
 # pending_timeout_seconds=None means no limit; a week stands for it.
 NO_LIMIT_S = 7 * 24 * 3600.0
 
@@ -38,9 +36,7 @@ class PendingTimeoutError(RuntimeError):
 
 def worker_group_start_timeout_s(spec: TrainingSpec) -> float:
     """How long Ray Train V2 waits for its workers' resources before it asks again."""
-    if not spec.pending_timeout_s:
-        return NO_LIMIT_S
-    return max(MIN_WORKER_GROUP_START_TIMEOUT_S, float(spec.pending_timeout_s))
+    return float(spec.pending_timeout_s) if spec.pending_timeout_s else NO_LIMIT_S
 
 
 def takes_config(fn: Callable) -> bool:

@@ -55,11 +55,25 @@ def payload_files(runtime_env: dict) -> dict[str, bytes]:
     return {}
 
 
+NODE = "node-0f3a"  # the node the fake cluster's job drivers run on
+
+
+def log_tail(text: str, lines: int) -> str:
+    """The last ``lines`` lines of a log, as Ray's State API answers ``lines=N``: lines end at "\n"
+    only, and an unterminated last line counts as a line."""
+    parts = text.split("\n")
+    every = [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+    return "".join(every[-lines:]) if lines > 0 else ""
+
+
 class FakeRay:
     """The Ray dashboard's job table in memory, behind the methods of RayHook the provider calls.
 
     ``jobs`` maps a submission id to its info, or to a list of infos that successive polls see (the
-    last one stays). ``logs`` likewise maps a submission id to the log text, or a list of texts.
+    last one stays). ``logs`` likewise maps a submission id to the driver's log, or a list of logs:
+    each poll of the job's info moves the log on with it (the last one stays), and every read of
+    the log between two polls sees the same text. A job that is not PENDING has its driver on
+    ``NODE`` unless its info says otherwise; a job without a log has no log file yet.
     ``on_submit(fake, call)`` plays the cluster after a submission (by default the job is PENDING).
     """
 
@@ -73,6 +87,8 @@ class FakeRay:
         self.submitted: list[dict] = []
         self.stopped: list[str] = []
         self.calls: list[str] = []
+        self.tail_reads: list[tuple[str, int]] = []  # (submission id, lines asked) of each log tail read
+        self.log_now: dict[str, str] = {}  # the log as the last poll of the job left it
 
     def set_job(self, sid: str, *infos: dict) -> None:
         self.jobs[sid] = list(infos)
@@ -87,12 +103,26 @@ class FakeRay:
 
     def get_job_info(self, submission_id: str) -> dict | None:
         self.calls.append("get_job_info")
+        if submission_id in self.logs:
+            self.log_now[submission_id] = self._next(self.logs, submission_id)
         info = self._next(self.jobs, submission_id)
-        return None if info is None else dict(info)
+        if info is None:
+            return None
+        info = dict(info)
+        if info.get("status") != "PENDING":
+            info.setdefault("driver_node_id", NODE)
+        return info
+
+    def log(self, submission_id: str) -> str | None:
+        """The job's log as it is now (None: no log file)."""
+        if submission_id in self.log_now:
+            return self.log_now[submission_id]
+        seen = self.logs.get(submission_id)
+        return seen[0] if seen else None
 
     def get_job_logs(self, submission_id: str) -> str:
         self.calls.append("get_job_logs")
-        return self._next(self.logs, submission_id) or ""
+        return self.log(submission_id) or ""
 
     def stop_job(self, submission_id: str) -> bool:
         self.calls.append("stop_job")
@@ -123,13 +153,26 @@ class FakeRay:
         return self
 
     async def __aexit__(self, *exc):
+        await self.aclose()
+
+    async def aclose(self) -> None:
         self.calls.append("aclose")
+
+    async def a_endpoint(self):
+        return self.endpoint
 
     async def a_get_job_info(self, submission_id: str) -> dict | None:
         return self.get_job_info(submission_id)
 
     async def a_get_job_logs(self, submission_id: str) -> str:
         return self.get_job_logs(submission_id)
+
+    async def a_get_log_tail(self, node_id: str, submission_id: str, lines: int) -> str | None:
+        self.calls.append("a_get_log_tail")
+        self.tail_reads.append((submission_id, lines))
+        assert node_id == NODE, f"the log was read from node {node_id!r}, not the driver's"
+        text = self.log(submission_id)
+        return None if text is None else log_tail(text, lines)
 
     async def a_stop_job(self, submission_id: str) -> bool:
         return self.stop_job(submission_id)

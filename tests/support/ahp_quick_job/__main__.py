@@ -15,6 +15,8 @@ def main(payload: str) -> int:
     for i in range(int(config.get("quick_lines", 3))):
         print(f"quick-line-{i:04d}", flush=True)
         time.sleep(float(config.get("quick_line_s", 0)))
+    if config.get("quick_stall_s") and spec.attempt == 1:
+        time.sleep(float(config["quick_stall_s"]))  # quiet: no line, no report
     if config.get("quick_fail"):
         print(f"AHP_ERROR QuickJobError: {config['quick_fail']}", flush=True)
         return 1

@@ -34,7 +34,8 @@ NODES = {"data": {"result": {"result": [
 
 class Dashboard:
     """A tiny Ray dashboard: answers each (method, path) from a script (the last answer repeats),
-    404 for anything unscripted, and records every request and the connection it came on."""
+    404 for anything unscripted, and records every request and the connection it came on. A path
+    scripted without a query answers whatever query it is asked with."""
 
     def __init__(self):
         self.routes: dict[tuple[str, str], list[tuple[int, str]]] = {}
@@ -53,7 +54,8 @@ class Dashboard:
                 body = self.rfile.read(length) if length else b""
                 dashboard.requests.append({"method": self.command, "path": self.path, "body": body,
                                            "headers": dict(self.headers), "peer": self.client_address})
-                script = dashboard.routes.get((self.command, self.path))
+                script = dashboard.routes.get((self.command, self.path)) or dashboard.routes.get(
+                    (self.command, self.path.split("?", 1)[0]))
                 status, text = (script.pop(0) if len(script) > 1 else script[0]) if script else (404, "not found")
                 data = text.encode()
                 self.send_response(status)
@@ -78,6 +80,13 @@ class Dashboard:
 
     def asked(self, method: str, path: str) -> list[dict]:
         return [r for r in self.requests if (r["method"], r["path"]) == (method, path)]
+
+    def asked_with_query(self, method: str, path: str) -> list[dict[str, list[str]]]:
+        """The queries of the requests for ``path``, whatever their query."""
+        from urllib.parse import parse_qs, urlsplit
+
+        return [parse_qs(urlsplit(r["path"]).query) for r in self.requests
+                if r["method"] == method and urlsplit(r["path"]).path == path]
 
     def close(self):
         self.server.shutdown()
@@ -216,6 +225,16 @@ def test_a_busy_dashboard_is_retried(hook, dashboard):
     assert len(dashboard.asked("GET", "/api/jobs/sid-a2")) == 3
 
 
+def test_too_many_requests_is_retried(hook, dashboard):
+    # The State API refuses requests beyond about 100 at once with 429: a busy moment, not an error.
+    dashboard.answer("GET", "/api/jobs/sid-a1", (429, "Too many requests"), (200, {"status": "RUNNING"}))
+    assert hook.get_job_info("sid-a1") == {"status": "RUNNING"}
+    assert len(dashboard.asked("GET", "/api/jobs/sid-a1")) == 2
+    dashboard.answer("GET", LOG_FILE, (429, "Too many requests"), (429, "Too many requests"), (200, "a\nb\n"))
+    assert arun(hook.a_get_log_tail("node-1", "sid-a1", 10)) == "a\nb\n"
+    assert len(dashboard.asked_with_query("GET", LOG_FILE)) == 3
+
+
 def test_a_dashboard_that_stays_busy_is_unreachable_after_the_retries(hook, dashboard):
     dashboard.answer("GET", "/api/jobs/sid-a1", 503, "busy")
     with pytest.raises(RayClusterUnreachableError, match=f"did not answer after {RETRIES} tries .*HTTP 503"):
@@ -265,6 +284,56 @@ def test_every_try_is_a_new_attempt_to_connect(monkeypatch):
         assert len(accepted) == RETRIES
     finally:
         listener.close()
+
+
+# --- the tail of a job's log (State API) ------------------------------------------------------------
+
+LOG_FILE = "/api/v0/logs/file"
+
+
+def test_log_tail_asks_for_the_drivers_log_file_on_its_node(hook, dashboard):
+    dashboard.answer("GET", LOG_FILE, 200, "step 9\nstep 10\nunterminat")
+    assert arun(hook.a_get_log_tail("ab12cd", "sid-a1", 64)) == "step 9\nstep 10\nunterminat"  # as Ray sent it
+    (query,) = dashboard.asked_with_query("GET", LOG_FILE)
+    assert query == {"node_id": ["ab12cd"], "filename": ["job-driver-sid-a1.log"], "lines": ["64"]}
+    request = [r for r in dashboard.requests if r["path"].startswith(LOG_FILE)][0]
+    assert request["headers"]["Authorization"] == f"Bearer {TOKEN}"
+
+
+def test_log_tail_of_a_log_not_written_yet_is_none(hook, dashboard):
+    # Ray answers 500 while the driver has not created its log file.
+    dashboard.answer("GET", LOG_FILE, 500,
+                     "A file is not found at: /tmp/ray/session_latest/logs/job-driver-sid-a1.log")
+    assert arun(hook.a_get_log_tail("ab12cd", "sid-a1", 64)) is None
+    assert len(dashboard.asked_with_query("GET", LOG_FILE)) == 1  # not retried
+
+
+@pytest.mark.parametrize("status, text", [(500, "Failed to get the log: node ab12cd is dead"),
+                                          (400, "lines must be an int")])
+def test_log_tail_that_fails_otherwise_raises(hook, dashboard, status, text):
+    dashboard.answer("GET", LOG_FILE, status, text)
+    with pytest.raises(RayJobError, match=f"log read failed: HTTP {status}: {text}") as err:
+        arun(hook.a_get_log_tail("ab12cd", "sid-a1", 64))
+    assert err.value.submission_id == "sid-a1"
+
+
+def test_the_async_calls_reuse_an_endpoint_read_by_a_sync_one(hook, dashboard, monkeypatch):
+    script_jobs(dashboard)
+    endpoint = hook.endpoint  # read by a sync call
+    monkeypatch.delenv("AIRFLOW_CONN_RAY_TEST")  # the connection could not be read again
+
+    async def use():
+        async with hook:
+            return await hook.a_endpoint(), await hook.a_get_job_status("sid-a1")
+
+    assert arun(use()) == (endpoint, "FAILED")
+
+
+def test_the_sync_calls_reuse_an_endpoint_read_by_an_async_one(hook, dashboard, monkeypatch):
+    script_jobs(dashboard)
+    endpoint = arun(hook.a_endpoint())
+    monkeypatch.delenv("AIRFLOW_CONN_RAY_TEST")
+    assert hook.endpoint is endpoint and hook.get_job_status("sid-a1") == "FAILED"
 
 
 # --- the cluster's version ------------------------------------------------------------------------

@@ -69,7 +69,7 @@ def test_success_returns_the_documented_dict_and_marks_the_attempt_consumed(tmp_
         "checkpoint_uri": run.checkpoint, "best_checkpoint_uri": run.best, "metrics": {"loss": 0.25, "epoch": 2},
         "submission_id": SID, "dashboard_url": URL, "storage_uri": run.storage_uri, "run_uri": run.run_uri,
         "world_size": 2, "attempt": 1, "trainer_api": "v2", "resumed_from": "/elsewhere/attempt-0/checkpoint_000009",
-        "timings": {"train_s": 3.5},
+        "timings": {"train_s": 3.5}, "timeline_uri": None,  # no Horovod timeline was asked for
     }
     assert {k: result[k] for k in expected} == expected
     assert set(result) - set(expected) <= {"return_value"}

@@ -56,7 +56,8 @@ def test_runtime_env_puts_the_provider_first_and_keeps_the_users():
     env = made.runtime_env
     assert env["py_modules"] == [provider_folder(), "/opt/mine", "gcs://_ray_pkg_x.zip"]
     assert env["pip"] == ["pandas"]
-    assert env["env_vars"] == {"HOROVOD_CYCLE_TIME": "5", "MODE": "fast"}  # the user's value wins
+    # the user's value wins
+    assert env["env_vars"] == {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "HOROVOD_CYCLE_TIME": "5", "MODE": "fast"}
     assert user["py_modules"] == ["/opt/mine", "gcs://_ray_pkg_x.zip"]  # not changed in place
 
 
@@ -69,7 +70,13 @@ def test_the_provider_folder_is_this_package():
 @pytest.mark.parametrize("api, flag", [("legacy", {"RAY_TRAIN_V2_ENABLED": "0"}), ("v2", {})])
 def test_horovod_env_and_the_legacy_flag(api, flag):
     made = request(spec(trainer_api=api))
-    assert made.runtime_env["env_vars"] == {"HOROVOD_CYCLE_TIME": "1", **flag}
+    # Train V2's print patch would put every line a worker prints in the job's log twice.
+    assert made.runtime_env["env_vars"] == {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "HOROVOD_CYCLE_TIME": "1", **flag}
+
+
+def test_the_print_patch_can_be_turned_back_on():
+    made = request(runtime_env={"env_vars": {"RAY_TRAIN_ENABLE_PRINT_PATCH": "1"}})
+    assert made.runtime_env["env_vars"]["RAY_TRAIN_ENABLE_PRINT_PATCH"] == "1"
 
 
 def test_metadata_names_the_task_run_and_the_attempt():
@@ -108,7 +115,8 @@ def test_dry_run_hides_env_values_and_file_bytes():
     made = request(runtime_env={"env_vars": {"MODE": "visible-only-as-stars"}})
     shown = made.dry_run()
     data = json.loads(shown)
-    assert data["runtime_env"]["env_vars"] == {"HOROVOD_CYCLE_TIME": "***", "MODE": "***"}
+    assert data["runtime_env"]["env_vars"] == {"RAY_TRAIN_ENABLE_PRINT_PATCH": "***", "HOROVOD_CYCLE_TIME": "***",
+                                               "MODE": "***"}
     assert data["payload"]["train_fn.pkl"] == f"{len(PICKLE)} bytes"
     assert data["entrypoint"] == made.entrypoint and data["metadata"] == made.metadata
     assert "visible-only-as-stars" not in shown and "pickled-function-bytes" not in shown

@@ -5,90 +5,102 @@ import json
 import pytest
 
 from airflow_provider_horovod.jobs.logs import LogCursor
-from airflow_provider_horovod.jobs.protocol import LOG_TAIL_LINES, META_RESOURCES, JobStatus
-from airflow_provider_horovod.jobs.wait import Poll, WaitPolicy, needs_log, requested_resources, step
+from airflow_provider_horovod.jobs.protocol import META_RESOURCES, JobStatus
+from airflow_provider_horovod.jobs.wait import Poll, WaitPolicy, requested_resources, step
 
 NOW = 1_800_000_000.0
+SID = "sid"
 
 
 def info(status, *, started_s_ago=0.0, **extra):
     return {"status": status, "start_time": (NOW - started_s_ago) * 1000, "message": f"msg-{status}", **extra}
 
 
-def run(polls, policy=WaitPolicy(), sid="sid"):
-    """Every poll through step: the lines streamed, and the last step."""
-    cursor, streamed, result = LogCursor(sid), [], None
-    for job_info, log in polls:
-        result = step(policy, cursor, Poll(job_info, log, NOW))
-        streamed += result.lines
+def cursor_of(event) -> LogCursor:
+    return LogCursor.from_dict(event.log_cursor, SID)
+
+
+def run(polls, policy=WaitPolicy()):
+    """Every poll (job info, new lines, tail) through step: the lines to write, and the last step."""
+    cursor, written, result = LogCursor(SID), [], None
+    for job_info, lines, tail in polls:
+        result = step(policy, cursor, Poll(job_info, NOW, lines, tail))
+        written += result.lines
         cursor = result.cursor
-        if result.done:
+        if result.event is not None or result.timeout is not None:
             break
-    return streamed, result
+    return written, result
 
 
-def test_lines_are_streamed_once_and_the_unterminated_one_at_the_end():
-    streamed, result = run([
-        (info("PENDING"), ""),
-        (info("RUNNING"), "a\nb"),
-        (info("RUNNING"), "a\nb\nc\n"),
-        (info("RUNNING"), "a\nb\nc\n"),
-        (info("SUCCEEDED"), "a\nb\nc\nd"),
+def test_new_lines_are_written_and_advance_the_cursor():
+    written, result = run([
+        (info("PENDING"), [], []),
+        (info("RUNNING"), ["a", "b"], ["a", "b"]),
+        (info("RUNNING"), [], ["a", "b"]),
+        (info("RUNNING"), ["c"], ["a", "b", "c"]),
+        (info("SUCCEEDED"), ["d"], ["a", "b", "c", "d"]),
     ])
-    assert streamed == ["a", "b", "c", "d"]
-    assert result.event.succeeded and result.event.log_tail == []
-    assert result.event.log_cursor == {"submission_id": "sid", "lines": 4}
+    assert written == ["a", "b", "c", "d"]
+    event = result.event
+    assert event.succeeded and event.job_status is JobStatus.SUCCEEDED and event.log_tail == []
+    assert cursor_of(event) == result.cursor
+    assert (result.cursor.lines, result.cursor.tail) == (4, LogCursor(SID).advanced(["a", "b", "c", "d"]).tail)
 
 
-def test_runs_of_identical_lines():
-    streamed, _ = run([(info("RUNNING"), "epoch\nepoch\n"), (info("RUNNING"), "epoch\nepoch\nepoch\nepoch"),
-                       (info("FAILED"), "epoch\nepoch\nepoch\nepoch\n")])
-    assert streamed == ["epoch"] * 4
+def test_the_step_starts_from_the_cursor_it_is_given():
+    earlier = LogCursor(SID).advanced(["a", "b"])
+    result = step(WaitPolicy(), earlier, Poll(info("RUNNING"), NOW, ["c"]))
+    assert result.lines == ["c"] and result.cursor.lines == 3
+    assert result.cursor.tail == LogCursor(SID).advanced(["a", "b", "c"]).tail
 
 
-def test_a_poll_without_the_log_moves_nothing():
-    result = step(WaitPolicy(), LogCursor("sid", 3), Poll(info("RUNNING"), None, NOW))
-    assert result.lines == [] and result.cursor == LogCursor("sid", 3) and not result.done
+def test_a_poll_without_new_lines_moves_nothing():
+    cursor = LogCursor(SID).advanced(["a", "b", "c"])
+    result = step(WaitPolicy(), cursor, Poll(info("RUNNING"), NOW))
+    assert result.lines == [] and result.event is None and result.timeout is None
+    assert (result.cursor.lines, result.cursor.tail) == (3, cursor.tail)
 
 
 def test_a_missing_job_ends_the_wait_in_error():
-    result = step(WaitPolicy(), LogCursor("sid", 2), Poll(None, None, NOW))
-    assert result.done and not result.event.succeeded and result.event.job_status is None
-    assert "Ray job sid does not exist" in result.event.message
-    assert result.event.log_cursor == {"submission_id": "sid", "lines": 2}
+    result = step(WaitPolicy(), LogCursor(SID).advanced(["a", "b"]), Poll(None, NOW))
+    event = result.event
+    assert not event.succeeded and event.job_status is None
+    assert "Ray job sid does not exist" in event.message
+    assert cursor_of(event).lines == 2
 
 
-def test_a_failure_carries_the_tail_of_the_log():
-    log = "".join(f"line {i}\n" for i in range(100))
-    result = step(WaitPolicy(), LogCursor("sid"), Poll(info("FAILED", error_type="JOB_ENTRYPOINT_COMMAND_ERROR"),
-                                                      log, NOW))
+def test_a_failure_carries_the_tail_it_was_given():
+    tail = [f"line {i}" for i in range(60, 100)]
+    result = step(WaitPolicy(), LogCursor(SID), Poll(info("FAILED", error_type="JOB_ENTRYPOINT_COMMAND_ERROR"),
+                                                     NOW, ["line 99"], tail))
     event = result.event
     assert event.job_status is JobStatus.FAILED and event.error_type == "JOB_ENTRYPOINT_COMMAND_ERROR"
-    assert event.log_tail == [f"line {i}" for i in range(100 - LOG_TAIL_LINES, 100)]
-    assert event.message == "msg-FAILED" and len(result.lines) == 100
+    assert event.log_tail == tail and event.message == "msg-FAILED"
+    assert result.lines == ["line 99"] and cursor_of(event).lines == 1
 
 
 @pytest.mark.parametrize("status", ["STOPPED", "FAILED", "SUCCEEDED"])
 def test_every_terminal_state_ends_the_wait(status):
-    result = step(WaitPolicy(pending_timeout_s=1), LogCursor("sid"),
-                  Poll(info(status, started_s_ago=10_000), "", NOW))
+    result = step(WaitPolicy(pending_timeout_s=1), LogCursor(SID),
+                  Poll(info(status, started_s_ago=10_000), NOW, [], ["last words"]))
     assert result.event is not None and result.timeout is None
     assert result.event.succeeded is (status == "SUCCEEDED")
+    assert result.event.log_tail == ([] if status == "SUCCEEDED" else ["last words"])
 
 
 def test_pending_past_the_timeout():
     asked = {"CPU": 2.0, "GPU": 4.0}
     job = info("PENDING", started_s_ago=120, metadata={META_RESOURCES: json.dumps(asked)})
-    result = step(WaitPolicy(pending_timeout_s=60), LogCursor("sid"), Poll(job, "waiting\n", NOW))
-    assert result.done and result.event is None and result.lines == ["waiting"]
+    result = step(WaitPolicy(pending_timeout_s=60), LogCursor(SID), Poll(job, NOW, ["waiting"]))
+    assert result.event is None and result.lines == ["waiting"]
     timeout = result.timeout
-    assert (timeout.submission_id, timeout.status, timeout.asked) == ("sid", "PENDING", asked)
+    assert (timeout.submission_id, timeout.status, timeout.asked) == (SID, "PENDING", asked)
     assert timeout.waited_s == pytest.approx(120)
     event = timeout.event({"CPU": 8.0}, result.cursor)
     assert not event.succeeded and event.job_status is JobStatus.PENDING
     assert "stayed PENDING for 120 s" in event.message and '"GPU": 4.0' in event.message
     assert 'the cluster has {"CPU": 8.0}' in event.message and "The job was stopped" in event.message
-    assert event.log_cursor == {"submission_id": "sid", "lines": 1}
+    assert cursor_of(event).lines == 1
     assert "the cluster has unknown" in timeout.event(None, result.cursor).message
 
 
@@ -97,25 +109,14 @@ def test_pending_past_the_timeout():
     (info("PENDING", started_s_ago=10_000), WaitPolicy(pending_timeout_s=None)),
     (info("RUNNING", started_s_ago=10_000), WaitPolicy(pending_timeout_s=60)),
     ({"status": "PENDING"}, WaitPolicy(pending_timeout_s=60)),  # no start time yet
+    ({"status": "SOMETHING_NEW"}, WaitPolicy(pending_timeout_s=60)),  # a state this provider does not know
 ])
-def test_no_timeout(job, policy):
-    assert not step(policy, LogCursor("sid"), Poll(job, "", NOW)).done
+def test_the_wait_goes_on(job, policy):
+    result = step(policy, LogCursor(SID), Poll(job, NOW))
+    assert result.event is None and result.timeout is None
 
 
 def test_requested_resources_from_metadata():
     assert requested_resources({"metadata": {META_RESOURCES: '{"GPU": 2.0}'}}) == {"GPU": 2.0}
     assert requested_resources({"metadata": {META_RESOURCES: "not json"}}) == {}
     assert requested_resources({"metadata": None}) == {} == requested_resources({})
-
-
-@pytest.mark.parametrize("job, streaming, needed", [
-    (None, True, False),
-    ({"status": "RUNNING"}, True, True),
-    ({"status": "RUNNING"}, False, False),
-    ({"status": "PENDING"}, False, False),
-    ({"status": "FAILED"}, False, True),
-    ({"status": "SUCCEEDED"}, False, True),
-    ({"status": "WEIRD"}, False, False),
-])
-def test_needs_log(job, streaming, needed):
-    assert needs_log(job, streaming) is needed

@@ -21,7 +21,7 @@ from airflow_provider_horovod import checks, functions
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError, RayJobPendingTimeoutError
 from airflow_provider_horovod.hooks.ray import RayHook
 from airflow_provider_horovod.ids import TaskRun
-from airflow_provider_horovod.jobs.logs import LOG_CURSOR_KEY
+from airflow_provider_horovod.jobs.logs import LOG_CURSOR_KEY, LogCursor
 from airflow_provider_horovod.jobs.protocol import XCOM_CHECKPOINT_URI, XCOM_SUBMISSION_ID, JobEvent
 from airflow_provider_horovod.links.ray import RayJobLink
 from airflow_provider_horovod.operators import ray as base_module
@@ -325,10 +325,13 @@ def test_a_task_run_trains_and_returns_the_verified_checkpoint(tmp_path, capsys)
     xcoms = ctx["ti"].xcoms
     assert xcoms[XCOM_SUBMISSION_ID] == sid and xcoms[XCOM_CHECKPOINT_URI] == result["checkpoint_uri"]
     assert xcoms[RayJobLink().xcom_key] == ray.get_job_url(sid)
-    assert ctx["task_state_store"][LOG_CURSOR_KEY] == {"submission_id": sid, "lines": 3}
+    saved = LogCursor.from_dict(ctx["task_state_store"][LOG_CURSOR_KEY], sid)
+    assert (saved.lines, saved.tail) == (3, LogCursor(sid).advanced(["epoch 0", "epoch 1", "done"]).tail)
     out = capsys.readouterr().out
     assert [out.count(f"[ray] {line}") for line in ("epoch 0", "epoch 1", "done")] == [1, 1, 1]
     assert op.submission_id == sid
+    # The worker's wait reads windows of the log's end, and closes the hook's async client.
+    assert "a_get_log_tail" in ray.calls and "get_job_logs" not in ray.calls and ray.calls[-1] == "aclose"
 
 
 def test_clearing_a_succeeded_task_trains_again(tmp_path):
@@ -400,16 +403,18 @@ def test_deferred_the_trigger_gets_the_job_and_the_cursor(tmp_path):
     op = train_op(tmp_path, deferrable=True, pending_timeout_seconds=45, ray_conn_id="my_ray")
     op.__dict__["hook"] = ray
     sid = TASK_RUN.submission_id(1)
-    ctx = {**context(), "task_state_store": Store({LOG_CURSOR_KEY: {"submission_id": sid, "lines": 2}})}
+    earlier = LogCursor(sid).advanced(["epoch 0", "epoch 1"])  # streamed by an earlier try
+    ctx = {**context(), "task_state_store": Store({LOG_CURSOR_KEY: earlier.to_dict()})}
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
     classpath, kwargs = deferred.value.trigger.serialize()
     assert classpath == "airflow_provider_horovod.triggers.ray.RayJobTrigger"
+    assert LogCursor.from_dict(kwargs.pop("log_cursor"), sid) == earlier
     assert kwargs == {"submission_id": sid, "ray_conn_id": "my_ray", "poll_interval_seconds": 0.001,
-                      "pending_timeout_seconds": 45, "log_cursor": {"submission_id": sid, "lines": 2},
-                      "stream_logs": True}
+                      "pending_timeout_seconds": 45, "stall_timeout_seconds": None, "stream_logs": True}
     assert deferred.value.method_name == "execute_complete"
-    assert ctx["ti"].xcoms[LOG_CURSOR_KEY] == {"submission_id": sid, "lines": 2}
+    # Pushed before deferring: a restarted trigger reads it there.
+    assert LogCursor.from_dict(ctx["ti"].xcoms[LOG_CURSOR_KEY], sid) == earlier
 
     # The trigger's event resumes a new operator instance.
     event = JobEvent.from_info(sid, {"status": "SUCCEEDED", "metadata": ray.submitted[0]["metadata"]},

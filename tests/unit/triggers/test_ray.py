@@ -1,36 +1,46 @@
 """RayJobTrigger: serialisable arguments checked at construction, and a run against a stand-in for
-the Ray dashboard that streams each log line once and yields exactly one event."""
+the Ray dashboard that streams each log line once and yields exactly one event (a JobEvent's dict)."""
 
 import asyncio
+import json
 import re
 import time
 
 import pytest
 
+from airflow_provider_horovod import compat
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayClusterUnreachableError
-from airflow_provider_horovod.jobs.protocol import META_RESOURCES, JobEvent, JobStatus
+from airflow_provider_horovod.jobs.logs import LOG_CURSOR_KEY, LogCursor
+from airflow_provider_horovod.jobs.protocol import LOG_TAIL_LINES, META_RESOURCES, JobEvent, JobStatus
 from airflow_provider_horovod.triggers.ray import RayJobTrigger
-from unit.fakes import FakeRay
+from unit.fakes import FakeRay, FakeTI
 
 SID = "ahp-dag-train-0123456789-a1"
 
 
+CURSOR = LogCursor(SID).advanced([f"l{i}" for i in range(1, 8)])
+
+
 def test_serialize_exact_and_rebuilt():
     trigger = RayJobTrigger(submission_id=SID, ray_conn_id="my_ray", poll_interval_seconds=2.5,
-                            pending_timeout_seconds=60, log_cursor={"submission_id": SID, "lines": 7},
+                            pending_timeout_seconds=60, stall_timeout_seconds=120, log_cursor=CURSOR.to_dict(),
                             stream_logs=False)
-    assert trigger.serialize() == ("airflow_provider_horovod.triggers.ray.RayJobTrigger", {
-        "submission_id": SID, "ray_conn_id": "my_ray", "poll_interval_seconds": 2.5, "pending_timeout_seconds": 60,
-        "log_cursor": {"submission_id": SID, "lines": 7}, "stream_logs": False})
     classpath, kwargs = trigger.serialize()
+    assert classpath == "airflow_provider_horovod.triggers.ray.RayJobTrigger"
+    assert LogCursor.from_dict(kwargs.pop("log_cursor"), SID) == CURSOR
+    assert kwargs == {"submission_id": SID, "ray_conn_id": "my_ray", "poll_interval_seconds": 2.5,
+                      "pending_timeout_seconds": 60, "stall_timeout_seconds": 120, "stream_logs": False}
+    classpath, kwargs = trigger.serialize()
+    assert json.loads(json.dumps(kwargs)) == kwargs  # what the triggerer stores
     assert RayJobTrigger(**kwargs).serialize() == (classpath, kwargs)
 
 
 def test_defaults_and_a_cursor_of_another_job():
-    _, kwargs = RayJobTrigger(submission_id=SID, log_cursor={"submission_id": "other", "lines": 9}).serialize()
+    other = LogCursor("ahp-dag-train-0123456789-a2").advanced(["x"] * 9).to_dict()
+    _, kwargs = RayJobTrigger(submission_id=SID, log_cursor=other).serialize()
+    assert LogCursor.from_dict(kwargs.pop("log_cursor"), SID) == LogCursor(SID)
     assert kwargs == {"submission_id": SID, "ray_conn_id": "ray_default", "poll_interval_seconds": 1.0,
-                      "pending_timeout_seconds": 600.0, "log_cursor": {"submission_id": SID, "lines": 0},
-                      "stream_logs": True}
+                      "pending_timeout_seconds": 600.0, "stall_timeout_seconds": None, "stream_logs": True}
 
 
 @pytest.mark.parametrize("kwargs, parameter", [
@@ -72,27 +82,32 @@ def test_run_streams_each_line_once_and_yields_one_event(monkeypatch, capsys):
                   logs={SID: ["", "l1\nl2", "l1\nl2\nl3\n", "l1\nl2\nl3\n", "l1\nl2\nl3\nl4"]})
     events = run(RayJobTrigger(submission_id=SID, poll_interval_seconds=0.001), ray, monkeypatch)
     assert len(events) == 1
+    assert json.loads(json.dumps(events[0].payload)) == events[0].payload
     event = JobEvent.from_dict(events[0].payload)
     assert events[0].payload["outcome"] == "success" and event.succeeded
-    assert event.job_status is JobStatus.SUCCEEDED and event.log_cursor == {"submission_id": SID, "lines": 4}
+    assert event.job_status is JobStatus.SUCCEEDED
+    assert LogCursor.from_dict(event.log_cursor, SID).lines == 4
+    assert LogCursor.from_dict(event.log_cursor, SID).tail == LogCursor(SID).advanced(["l1", "l2", "l3", "l4"]).tail
     assert streamed(capsys) == ["l1", "l2", "l3", "l4"]
     assert ray.calls[-1] == "aclose"  # the hook's clients are closed
+    assert "get_job_logs" not in ray.calls  # read by windows of the log's end
 
 
 def test_a_serialized_cursor_repeats_no_line(monkeypatch, capsys):
     ray = FakeRay({SID: job("SUCCEEDED")}, logs={SID: "l1\nl2\nl3\n"})
-    trigger = RayJobTrigger(submission_id=SID, log_cursor={"submission_id": SID, "lines": 2})
-    rebuilt = RayJobTrigger(**trigger.serialize()[1])
+    trigger = RayJobTrigger(submission_id=SID, log_cursor=LogCursor(SID).advanced(["l1", "l2"]).to_dict())
+    rebuilt = RayJobTrigger(**json.loads(json.dumps(trigger.serialize()[1])))
     (event,) = run(rebuilt, ray, monkeypatch)
     assert streamed(capsys) == ["l3"]
-    assert event.payload["log_cursor"] == {"submission_id": SID, "lines": 3}
+    assert LogCursor.from_dict(event.payload["log_cursor"], SID).lines == 3
 
 
 def test_without_streaming_only_the_end_is_read(monkeypatch, capsys):
     ray = FakeRay({SID: [job("RUNNING"), job("FAILED")]}, logs={SID: "boom\n"})
     (event,) = run(RayJobTrigger(submission_id=SID, poll_interval_seconds=0.001, stream_logs=False), ray, monkeypatch)
-    assert ray.calls.count("get_job_logs") == 1
+    assert ray.tail_reads == [(SID, LOG_TAIL_LINES)] and "get_job_logs" not in ray.calls
     assert event.payload["outcome"] == "error" and event.payload["log_tail"] == ["boom"]
+    assert streamed(capsys) == []
 
 
 def test_pending_too_long_stops_the_job_and_says_what_was_asked(monkeypatch):
@@ -136,7 +151,7 @@ def test_a_provider_error_becomes_one_error_event(monkeypatch):
     ray.a_get_job_info = flaky
     (event,) = run(RayJobTrigger(submission_id=SID, poll_interval_seconds=0.001), ray, monkeypatch)
     assert event.payload["outcome"] == "error" and "did not answer" in event.payload["message"]
-    assert event.payload["log_cursor"] == {"submission_id": SID, "lines": 1}
+    assert LogCursor.from_dict(event.payload["log_cursor"], SID).lines == 1  # the line streamed before
 
 
 def test_on_kill_stops_the_job(monkeypatch):
@@ -145,3 +160,83 @@ def test_on_kill_stops_the_job(monkeypatch):
     monkeypatch.setattr(trigger, "_hook", lambda: ray)
     asyncio.run(trigger.on_kill())
     assert ray.stopped == [SID]
+
+
+class XComs:
+    """The triggerer's XComs of the task (compat.trigger_xcom_get/set), in memory."""
+
+    def __init__(self, saved=None):
+        self.values = {} if saved is None else {LOG_CURSOR_KEY: saved}
+        self.sets: list[dict] = []
+
+    async def get(self, key, **ids):
+        assert ids == {"dag_id": "dag", "task_id": "train", "run_id": FakeTI().run_id, "map_index": -1}
+        return self.values.get(key)
+
+    async def set(self, key, value, **ids):
+        self.values[key] = value
+        self.sets.append(value)
+
+
+def with_task(trigger, monkeypatch, xcoms):
+    trigger.task_instance = FakeTI()
+    monkeypatch.setattr(compat, "trigger_xcom_get", xcoms.get)
+    monkeypatch.setattr(compat, "trigger_xcom_set", xcoms.set)
+    return trigger
+
+
+def test_the_cursor_is_saved_before_the_lines_it_counts_are_written(monkeypatch):
+    ray = FakeRay({SID: [job("RUNNING"), job("RUNNING"), job("SUCCEEDED")]},
+                  logs={SID: ["a\n", "a\nb\nc\n", "a\nb\nc\nd\n"]})
+    xcoms = XComs()
+    trigger = with_task(RayJobTrigger(submission_id=SID, poll_interval_seconds=0.001), monkeypatch, xcoms)
+    order = []
+    monkeypatch.setattr(trigger.log, "info", lambda line, *args: order.append(("write", line)))
+    real_set = xcoms.set
+
+    async def recorded_set(key, value, **ids):
+        order.append(("save", LogCursor.from_dict(value, SID).lines))
+        await real_set(key, value, **ids)
+
+    monkeypatch.setattr(compat, "trigger_xcom_set", recorded_set)
+    (event,) = run(trigger, ray, monkeypatch)
+    assert order == [("save", 1), ("write", "[ray] a"), ("save", 3), ("write", "[ray] b"), ("write", "[ray] c"),
+                     ("save", 4), ("write", "[ray] d")]
+    assert LogCursor.from_dict(xcoms.values[LOG_CURSOR_KEY], SID) == LogCursor.from_dict(
+        event.payload["log_cursor"], SID)
+
+
+def test_a_restarted_trigger_continues_from_the_saved_cursor_not_its_kwargs(monkeypatch, capsys):
+    lines = [f"l{i}" for i in range(1, 61)]
+    text = "\n".join(lines) + "\n"
+    ray = FakeRay({SID: [job("RUNNING"), job("SUCCEEDED")]}, logs={SID: text})
+    # Deferred at line 5; before the restart the first trigger streamed (and saved) 50 lines.
+    saved = LogCursor(SID).advanced(lines[:50]).to_dict()
+    trigger = RayJobTrigger(submission_id=SID, log_cursor=LogCursor(SID).advanced(lines[:5]).to_dict(),
+                            poll_interval_seconds=0.001)
+    (event,) = run(with_task(trigger, monkeypatch, XComs(saved)), ray, monkeypatch)
+    assert streamed(capsys) == lines[50:]
+    assert LogCursor.from_dict(event.payload["log_cursor"], SID).lines == 60
+
+
+@pytest.mark.parametrize("saved", [None, {"submission_id": "ahp-dag-train-0123456789-a2", "lines": 50}])
+def test_a_saved_cursor_of_another_job_or_none_leaves_the_kwargs_cursor(monkeypatch, capsys, saved):
+    lines = [f"l{i}" for i in range(1, 11)]
+    ray = FakeRay({SID: job("SUCCEEDED")}, logs={SID: "\n".join(lines) + "\n"})
+    trigger = RayJobTrigger(submission_id=SID, log_cursor=LogCursor(SID).advanced(lines[:5]).to_dict())
+    run(with_task(trigger, monkeypatch, XComs(saved)), ray, monkeypatch)
+    assert streamed(capsys) == lines[5:]
+
+
+def test_unreadable_xcoms_do_not_fail_the_wait(monkeypatch, capsys):
+    ray = FakeRay({SID: job("SUCCEEDED")}, logs={SID: "a\nb\n"})
+    trigger = RayJobTrigger(submission_id=SID)
+    trigger.task_instance = FakeTI()
+
+    async def broken(*args, **kwargs):
+        raise RuntimeError("no API server")
+
+    monkeypatch.setattr(compat, "trigger_xcom_get", broken)
+    monkeypatch.setattr(compat, "trigger_xcom_set", broken)
+    (event,) = run(trigger, ray, monkeypatch)
+    assert event.payload["outcome"] == "success" and streamed(capsys) == ["a", "b"]

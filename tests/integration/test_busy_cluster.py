@@ -1,0 +1,149 @@
+"""A busy cluster, as backfills make it: more trainings than the cluster fits, workers that can never
+start, a training that stops making progress, and retraining runs that overlap. Every run trains,
+waits in line, or fails saying why; none hangs (each test is bounded by its timeout)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from support.tasks import FakeTI, StateStore, defer, jobs_of, wait_for_status
+
+from airflow_provider_horovod.exceptions import RayJobError
+
+from .test_operator import make_operator
+
+pytestmark = pytest.mark.integration
+
+QUICKSTART = "airflow_provider_horovod.examples.quickstart:train_func"
+
+
+def csv_data(folder, rows: int = 256) -> str:
+    """The quickstart's data as a CSV file: Ray Data reads it with a read task, which needs a CPU."""
+    folder.mkdir()
+    (folder / "train.csv").write_text("\n".join(["x,y"] + [f"{i / rows},{2 * i / rows + 1}" for i in range(rows)]) + "\n")
+    return str(folder / "train.csv")
+
+
+@pytest.mark.timeout(900)
+def test_more_trainings_than_the_cluster_fits_queue_and_all_finish(ray_cluster, ray_hook, tmp_path):
+    """Three trainings of 2 workers (1 CPU each) with Ray Data inputs, at once, on a cluster of 4 CPUs:
+    the datasets are read before the workers start, so no training holds the CPUs its reads need."""
+    data = csv_data(tmp_path / "data")
+    token = uuid.uuid4().hex[:6]
+    tis = [FakeTI(f"busy-{i}-{token}", dag_id="ahp_busy") for i in range(3)]
+
+    def make():
+        return make_operator(tmp_path / "storage", train_fn=QUICKSTART, deferrable=True, poll_interval_seconds=2,
+                             train_loop_config={"num_epochs": 2, "lr": 0.1, "batch_size": 16},
+                             datasets={"train": data})
+
+    with ThreadPoolExecutor(3) as pool:
+        deferrals = list(pool.map(lambda ti: defer(make(), ti), tis))
+
+    async def triggerer():
+        return await asyncio.gather(*(anext(d.trigger.run()) for d in deferrals))
+
+    events = [e.payload for e in asyncio.run(triggerer())]
+    assert [e["outcome"] for e in events] == ["success"] * 3, [e["message"][-500:] for e in events]
+    results = [getattr(make(), d.method_name)({"ti": ti}, e) for ti, d, e in zip(tis, deferrals, events)]
+    assert len({r["checkpoint_uri"] for r in results}) == 3
+    for ti in tis:  # one Ray job per task run
+        assert [j["status"] for j in jobs_of(ray_hook, ti.run_id, dag_id="ahp_busy")] == ["SUCCEEDED"]
+    logs = ray_hook.get_job_logs(results[0]["submission_id"])
+    assert "Reading the datasets ['train'] before the workers start." in logs
+
+
+def test_workers_that_can_never_start_fail_within_the_pending_timeout_while_running(ray_hook, tmp_path):
+    """The job's driver runs (RUNNING) while its worker group waits for GPUs no node has."""
+    ti = FakeTI(f"nogpu-{uuid.uuid4().hex[:6]}")
+    op = make_operator(tmp_path, use_gpu=True, check_cluster_resources=False, pending_timeout_seconds=8)
+    states = []
+    sid = ti.task_run.submission_id(1)
+    watching = threading.Event()
+
+    def watch():
+        while not watching.wait(0.5):
+            info = ray_hook.get_job_info(sid)
+            if info:
+                states.append(info["status"])
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(RayJobError) as err:
+            op.execute({"ti": ti})
+    finally:
+        watching.set()
+        watcher.join()
+    assert time.monotonic() - started < 90
+    message = str(err.value)
+    assert "ended FAILED" in message and "PendingTimeoutError" in message and "within 8 s" in message
+    assert '{"GPU": 1.0}' in message and "the cluster has" in message  # asked, and what there is
+    assert "RUNNING" in states  # it was the worker group that waited, not the job
+    assert ray_hook.get_job_info(sid)["status"] == "FAILED"
+
+
+def test_a_training_that_stops_making_progress_fails_and_its_retry_resumes(ray_hook, tmp_path, quick_jobs):
+    ti = FakeTI(f"stall-{uuid.uuid4().hex[:6]}")
+    store = StateStore()
+    config = {"quick_lines": 3, "quick_stall_s": 300, "run": ti.run_id}
+    op = make_operator(tmp_path, train_loop_config=config, stall_timeout_seconds=6)
+    started = time.monotonic()
+    with pytest.raises(RayJobError) as err:
+        op.execute({"ti": ti, "task_state_store": store})
+    assert time.monotonic() - started < 60
+    message = str(err.value)
+    assert "showed no progress for" in message and "(stall_timeout_seconds)" in message and "was stopped" in message
+    assert wait_for_status(ray_hook, ti.task_run.submission_id(1), {"STOPPED"}, timeout=30) == "STOPPED"
+
+    ti.try_number = 2
+    result = make_operator(tmp_path, train_loop_config=config, stall_timeout_seconds=6).execute(
+        {"ti": ti, "task_state_store": store})
+    assert result["attempt"] == 2 and result["submission_id"] == ti.task_run.submission_id(2)
+    # The second attempt was told to resume from the first's folder.
+    assert f"resume from ['{ti.task_run.storage_uri(str(tmp_path))}/attempt-1']" in ray_hook.get_job_logs(
+        result["submission_id"])
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_overlapping_retraining_runs_never_move_the_champion_backwards(where, tmp_path, moto_server, monkeypatch):
+    """Four days' runs promote at once, in an order unlike their dates, through the example DAG's own
+    promote task: each promotion goes to a newer day that beats the champion it replaces."""
+    storage = str(tmp_path) if where == "local" else f"s3://{moto_server.make_bucket(f'ahp-champ-{uuid.uuid4().hex[:6]}')}"
+    monkeypatch.setenv("HOROVOD_RETRAINING_STORAGE", storage)
+    import importlib
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    from airflow_provider_horovod.storage import Storage
+
+    bag = DagBag(dag_folder=str(importlib.import_module("support.cluster").REPO / "dags" / "horovod_retraining.py"))
+    promote = bag.dags["horovod_retraining"].get_task("promote").python_callable
+    champion_uri = f"{storage}/horovod_retraining/champion.json"
+    # Day 3 is the best; day 4 is worse than day 3; day 2 beats day 1. Run in a scrambled order, at once.
+    scores = {"2026-11-01": 0.5, "2026-11-02": 0.3, "2026-11-03": 0.1, "2026-11-04": 0.2}
+    barrier = threading.Barrier(len(scores))
+
+    def run(day: str) -> dict:
+        barrier.wait()
+        return promote({"checkpoint_uri": f"{storage}/{day}", "holdout_mse": scores[day], "submission_id": day},
+                       ds=day, run_id=f"scheduled__{day}")
+
+    with ThreadPoolExecutor(len(scores)) as pool:
+        summaries = list(pool.map(run, ["2026-11-04", "2026-11-02", "2026-11-03", "2026-11-01"]))
+    champion = Storage().read_json(champion_uri)
+    promoted = [s for s in summaries if s["promoted"]]
+    # Whatever the order, each promotion replaced an older day's champion it beat ...
+    for summary in promoted:
+        before = summary["champion_before"]
+        assert before is None or (summary["logical_date"] > before["logical_date"]
+                                  and summary["holdout_mse"] < before["holdout_mse"]), summary
+    # ... and the champion is the newest of them: it never went back to an older day.
+    assert champion["logical_date"] == max(s["logical_date"] for s in promoted)
+    assert len([s for s in summaries if s["champion_before"] is None]) == 1  # one run found no champion
