@@ -9,6 +9,8 @@ import importlib.util
 import inspect
 import os
 import sys
+import sysconfig
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -56,6 +58,11 @@ def _is_submodule(module: str, name: str) -> bool:
         return False
 
 
+# CPython 3.11's ast.parse is not safe in concurrent threads (a "recursion depth mismatch" SystemError),
+# and tasks may check their functions in threads of one process.
+_PARSE_LOCK = threading.Lock()
+
+
 def top_level_names(spec) -> set[str] | None:
     """Names a module's source defines at its top level, read without importing it (importing
     could be slow or heavy). None when that cannot be known: no source, `import *`, `__getattr__`."""
@@ -63,7 +70,7 @@ def top_level_names(spec) -> set[str] | None:
     if not origin.endswith(".py") or not os.path.isfile(origin):
         return None
     try:
-        with open(origin, encoding="utf-8") as f:
+        with open(origin, encoding="utf-8") as f, _PARSE_LOCK:
             tree = ast.parse(f.read(), origin)
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
@@ -100,7 +107,8 @@ def _pickled_by_value_modules(fn: Callable) -> list:
     if module.__name__.split(".")[0] == "airflow_provider_horovod":
         return []  # the provider travels with every job
     file = getattr(module, "__file__", None) or ""
-    installed = any(part in file for part in ("site-packages", "dist-packages"))
+    installed = (any(part in file for part in ("site-packages", "dist-packages")) or not file
+                 or file.startswith(sysconfig.get_paths()["stdlib"]))
     return [] if installed else [module]
 
 
@@ -132,6 +140,19 @@ def required_positional(fn: Callable) -> int:
                 if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)])
 
 
+def import_path_of(fn: Any) -> str | None:
+    """``"module:qualname"`` for a function the cluster can import by name (from an installed
+    package, or the provider's own): no pickle then, and no Python version to match."""
+    module_name, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    module = sys.modules.get(module_name or "")
+    if module is None or "<" in qualname or _pickled_by_value_modules(fn) or module_name == "__main__":
+        return None
+    target: Any = module
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+    return f"{module_name}:{qualname}" if target is fn else None
+
+
 def ship_function(parameter: str, fn: Any, file_name: str, *, code_ships: bool = False,
                   max_args: int | None = None, arity_fix: str = "") -> tuple[dict[str, str], dict[str, bytes]]:
     """``({"import": path} or {"pickle": file}, files)`` for a function given as an import path or
@@ -142,5 +163,7 @@ def ship_function(parameter: str, fn: Any, file_name: str, *, code_ships: bool =
     if callable(fn):
         if max_args is not None and required_positional(fn) > max_args:
             raise InvalidParameterError(parameter, fn, arity_fix)
+        if path := import_path_of(fn):
+            return {"import": path}, {}
         return {"pickle": file_name}, {file_name: pickle_callable(parameter, fn)}
     raise InvalidParameterError(parameter, fn, 'give a function, or an import path "package.module:function".')

@@ -253,7 +253,8 @@ def _stop(state: str, timeout: float = 5.0) -> bool:
         while _cluster_pids(temp_dir) and time.monotonic() < deadline:
             time.sleep(0.2)
     os.remove(os.path.join(state, STATE_FILE))
-    if temp_dir.startswith("/tmp/ahp-ray-"):
+    # Ray's session folder is the cluster's own (its logs): it goes with the cluster.
+    if temp_dir.startswith("/tmp/ahp-ray-") or temp_dir == os.path.join(state, "tmp"):
         shutil.rmtree(temp_dir, ignore_errors=True)
     return True
 
@@ -275,12 +276,15 @@ def down(state: str | None = None) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     command = (argv if argv is not None else sys.argv[1:]) or ["status"]
+    token_file = os.path.join(state_dir(), TOKEN_FILE)
+    # The dashboard asks for the token; `ray get-auth-token` looks in ~/.ray, not here.
+    where = f"its token in {token_file} (the dashboard asks for it: cat {token_file})"
     if command[0] == "up":
         cluster = ensure_running()
-        print(f"Ray dashboard: {cluster.dashboard_url} (token in {os.path.join(state_dir(), TOKEN_FILE)})")
+        print(f"Ray dashboard: {cluster.dashboard_url}, {where}")
     elif command[0] == "status":
         cluster = status()
-        print(f"running: {cluster.dashboard_url}" if cluster else "not running")
+        print(f"running: {cluster.dashboard_url}, {where}" if cluster else "not running")
         return 0 if cluster else 1
     elif command[0] == "down":
         print("stopped" if down() else "not running")

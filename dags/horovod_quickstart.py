@@ -1,20 +1,24 @@
-"""The smallest training DAG: Ray's Horovod quickstart, trained by 2 workers, evaluated on the cluster.
+"""The smallest training DAG: Ray's Horovod quickstart as a ``@task.horovod`` task, 2 workers, and
+its model scored on the cluster with ``@task.ray``.
 
-With no ``ray_default`` connection, the operator starts an embedded local Ray cluster, and
-checkpoints go under ``$AIRFLOW_HOME/horovod-storage``. Point it at a real cluster with the
-``ray_default`` connection and at a bucket with the ``storage_path`` param (``s3://bucket/prefix``).
+``train_func`` is Ray's quickstart function (``airflow_provider_horovod/examples/quickstart.py``),
+unchanged from what ``HorovodTrainer`` takes: ``train_func({...})`` hands the config to every worker,
+as ``train_loop_config`` did. Both functions come from an installed package, so they travel by import
+path, whatever Python the Airflow side has (a function written in the DAG file travels pickled and
+needs the cluster's Python; see ``horovod_taskflow.py``). More: ``docs/migrating.md``.
 
-Every function here is named by its import path, so it runs on the cluster whatever Python the
-Airflow side has. The DAG file imports no torch, horovod or ray.train: the code runs on the cluster.
+With no ``ray_default`` connection, it trains on an embedded local Ray cluster, checkpoints under
+``$AIRFLOW_HOME/horovod-storage``. Point it at a real cluster with the ``ray_default`` connection and
+at a bucket with the ``storage_path`` param (``s3://bucket/prefix``). The DAG file imports no torch,
+horovod or ray.train: that code runs on the cluster.
 """
 
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import Param, dag
+from airflow.sdk import Param, dag, task
 
-from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
-from airflow_provider_horovod.operators.ray import RayTaskOperator
+from airflow_provider_horovod.examples.quickstart import evaluate, train_func
 
 STORAGE = "{{ params.storage_path }}"
 
@@ -30,21 +34,15 @@ STORAGE = "{{ params.storage_path }}"
                                               "empty: $AIRFLOW_HOME/horovod-storage")},
 )
 def horovod_quickstart():
-    train = HorovodTrainOperator(
+    train = task.horovod(
         task_id="train",
-        train_fn="airflow_provider_horovod.examples.quickstart:train_func",
-        train_loop_config={"num_epochs": 5, "lr": 0.1, "batch_size": 16},
-        datasets={"train": "airflow_provider_horovod.examples.quickstart:make_dataset"},
         num_workers=2,
+        datasets={"train": "airflow_provider_horovod.examples.quickstart:make_dataset"},
         storage_path=STORAGE,
-    )
+    )(train_func)
+    result = train({"num_epochs": 5, "lr": 0.1, "batch_size": 16})
     # The model is loaded where torch is: a Ray job, its scores back in XCom.
-    RayTaskOperator(
-        task_id="evaluate",
-        python_callable="airflow_provider_horovod.examples.quickstart:evaluate",
-        op_args=[train.output],
-        storage_path=STORAGE,
-    )
+    task.ray(task_id="evaluate", storage_path=STORAGE)(evaluate)(result)
 
 
 horovod_quickstart()

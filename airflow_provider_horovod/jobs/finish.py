@@ -20,7 +20,9 @@ def failure_message(event: JobEvent) -> str:
     tail = "\n".join(event.log_tail[-40:]) or "(no log)"
     kind = f" ({event.error_type})" if event.error_type else ""
     status = event.job_status.value if event.job_status else "in error"
-    return f"Ray job {event.submission_id} ended {status}{kind}: {event.message.strip()}\nLast lines of the job's log:\n{tail}"
+    reason = f"\nWhy: {event.reason}" if event.reason else ""
+    return (f"Ray job {event.submission_id} ended {status}{kind}: {event.message.strip()}{reason}\n"
+            f"Last lines of the job's log:\n{tail}")
 
 
 def raise_for_failure(event: JobEvent) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from airflow_provider_horovod.exceptions import HorovodProviderError, RayJobError
 from airflow_provider_horovod.jobs.logs import LogCursor, lines_after
-from airflow_provider_horovod.jobs.protocol import LOG_TAIL_LINES, JobEvent, JobStatus
+from airflow_provider_horovod.jobs.protocol import LOG_TAIL_LINES, JobEvent, JobStatus, reason_in
 from airflow_provider_horovod.jobs.wait import Poll, WaitPolicy, step
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ async def follow_job(hook: RayHook, submission_id: str, *, policy: WaitPolicy, c
     from airflow_provider_horovod.hooks.ray_logs import LogReader
 
     reader = LogReader(submission_id)
+    reason = ""
     while True:
         info = await hook.a_get_job_info(submission_id)
         status = JobStatus.of((info or {}).get("status"))
@@ -39,7 +40,8 @@ async def follow_job(hook: RayHook, submission_id: str, *, policy: WaitPolicy, c
             fresh = await _read(hook, reader, info, cursor, ended, write)
         elif ended and status is not JobStatus.SUCCEEDED:
             await _read(hook, reader, info, LogCursor(submission_id), True, write, last_only=True)
-        result = step(policy, cursor, Poll(info, time.time(), fresh, tail=reader.last_lines))
+        reason = reason_in(fresh, reason)
+        result = step(policy, cursor, Poll(info, time.time(), fresh, tail=reader.last_lines, reason=reason))
         if result.lines:
             await save_cursor(result.cursor)
             for line in result.lines:

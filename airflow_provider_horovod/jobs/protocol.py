@@ -47,6 +47,16 @@ XCOM_SUBMISSION_ID = "submission_id"
 
 # How many of the job's last log lines a failure shows.
 LOG_TAIL_LINES = 40
+# The line the provider's runtime ends a failed job with: its one-line reason.
+ERROR_MARK = "AHP_ERROR "
+
+
+def reason_in(lines: list[str], reason: str = "") -> str:
+    """The last failure reason the runtime printed among ``lines`` (else ``reason``)."""
+    for line in lines:
+        if ERROR_MARK in line:
+            reason = line.split(ERROR_MARK, 1)[1].strip()
+    return reason
 
 
 class Outcome(str, enum.Enum):
@@ -69,6 +79,8 @@ class JobEvent:
     metadata: dict[str, str] = dataclasses.field(default_factory=dict)
     log_tail: list[str] = dataclasses.field(default_factory=list)
     log_cursor: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The job's own one-line reason (its AHP_ERROR line), wherever it is in the log.
+    reason: str = ""
 
     @property
     def succeeded(self) -> bool:
@@ -76,7 +88,7 @@ class JobEvent:
 
     @classmethod
     def from_info(cls, submission_id: str, info: dict, *, log_tail: list[str] | None = None,
-                  log_cursor: dict | None = None) -> JobEvent:
+                  log_cursor: dict | None = None, reason: str = "") -> JobEvent:
         """The event of a job that reached a terminal state, from its job info."""
         status = JobStatus.of(info.get("status"))
         return cls(
@@ -88,6 +100,7 @@ class JobEvent:
             metadata=dict(info.get("metadata") or {}),
             log_tail=list(log_tail or []),
             log_cursor=dict(log_cursor or {}),
+            reason=reason,
         )
 
     @classmethod

@@ -11,7 +11,7 @@ import dataclasses
 import json
 
 from airflow_provider_horovod.jobs.logs import LogCursor
-from airflow_provider_horovod.jobs.protocol import META_RESOURCES, JobEvent, JobStatus
+from airflow_provider_horovod.jobs.protocol import META_RESOURCES, JobEvent, JobStatus, reason_in
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +34,7 @@ class Poll:
     now: float
     lines: list[str] = dataclasses.field(default_factory=list)
     tail: list[str] = dataclasses.field(default_factory=list)
+    reason: str = ""  # the runtime's one-line failure reason, when it printed one
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +77,8 @@ def step(policy: WaitPolicy, cursor: LogCursor, poll: Poll) -> Step:
     if status is not None and status.is_terminal:
         failure_tail = list(poll.tail) if status is not JobStatus.SUCCEEDED else []
         return Step(cursor, poll.lines, JobEvent.from_info(sid, info, log_tail=failure_tail,
-                                                           log_cursor=cursor.to_dict()))
+                                                           log_cursor=cursor.to_dict(),
+                                                           reason=reason_in(failure_tail, poll.reason)))
     if status is JobStatus.PENDING and policy.pending_timeout_s:
         waited = poll.now - (info.get("start_time") or poll.now * 1000) / 1000
         if waited > policy.pending_timeout_s:

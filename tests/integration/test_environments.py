@@ -58,6 +58,7 @@ def test_the_embedded_cluster_runs_a_job_where_the_cluster_side_is_installed(tmp
         cli = [cluster_python(), "-m", "airflow_provider_horovod.local"]
         status = subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=60)
         assert status.returncode == 0 and "running: http://127.0.0.1:" in status.stdout
+        assert f"its token in {tmp_path / 'home' / 'ray-local' / 'auth_token'}" in status.stdout
         state = tmp_path / "home" / "ray-local"
         token = (state / "auth_token").read_text()
         assert oct((state / "auth_token").stat().st_mode & 0o777) == "0o600" and token not in output + status.stdout
@@ -67,6 +68,7 @@ def test_the_embedded_cluster_runs_a_job_where_the_cluster_side_is_installed(tmp
         down = subprocess.run([cluster_python(), "-m", "airflow_provider_horovod.local", "down"], env=env,
                               capture_output=True, text=True, timeout=120)
     assert down.returncode == 0 and _cluster_pids(temp_dir) == []
+    assert not os.path.exists(temp_dir)  # Ray's session folder (its logs) went with the cluster
     assert subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=60).returncode == 1
 
 

@@ -149,18 +149,6 @@ def test_gpus_the_cluster_lacks_fail_before_submission(ray_hook, tmp_path):
     assert len(ray_hook.list_jobs()) == before  # nothing was submitted
 
 
-def test_gpus_pending_past_the_timeout_fail_the_job(ray_hook, tmp_path):
-    # An autoscaling cluster might add GPU nodes, so the pre-check can be off; then the workers'
-    # wait is bounded by pending_timeout_seconds (the runtime's own check: no training starts).
-    op = make_operator(tmp_path, use_gpu=True, check_cluster_resources=False, pending_timeout_seconds=5)
-    started = time.monotonic()
-    with pytest.raises(RayJobError) as err:
-        op.execute({"ti": FakeTI(f"gpupend-{uuid.uuid4().hex[:6]}")})
-    assert time.monotonic() - started < 90
-    assert "ended FAILED" in str(err.value) and "PendingTimeoutError" in str(err.value)
-    assert '{"GPU": 1.0}' in str(err.value)
-
-
 @pytest.mark.parametrize("kwargs, parameter", [({"ray_conn_id": "no_such_ray"}, "no_such_ray"),
                                                ({"aws_conn_id": "no_such_aws"}, "aws_conn_id")])
 def test_missing_connections_fail_before_submission(airflow_db, ray_cluster, tmp_path, kwargs, parameter):

@@ -153,7 +153,7 @@ def test_a_failed_task_job_fails_and_the_retry_runs_it_again(tmp_path):
     ray = FakeRay(on_submit=cluster_that_runs(ends="FAILED"))
     op = operator(storage_path=str(tmp_path), op_args=["u"], poll_interval_seconds=0.001)
     op.__dict__["hook"] = ray
-    with pytest.raises(RayJobError, match="ended FAILED: failed\nLast lines of the job's log:\nevaluating\n"
+    with pytest.raises(RayJobError, match="ended FAILED: failed\nWhy: boom\nLast lines of the job's log:\nevaluating\n"
                                           "AHP_ERROR boom"):
         op.execute(context(task_id="evaluate"))
     ray.on_submit = cluster_that_runs()
