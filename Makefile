@@ -19,6 +19,7 @@ setup:
 	@scripts/setup_cluster_env.sh
 
 setup-test: setup
+	@scripts/setup_browser.sh
 	@scripts/setup_airflow_env.sh $(AIRFLOW_VENV) $(PYTHON_AIRFLOW) $(AIRFLOW) amazon,test
 	@scripts/setup_airflow_env.sh $(OLDEST_VENV) $(PYTHON_AIRFLOW_OLDEST) $(AIRFLOW_OLDEST) test
 

@@ -18,6 +18,7 @@ SPEC_FILE = "spec.json"
 RESULT_FILE = "result.json"
 RETURN_VALUE_FILE = "return_value.json"
 TIMELINE_FILE = "horovod_timeline.json"
+HISTORY_FILE = "metrics_history.json"
 # Written by the Airflow side once a task try has consumed an attempt's result: a later try of the
 # same task run (a user clearing a succeeded task) then trains again instead of reusing it.
 CONSUMED_FILE = "consumed.json"
@@ -112,6 +113,10 @@ class TrainingSpec:
         return attempt_dir(self.storage_uri, self.attempt)
 
     @property
+    def history_uri(self) -> str:
+        return f"{self.run_uri}/{HISTORY_FILE}"
+
+    @property
     def timeline_uri(self) -> str:
         return f"{self.run_uri}/{TIMELINE_FILE}"
 
@@ -189,6 +194,8 @@ class ResultRecord:
     return_value: Any = None
     # Horovod's timeline (Chrome tracing JSON) of rank 0, when it was recorded.
     timeline_uri: str | None = None
+    # Rank 0's reports in order: {"report", "time", "metrics", "checkpoint"} (runtime.history).
+    history: list[dict] = dataclasses.field(default_factory=list)
     version: int = RESULT_VERSION
 
     def to_json(self) -> str:

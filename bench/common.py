@@ -137,9 +137,16 @@ class Target:
     closing: str = ""
 
 
+def figure_key(number) -> tuple[int, str]:
+    """Figures in order: 1, 2, ..., 4, 4b, 5, ..."""
+    text = str(number)
+    digits = "".join(c for c in text if c.isdigit())
+    return int(digits or 0), text
+
+
 @dataclass
 class Figure:
-    number: int
+    number: int | str
     title: str
     how: str
     tables: list[str] = field(default_factory=list)

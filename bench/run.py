@@ -1,7 +1,7 @@
 """`make bench`: runs every figure and writes bench/results.md (raw data and logs in bench/out/).
 
-    python -m bench.run            # all six figures
-    BENCH_ONLY=3,5 python -m bench.run
+    python -m bench.run            # every figure
+    BENCH_ONLY=3,4b,5 python -m bench.run
 
 A moto S3 server and the embedded local Ray cluster (under bench/out/airflow-home) are started for
 the run and stopped at its end, also when a figure fails. A figure that fails is reported as such
@@ -18,27 +18,31 @@ import time
 import traceback
 from importlib.metadata import version
 
-from bench.common import (AIRFLOW_BIN, BENCH, OUT, RAY_ADDRESS_ENV, Figure, Target, log, plain_table,
+from bench.common import (AIRFLOW_BIN, BENCH, OUT, RAY_ADDRESS_ENV, Figure, Target, figure_key, log, plain_table,
                           repeats, run_logged, save_raw)
 
 RESULTS = BENCH / "results.md"
-TITLES = {1: "Orchestration overhead", 2: "Completion latency", 3: "DAG parse cost", 4: "Triggerer load",
-          5: "Checkpoint I/O", 6: "Training path"}
+TITLES = {"1": "Orchestration overhead", "2": "Completion latency", "3": "DAG parse cost", "4": "Triggerer load",
+          "4b": "Following a growing log", "5": "Checkpoint I/O", "6": "Training path",
+          "7": "Install size of the Airflow side"}
 
 
-def selected() -> set[int]:
+def selected() -> set[str]:
     only = os.environ.get("BENCH_ONLY")
-    return {int(x) for x in only.split(",")} if only else set(TITLES)
+    want = {x.strip() for x in only.split(",")} if only else set(TITLES)
+    if unknown := want - set(TITLES):
+        raise SystemExit(f"BENCH_ONLY: no figure {sorted(unknown)}; the figures are {sorted(TITLES, key=figure_key)}")
+    return want
 
 
-def failed(number: int, err: BaseException, seconds: float) -> Figure:
+def failed(number: str, err: BaseException, seconds: float) -> Figure:
     fig = Figure(number, TITLES[number], f"**This figure failed:** `{type(err).__name__}: {err}`"[:2000],
                  seconds=seconds)
     fig.targets.append(Target(f"{number}. {TITLES[number]}", None, "not measured: the figure failed"))
     return fig
 
 
-def timed(number: int, make) -> Figure:
+def timed(number: str, make) -> Figure:
     started = time.monotonic()
     log(f"figure {number}: {TITLES[number]}")
     try:
@@ -48,7 +52,54 @@ def timed(number: int, make) -> Figure:
         fig = failed(number, err, time.monotonic() - started)
     fig.seconds = time.monotonic() - started
     log(f"figure {number} done in {fig.seconds:.0f} s")
+    keep(fig)
     return fig
+
+
+FIGURES = OUT / "figures"
+
+
+def keep(fig: Figure) -> None:
+    """Every figure as measured, so results.md can be assembled from figures run one at a time."""
+    import dataclasses
+    import json
+
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    data = dataclasses.asdict(fig)
+    data["measured_at"] = time.time()
+    (FIGURES / f"{fig.number}.json").write_text(json.dumps(data, indent=1))
+
+
+def last_run_conditions() -> str | None:
+    """The conditions table of the last run that wrote results.md (the run most figures come from)."""
+    try:
+        text = RESULTS.read_text()
+    except OSError:
+        return None
+    if "## Conditions\n\n" not in text or "\n\n## Targets" not in text:
+        return None
+    table_text = text.split("## Conditions\n\n", 1)[1].split("\n\n## Targets", 1)[0]
+    table_text = "\n".join(line for line in table_text.splitlines()
+                           if not line.startswith(("| each figure measured at", "| note |")))
+    return table_text.replace("| `make bench` took |", "| the run took (figures assembled: see below) |")
+
+
+def assemble(want: set[str]) -> tuple[list[Figure], dict[str, float]]:
+    """``BENCH_ASSEMBLE=1``: the figures last measured (bench/out/figures), none run now; and when
+    each was measured."""
+    import json
+
+    figures, when = [], {}
+    for number in sorted(want, key=figure_key):
+        path = FIGURES / f"{number}.json"
+        if not path.exists():
+            log(f"figure {number} was never measured: left out")
+            continue
+        data = json.loads(path.read_text())
+        when[number] = data.pop("measured_at", 0.0)
+        data["targets"] = [Target(**t) for t in data["targets"]]
+        figures.append(Figure(**data))
+    return figures, when
 
 
 def load() -> str:
@@ -83,7 +134,7 @@ def conditions(started_wall: float, seconds: float, load_start: str, activity_st
 
 def targets_table(figures: list[Figure]) -> str:
     rows = []
-    for fig in sorted(figures, key=lambda f: f.number):
+    for fig in sorted(figures, key=lambda f: figure_key(f.number)):
         for t in fig.targets:
             state = {True: "**met**", False: "**missed**", None: "not measured"}[t.met]
             rows.append([t.name, state, t.detail, t.closing or "-"])
@@ -109,7 +160,7 @@ def write(figures: list[Figure], header: str) -> None:
         targets_table(figures),
         "",
     ]
-    for fig in sorted(figures, key=lambda f: f.number):
+    for fig in sorted(figures, key=lambda f: figure_key(f.number)):
         parts += [fig.markdown(), ""]
     RESULTS.write_text("\n".join(parts))
     log(f"wrote {RESULTS}")
@@ -121,27 +172,47 @@ def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     want = selected()
     figures: list[Figure] = []
+    if os.environ.get("BENCH_ASSEMBLE"):
+        figures, when = assemble(want)
+        seconds = sum(f.seconds for f in figures)
+        header = last_run_conditions() or conditions(started_wall, seconds, load_start, activity_start).replace(
+            "| `make bench` took |", "| the figures took (sum of their own times; assembled) |")
+        header += "\n| each figure measured at (UTC, its end) | " + ", ".join(
+            f"{n}: {time.strftime('%H:%M', time.gmtime(t))}" for n, t in when.items()) + " |"
+        if note := os.environ.get("BENCH_NOTE"):
+            header += f"\n| note | {note} |"
+        write(figures, header)
+        return 0 if all(t.met is not None for f in figures for t in f.targets) else 1
     run_logged([AIRFLOW_BIN, "db", "migrate"], "airflow-db-migrate.log")
 
-    if 3 in want:  # no cluster needed: parse while the machine is as quiet as it gets
+    if "3" in want:  # no cluster needed: parse while the machine is as quiet as it gets
         from bench import parse
 
-        figures.append(timed(3, parse.figure))
+        figures.append(timed("3", parse.figure))
 
-    if want & {1, 2, 4, 5, 6}:
+    if want & {"1", "2", "4", "4b", "5", "6"}:
         from bench.cluster import moto_server, ray_cluster
 
         with moto_server(), ray_cluster() as cluster:
-            if want & {1, 2, 6}:
+            if want & {"1", "2", "6"}:
                 figures += training_figures(want, cluster)
-            if 5 in want:
+            if "5" in want:
                 from bench import checkpoint_io
 
-                figures.append(timed(5, checkpoint_io.figure))
-            if 4 in want:
+                figures.append(timed("5", checkpoint_io.figure))
+            if "4b" in want:
+                from bench import logstream
+
+                figures.append(timed("4b", lambda: logstream.figure(cluster)))
+            if "4" in want:
                 from bench import triggerer
 
-                figures.append(timed(4, lambda: triggerer.figure(cluster)))
+                figures.append(timed("4", lambda: triggerer.figure(cluster)))
+
+    if "7" in want:  # pip and the disk, no cluster: last, so its downloads disturb no other figure
+        from bench import install_size
+
+        figures.append(timed("7", install_size.figure))
 
     seconds = time.monotonic() - started
     write(figures, conditions(started_wall, seconds, load_start, activity_start))
@@ -149,7 +220,7 @@ def main() -> int:
     return 0 if all(t.met is not None for f in figures for t in f.targets) else 1
 
 
-def training_figures(want: set[int], cluster) -> list[Figure]:
+def training_figures(want: set[str], cluster) -> list[Figure]:
     """Figures 1, 2 and 6 share the training runs; figure 2 adds the hand-written pollers."""
     import json
 
@@ -165,23 +236,23 @@ def training_figures(want: set[int], cluster) -> list[Figure]:
         records = runs.training_runs(repeats(3), config, ray_env)
     except Exception as err:
         traceback.print_exc()
-        return [failed(n, err, time.monotonic() - started) for n in sorted(want & {1, 2, 6})]
+        return [failed(n, err, time.monotonic() - started) for n in sorted(want & {"1", "2", "6"})]
     save_raw("training_runs", records)
     runs_s = time.monotonic() - started
     figures = []
-    if 1 in want:
-        figures.append(timed(1, lambda: overhead.figure(records, config)))
+    if "1" in want:
+        figures.append(timed("1", lambda: overhead.figure(records, config)))
         figures[-1].seconds += runs_s
         figures[-1].notes.append(f"The training runs behind figures 1, 2 and 6 took {runs_s / 60:.1f} min together.")
-    if 2 in want:
+    if "2" in want:
         def latency_figure():
             hand = latency.handwritten_runs([1.0, 10.0], max(5, repeats(3) + 2))
             save_raw("handwritten_latency", hand)
             return latency.figure(records, hand)
 
-        figures.append(timed(2, latency_figure))
-    if 6 in want:
-        figures.append(timed(6, lambda: training.figure(records, config)))
+        figures.append(timed("2", latency_figure))
+    if "6" in want:
+        figures.append(timed("6", lambda: training.figure(records, config)))
     return figures
 
 

@@ -104,74 +104,138 @@ def train_mlp(config: dict) -> None:
             ray.train.report(metrics)
 
 
+# How a checkpoint of figure 5 is split into files (shares of its size): weight shards of unequal
+# sizes and optimizer state, as sharded model checkpoints are; plus a small JSON file.
+CHECKPOINT_SHARES = (("model-00001.bin", 0.40), ("model-00002.bin", 0.25), ("optimizer.bin", 0.20),
+                     ("model-00003.bin", 0.10), ("scheduler.bin", 0.05))
+
+
+def write_checkpoint_folder(folder: str, size_mb: int) -> int:
+    """Incompressible bytes, like trained weights, in the files of ``CHECKPOINT_SHARES``; total bytes."""
+    for name, share in CHECKPOINT_SHARES:
+        with open(os.path.join(folder, name), "wb") as f:
+            remaining = int(size_mb * share * (1 << 20))
+            while remaining:
+                chunk = min(remaining, 8 << 20)
+                f.write(os.urandom(chunk))
+                remaining -= chunk
+    with open(os.path.join(folder, "state.json"), "w") as f:
+        json.dump({"size_mb": size_mb, "files": [n for n, _ in CHECKPOINT_SHARES]}, f)
+    return sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder))
+
+
 def checkpoint_io(config: dict) -> None:
-    """Persist the same checkpoint folder to S3 three ways, back to back, in one worker process:
-    Ray Train's path (``ray.train.report`` with the checkpoint: it uploads the folder to the run's
-    storage before returning), a plain boto3 multipart upload of the same files, and the pyarrow
-    call Ray Train makes underneath (``pyarrow.fs.copy_files`` with Ray's settings), which tells
-    Ray's own overhead from pyarrow's; and, as the fix to try, ``ray.train.report`` with a
-    ``checkpoint_upload_fn`` that uploads with boto3. Doing them in one process, round after round,
-    puts all of them under the same conditions on a noisy machine."""
+    """Figure 5, in one training worker launched by the operator (so the provider's checkpoint_io is
+    installed here, as in every worker): the same multi-file checkpoint folder, round after round,
+    back to back in this process:
+
+    - up, A: ``ray.train.report`` with the checkpoint: Ray Train persists it to the run's S3 storage
+      before returning, through its copy helper, which the provider routes through boto3's transfer
+      manager;
+    - up, B: boto3's ``TransferManager`` (``TransferConfig()`` defaults) uploading the same files;
+    - up, extra: ``pyarrow.fs.copy_files`` with Ray Train's own settings for S3 uploads (what every
+      checkpoint went through before the provider routed it);
+    - down, A: ``ray.train.Checkpoint(path="s3://...").as_directory()`` of the files B uploaded;
+    - down, B: boto3's ``TransferManager`` downloading the same objects;
+    - down, extra: Ray Train's own helper before the routing (``pyarrow.fs.copy_files``, its settings).
+
+    Doing them in one process, round after round, puts all of them under the same conditions on a
+    noisy machine. The first round warms every path up and is not counted."""
+    import shutil
+
     import boto3
     import pyarrow.fs
     import ray.train
-    from boto3.s3.transfer import TransferConfig
+    from boto3.s3.transfer import TransferConfig, create_transfer_manager
     from ray.train import Checkpoint
 
     size_mb, rounds, bucket = config["size_mb"], config["repeats"], config["bucket"]
     s3 = boto3.client("s3")
-    transfer = TransferConfig()  # boto3's defaults: 8 MiB parts, 10 threads
     arrow_fs, arrow_root = pyarrow.fs.FileSystem.from_uri(f"s3://{bucket}/pyarrow")
-    storage = ray.train.get_context().get_storage()
+    local_fs = pyarrow.fs.LocalFileSystem()
+    # Is the provider's routing in place in this worker? (It is installed by the operator's runtime.)
+    from ray.train.v2._internal.execution import storage as v2_storage
 
-    def upload_with_boto3(checkpoint, checkpoint_dir_name: str):
-        """Ray Train's checkpoint_upload_fn hook: the same destination, boto3's multipart upload."""
-        destination = storage.build_checkpoint_path_from_name(checkpoint_dir_name)  # "bucket/key..."
-        dest_bucket, _, key = destination.partition("/")
-        for name in os.listdir(checkpoint.path):
-            s3.upload_file(os.path.join(checkpoint.path, name), dest_bucket, f"{key}/{name}", Config=transfer)
-        return Checkpoint(path=destination, filesystem=storage.storage_filesystem)
+    routed = hasattr(v2_storage, "_ahp_original_copy")
+
+    def boto3_upload(folder: str, prefix: str) -> None:
+        with create_transfer_manager(s3, TransferConfig()) as manager:
+            futures = [manager.upload(os.path.join(folder, name), bucket, f"{prefix}/{name}")
+                       for name in sorted(os.listdir(folder))]
+            for future in futures:
+                future.result()
+
+    def boto3_download(prefix: str, target: str) -> None:
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "/").get("Contents", [])
+                if not o["Key"].endswith("/")]
+        os.makedirs(target, exist_ok=True)
+        with create_transfer_manager(s3, TransferConfig()) as manager:
+            futures = [manager.download(bucket, key, os.path.join(target, key[len(prefix) + 1:])) for key in keys]
+            for future in futures:
+                future.result()
+
+    def delete_prefix(prefix: str) -> None:
+        objects = s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "/").get("Contents", [])
+        if objects:
+            s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": o["Key"]} for o in objects]})
+
+    def same_files(a: str, b: str) -> bool:
+        names = sorted(os.listdir(a))
+        return names == sorted(os.listdir(b)) and all(
+            os.path.getsize(os.path.join(a, n)) == os.path.getsize(os.path.join(b, n)) for n in names)
 
     timings = []
-    with tempfile.TemporaryDirectory() as folder:
-        # Incompressible bytes, like trained weights; one big file and a small one, like model + state.
-        with open(os.path.join(folder, "model.bin"), "wb") as f:
-            for _ in range(size_mb):
-                f.write(os.urandom(1 << 20))
-        with open(os.path.join(folder, "state.json"), "w") as f:
-            json.dump({"size_mb": size_mb}, f)
-        total = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder))
-        for i in range(rounds + 1):  # the first round warms every path up and is not counted
+    scratch = tempfile.mkdtemp(prefix="ahp-bench-ckpt-")
+    try:
+        folder = os.path.join(scratch, "checkpoint")
+        os.makedirs(folder)
+        total = write_checkpoint_folder(folder, size_mb)
+        files = len(os.listdir(folder))
+        for i in range(rounds + 1):
             started = time.perf_counter()
             ray.train.report({"round": i}, checkpoint=Checkpoint.from_directory(folder),
                              delete_local_checkpoint_after_upload=False)
-            ray_s = time.perf_counter() - started
+            ray_up_s = time.perf_counter() - started
+            time.sleep(2.5)  # Train V2 takes a report over when it next polls the workers (~2 s)
 
             prefix = f"boto3/round-{i}"
             started = time.perf_counter()
-            for name in os.listdir(folder):
-                s3.upload_file(os.path.join(folder, name), bucket, f"{prefix}/{name}", Config=transfer)
-            boto3_s = time.perf_counter() - started
-            for name in os.listdir(folder):
-                s3.delete_object(Bucket=bucket, Key=f"{prefix}/{name}")
+            boto3_upload(folder, prefix)
+            boto3_up_s = time.perf_counter() - started
 
             target = f"{arrow_root}/round-{i}"
             started = time.perf_counter()
             arrow_fs.create_dir(target)
-            # Ray Train's settings for S3 uploads (ray.train._internal.storage._pyarrow_fs_copy_files).
             pyarrow.fs.copy_files(folder, target, destination_filesystem=arrow_fs, use_threads=False,
                                   chunk_size=64 * 1024 * 1024)
-            pyarrow_s = time.perf_counter() - started
+            pyarrow_up_s = time.perf_counter() - started
             arrow_fs.delete_dir(target)
-            time.sleep(2.5)  # Train V2 takes a report over when it next polls the workers (~2 s)
 
+            # Reading back the objects B uploaded, three ways.
             started = time.perf_counter()
-            ray.train.report({"round": i, "upload": "boto3"}, checkpoint=Checkpoint.from_directory(folder),
-                             checkpoint_upload_fn=upload_with_boto3,
-                             delete_local_checkpoint_after_upload=False)
-            ray_boto3_s = time.perf_counter() - started
+            checkpoint = Checkpoint(path=f"s3://{bucket}/{prefix}")
+            with checkpoint.as_directory() as local:
+                ray_down_s = time.perf_counter() - started
+                ok_a = same_files(folder, local)
+            down_b = os.path.join(scratch, f"boto3-{i}")
+            started = time.perf_counter()
+            boto3_download(prefix, down_b)
+            boto3_down_s = time.perf_counter() - started
+            ok_b = same_files(folder, down_b)
+            shutil.rmtree(down_b)
+            down_arrow = os.path.join(scratch, f"pyarrow-{i}")
+            os.makedirs(down_arrow)
+            started = time.perf_counter()
+            pyarrow.fs.copy_files(f"{bucket}/{prefix}", down_arrow, source_filesystem=arrow_fs,
+                                  destination_filesystem=local_fs, chunk_size=64 * 1024 * 1024)
+            pyarrow_down_s = time.perf_counter() - started
+            shutil.rmtree(down_arrow)
+            delete_prefix(prefix)
             if i:
-                timings.append({"round": i, "bytes": total, "ray_train_s": ray_s, "boto3_s": boto3_s,
-                                "pyarrow_s": pyarrow_s, "ray_train_boto3_s": ray_boto3_s})
-            time.sleep(2.5)
+                timings.append({"round": i, "bytes": total, "files": files, "routed": routed,
+                                "ray_up_s": ray_up_s, "boto3_up_s": boto3_up_s, "pyarrow_up_s": pyarrow_up_s,
+                                "ray_down_s": ray_down_s, "boto3_down_s": boto3_down_s,
+                                "pyarrow_down_s": pyarrow_down_s, "read_back_ok": ok_a and ok_b})
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     print("AHP_BENCH_CKPT " + json.dumps(timings), flush=True)

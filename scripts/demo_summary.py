@@ -10,14 +10,15 @@ def main(dag_id: str, log_path: str) -> int:
     if not lines:
         print(f"{dag_id}: no summary line in {log_path}", file=sys.stderr)
         return 1
-    summary = json.loads(lines[-1].split("AHP_RETRAINING ", 1)[1])
+    # The task log may add its own fields after the JSON object.
+    summary = json.JSONDecoder().raw_decode(lines[-1].split("AHP_RETRAINING ", 1)[1])[0]
     print(f"checkpoint:        {summary['checkpoint_uri']}")
     print(f"Ray job:           {summary['submission_id']}")
     print(f"holdout MSE:       baseline (untrained) {summary['baseline_mse']:.4f}, "
           f"trained {summary['holdout_mse']:.4f}")
-    before = summary["champion_mse_before"]
-    print(f"promoted:          {'yes' if summary['promoted'] else 'no'}"
-          f" (champion before: {'none' if before is None else f'{before:.4f}'})")
+    before = summary["champion_before"]
+    was = "none" if before is None else f"{before['holdout_mse']:.4f} of {before['logical_date']}"
+    print(f"promoted:          {'yes' if summary['promoted'] else 'no'} (champion before: {was})")
     if not summary["holdout_mse"] < 0.5 * summary["baseline_mse"]:
         print("the trained model does not clearly beat the baseline", file=sys.stderr)
         return 1

@@ -11,6 +11,7 @@ from typing import Any
 
 from airflow_provider_horovod.functions import required_positional
 from airflow_provider_horovod.runtime import checkpoint_io
+from airflow_provider_horovod.runtime.history import HISTORY, sampled
 from airflow_provider_horovod.runtime.payload import load_callable
 from airflow_provider_horovod.runtime.aws import read_session, s3_filesystem, session_env, with_env
 from airflow_provider_horovod.runtime.result import (
@@ -42,6 +43,23 @@ def worker_group_start_timeout_s(spec: TrainingSpec) -> float:
 def takes_config(fn: Callable) -> bool:
     """Ray passes ``train_loop_config`` only to functions with a required parameter."""
     return required_positional(fn) > 0
+
+
+def worker_started() -> None:
+    """In each worker, before the user's function: checkpoint copies at S3's speed, reports recorded."""
+    checkpoint_io.install()
+    HISTORY.record()
+
+
+def worker_finished(spec: TrainingSpec, value: Any) -> None:
+    """In each worker, after the user's function: rank 0 leaves what it returned and its reports."""
+    keep_rank0_return(value, spec.return_value_uri)
+    if HISTORY.points:
+        import ray.train
+
+        if ray.train.get_context().get_world_rank() == 0:
+            write_json(spec.history_uri, sampled(HISTORY.points))
+    store_timeline(spec)
 
 
 def store_timeline(spec: TrainingSpec) -> None:
@@ -76,29 +94,25 @@ def per_worker(spec: TrainingSpec, fn: Callable) -> Callable:
     """What Ray Train runs on every worker: the user's function, called as the spec says (with
     ``config``, or with the arguments of a ``@task.horovod`` call), its rank 0 return value kept.
     Ray passes ``config`` only to a function with one parameter, so each wrapper has the right number.
-    Each also routes the worker's checkpoint copies to and from S3 through boto3's transfer manager."""
-    uri = spec.return_value_uri
+    Each also routes the worker's checkpoint copies through boto3 and records rank 0's reports."""
     if spec.train_args is not None:
         args, kwargs = list(spec.train_args), dict(spec.train_kwargs or {})
 
         def called_with_arguments():
-            checkpoint_io.install()
-            keep_rank0_return(fn(*args, **kwargs), uri)
-            store_timeline(spec)
+            worker_started()
+            worker_finished(spec, fn(*args, **kwargs))
 
         return called_with_arguments
     if takes_config(fn):
         def called_with_config(config):
-            checkpoint_io.install()
-            keep_rank0_return(fn(config), uri)
-            store_timeline(spec)
+            worker_started()
+            worker_finished(spec, fn(config))
 
         return called_with_config
 
     def called_bare():
-        checkpoint_io.install()
-        keep_rank0_return(fn(), uri)
-        store_timeline(spec)
+        worker_started()
+        worker_finished(spec, fn())
 
     return called_bare
 
@@ -336,6 +350,7 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
         timings={"started_at": started_at, "finished_at": time.time(), "fit_s": round(fit_s, 3),
                  "total_s": round(time.time() - started_at, 3)},
         return_value=read_json(spec.return_value_uri),
+        history=read_json(spec.history_uri) or [],
         timeline_uri=spec.timeline_uri if spec.horovod_timeline and exists(spec.timeline_uri) else None,
     )
     write_record(spec.result_uri, record)

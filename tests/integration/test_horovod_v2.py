@@ -155,20 +155,31 @@ def train_until_killed(config):
     import torch
     from ray.train import Checkpoint
 
+    import hashlib
+    import random
+
     hvd.init()
-    restored = None
+    restored, intact = None, None
     checkpoint = ray.train.get_checkpoint()
     if checkpoint:
         with checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
-            restored = json.load(f)["epoch"]
+            state = json.load(f)
+            restored = state["epoch"]
+            with open(os.path.join(folder, "weights.bin"), "rb") as w:
+                intact = hashlib.sha256(w.read()).hexdigest() == state["weights_sha256"]
     start = 0 if restored is None else restored + 1
     for epoch in range(start, 6):
         total = hvd.allreduce(torch.tensor(float(epoch)), op=hvd.Sum, name=f"epoch{epoch}").item()
-        metrics = {"epoch": epoch, "start_epoch": start, "restored_epoch": restored, "total": total}
+        metrics = {"epoch": epoch, "start_epoch": start, "restored_epoch": restored, "total": total,
+                   "restored_intact": intact}
         if hvd.rank() == 0:
             with tempfile.TemporaryDirectory() as folder:
+                # 24 MiB of weights: on S3 it goes up (and comes back) in parallel parts.
+                weights = random.Random(epoch).randbytes(24 * 1024 * 1024)
+                with open(os.path.join(folder, "weights.bin"), "wb") as w:
+                    w.write(weights)
                 with open(os.path.join(folder, "state.json"), "w") as f:
-                    json.dump({"epoch": epoch}, f)
+                    json.dump({"epoch": epoch, "weights_sha256": hashlib.sha256(weights).hexdigest()}, f)
                 ray.train.report(metrics, checkpoint=Checkpoint.from_directory(folder))
         else:
             ray.train.report(metrics)
@@ -215,15 +226,18 @@ def test_killed_worker_resumes_from_its_last_checkpoint(ray_cluster, tmp_path, t
     assert after["pid"] != progress["pid"] and after["restored"] == 2
 
 
-def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(ray_cluster, ray_hook, tmp_path, trainer_api="v2"):
+def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(ray_cluster, moto_server, ray_hook, tmp_path,
+                                                           trainer_api="v2"):
     """With max_failures=0 a dead worker fails the task, saying so; the retry (a new attempt) resumes
     from the failed attempt's last checkpoint (the same steps on both APIs: the attempt's folder is
-    found by the operator, its checkpoint by the runtime)."""
+    found by the operator, its checkpoint by the runtime). On S3: the checkpoint went up in parallel
+    parts and comes back bit-identical."""
     from airflow_provider_horovod.exceptions import RayJobError
 
     progress_dir = tmp_path / "progress"
     progress_dir.mkdir()
-    op = make_operator(tmp_path / "storage", train_fn=train_until_killed, trainer_api=trainer_api, max_failures=0,
+    bucket = moto_server.make_bucket(f"ahp-resume-{uuid.uuid4().hex[:8]}")
+    op = make_operator(f"s3://{bucket}/runs", train_fn=train_until_killed, trainer_api=trainer_api, max_failures=0,
                        train_loop_config={"progress_dir": str(progress_dir)})
     ti = FakeTI(f"retry-{trainer_api}-{uuid.uuid4().hex[:6]}")
     thread, outcome = run_in_thread(op, {"ti": ti})
@@ -237,4 +251,8 @@ def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(ray_cluster, ray_hoo
     assert result["attempt"] == 2 and result["submission_id"].endswith("-a2")
     metrics = result["metrics"]
     assert (metrics["restored_epoch"], metrics["start_epoch"], metrics["epoch"]) == (2, 3, 5)
-    assert "/attempt-2/" in result["checkpoint_uri"]
+    assert metrics["restored_intact"] is True
+    assert result["checkpoint_uri"].startswith(f"s3://{bucket}/runs/") and "/attempt-2/" in result["checkpoint_uri"]
+    weights = moto_server.client().head_object(Bucket=bucket, Key=result["checkpoint_uri"].split(f"s3://{bucket}/", 1)[1]
+                                               + "/weights.bin")
+    assert weights["ETag"].strip('"').endswith("-2")  # 24 MiB in 16 MiB parts

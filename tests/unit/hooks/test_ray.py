@@ -201,6 +201,30 @@ def test_aclose_closes_the_async_client(hook, dashboard):
     assert len({r["peer"] for r in dashboard.requests}) == 1
 
 
+def test_a_waiting_trigger_keeps_its_connection_between_polls(hook, dashboard):
+    script_jobs(dashboard)
+
+    async def poll_twice():
+        async with hook:
+            await hook.a_get_job_status("sid-a1")
+            await asyncio.sleep(6)  # a poll interval past httpx's default 5 s idle limit
+            await hook.a_get_job_status("sid-a1")
+
+    arun(poll_twice())
+    assert len({r["peer"] for r in dashboard.requests}) == 1
+
+
+def test_a_plain_http_dashboard_loads_no_ca_bundle(tmp_path):
+    from airflow_provider_horovod.hooks.ray import client_args
+    from airflow_provider_horovod.hooks.ray_connection import RayEndpoint
+
+    ca = self_signed_ca(tmp_path)
+    plain = client_args(RayEndpoint(conn_id="ray", headers={}, url="http://ray-head:8265", verify=True))
+    assert plain["verify"] is False
+    assert client_args(RayEndpoint(conn_id="ray", headers={}, url="https://ray-head:8265", verify=True))["verify"] is True
+    assert isinstance(client_args(RayEndpoint(conn_id="ray", headers={}, url="https://ray-head:8265", verify=ca))["verify"], ssl.SSLContext)
+
+
 # --- authentication, retries, unreachable clusters ------------------------------------------------
 
 

@@ -1,0 +1,1 @@
+"""Airflow UI plugin: a training task's curves, where the run is."""

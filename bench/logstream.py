@@ -1,0 +1,374 @@
+"""Figure 4b: following one growing log. One Ray job prints a training log's lines steadily until it
+has {lines} of them; one ``RayJobTrigger`` (poll every second) follows it into a log file, as the
+triggerer writes a task log. Per poll: the triggerer's CPU time and the bytes of log fetched, at log
+lengths of about 1k, 10k, 50k and 100k lines, against fetching the whole log every poll (what the
+provider did before); and the head's CPU (dashboard, agent) meanwhile.
+
+    python -m bench.logstream follow SID PREFIX     # child A: the trigger, until the job ends
+    python -m bench.logstream whole SID PREFIX      # child B: whole-log polls, in windows asked on stdin
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+from bench.common import (OUT, PY, Figure, Row, Sample, Target, env_int, fmt, log, plain_table, quantile,
+                          save_raw, table)
+
+POLL_S = 1.0
+TAG = "AHP_BENCH_WHOLE"
+FLAT = 1.5  # "flat": the per-poll cost at the longest log within this factor of the shortest's
+
+HOW = """
+One Ray job (`python -c ...` on the local cluster) prints a training log's lines steadily, {rate} a
+second in batches of a tenth of a second, each about {width} bytes, until it has printed {lines:,}
+and ends. One `RayJobTrigger` (`poll_interval_seconds=1`, log streaming on, no task instance) follows
+it in a process of its own, one asyncio loop as a triggerer runs, writing every streamed line to a log
+file through a plain `logging` handler (the trigger's logger replaced by it; B writes the same way), as
+the triggerer writes the task log. Each poll is a status request and
+a window of the log's end (State API, sized to what came new last time plus 32 lines, placed by the
+cursor's digests). The hook's `_a_request` is wrapped to note, at each status request (a poll's
+start), the process's CPU time and the bytes of the log-window answers so far (`len(text)`).
+
+B, what the provider did before: every poll fetches the whole log (`GET /api/jobs/<id>/logs`, over
+the same hook's keep-alive client) and writes the lines after those already written. B runs in a
+second process, only in windows: at each log length, a {window}-s window with A alone (A's share of
+the head), then a window of {window} B polls (after one uncounted poll that catches B up) with A
+still running; B's head cost is the second window's head CPU minus the first's. A's per-poll figures
+are its polls of both windows; per-poll CPU is the process's CPU time from one poll's start to the
+next's (the loop's idle time costs nothing). *Head CPU*: the dashboard's processes and its agent,
+from /proc, as a share of one core.
+
+At the end, the lines A wrote are checked against the job's whole log (`GET /api/jobs/<id>/logs`):
+the same lines, in order, each once.
+"""
+
+
+# --- the children -------------------------------------------------------------------------------
+
+
+class LineFile(logging.Handler):
+    """Writes the streamed lines to a file (what the triggerer does with the task log), counting them."""
+
+    def __init__(self, path: str):
+        super().__init__(logging.INFO)
+        self.file = open(path, "w")
+        self.lines = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        self.file.write(message + "\n")
+        if message.startswith("[ray] "):
+            self.lines += 1
+
+    def close(self) -> None:
+        self.file.close()
+        super().close()
+
+
+async def follow(sid: str, prefix: str) -> None:
+    """Child A: RayJobTrigger until the job ends; one progress line per poll."""
+    from airflow_provider_horovod.hooks.ray import RayHook
+    from airflow_provider_horovod.triggers.ray import RayJobTrigger
+
+    handler = LineFile(prefix + "-lines.txt")
+    fetched = {"bytes": 0, "requests": 0, "status_bytes": 0}
+    progress = open(prefix + "-progress.jsonl", "w")
+    original = RayHook._a_request
+
+    async def noted(self, method, path, **kwargs):
+        if path.startswith("/api/jobs/"):  # a poll starts with its status request
+            progress.write(json.dumps([time.time(), time.process_time(), fetched["bytes"], fetched["requests"],
+                                       handler.lines]) + "\n")
+            progress.flush()
+        answer = await original(self, method, path, **kwargs)
+        if path == "/api/v0/logs/file":
+            fetched["bytes"] += len(answer[1])
+            fetched["requests"] += 1
+        else:
+            fetched["status_bytes"] += len(answer[1])
+        return answer
+
+    RayHook._a_request = noted
+    trigger = RayJobTrigger(submission_id=sid, poll_interval_seconds=POLL_S, pending_timeout_seconds=None,
+                            stall_timeout_seconds=None)
+    # The lines go to a file through a plain logging handler (the same writer as B's), in place of the
+    # triggerer's routing of a trigger's log into the task log.
+    out = logging.getLogger("bench.follow")
+    out.addHandler(handler)
+    out.setLevel(logging.INFO)
+    out.propagate = False
+    trigger._log = out
+    started = time.process_time()
+    async for event in trigger.run():
+        payload = event.payload
+        break
+    handler.file.flush()
+    with open(prefix + "-summary.json", "w") as f:
+        json.dump({"event": payload, "lines": handler.lines, "cpu_s": time.process_time() - started,
+                   "log_bytes": fetched["bytes"], "log_requests": fetched["requests"],
+                   "status_bytes": fetched["status_bytes"], "end": time.time()}, f)
+    handler.close()
+
+
+async def whole(sid: str, prefix: str) -> None:
+    """Child B: on each ``window K`` line of stdin, 1 + K polls of the whole log, one a second."""
+    from airflow_provider_horovod.hooks.ray import RayHook
+
+    out = logging.getLogger("bench.whole")
+    handler = LineFile(prefix + "-whole-lines.txt")
+    out.addHandler(handler)
+    out.setLevel(logging.INFO)
+    out.propagate = False
+    written = 0
+    async with RayHook() as hook:
+        while line := await asyncio.to_thread(sys.stdin.readline):
+            polls = []
+            for i in range(int(line.split()[1]) + 1):
+                t0, c0 = time.perf_counter(), time.process_time()
+                await hook.a_get_job_info(sid)
+                status, text = await hook._a_request("GET", f"/api/jobs/{sid}/logs")
+                logs = hook._parse(status, text, "job logs").get("logs", "")
+                lines = logs.split("\n")
+                lines.pop()  # the unterminated last line comes next time
+                for new in lines[written:]:
+                    out.info("[ray] %s", new)
+                written = max(written, len(lines))
+                cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+                if i:  # the first poll of a window catches up on what came since the last: not counted
+                    polls.append({"t": time.time(), "cpu_s": cpu, "wall_s": wall, "bytes": len(text),
+                                  "log_lines": len(lines)})
+                await asyncio.sleep(max(0.0, POLL_S - wall))
+            print(TAG + " " + json.dumps(polls), flush=True)
+
+
+# --- the parent ---------------------------------------------------------------------------------
+
+
+def job_code(lines: int, rate: int) -> str:
+    batch = max(1, rate // 10)
+    return (
+        "import sys, time\n"
+        f"n, batch, period = {lines}, {batch}, {batch / rate!r}\n"
+        "start = time.monotonic()\n"
+        "for b in range(0, n, batch):\n"
+        "    out = [f'step {i:06d} epoch {i // 5000} loss {1 / (1 + i):.8f} lr 0.00100 throughput 1234.5 samples/s'"
+        " for i in range(b, min(n, b + batch))]\n"
+        "    sys.stdout.write('\\n'.join(out) + '\\n'); sys.stdout.flush()\n"
+        "    time.sleep(max(0.0, start + (b // batch + 1) * period - time.monotonic()))\n"
+    )
+
+
+def read_progress(path) -> list[list[float]]:
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    return [json.loads(line) for line in text.splitlines() if line.endswith("]")]
+
+
+def head_groups(cluster) -> dict[str, list[int]]:
+    from bench.triggerer import process_groups
+
+    groups = process_groups(cluster.temp_dir)
+    return {k: groups[k] for k in ("dashboard", "dashboard agent")}
+
+
+def figure(cluster) -> Figure:
+    from airflow_provider_horovod.hooks.ray import RayHook
+    from bench.triggerer import cluster_cpu
+
+    total = env_int("BENCH_LOGSTREAM_LINES", 100_000)
+    rate = env_int("BENCH_LOGSTREAM_RATE", 300)
+    window = env_int("BENCH_LOGSTREAM_WINDOW", 5)
+    targets = [t for t in (1_000, 10_000, 50_000, 100_000) if t <= total]
+    width = len("step 000000 epoch 0 loss 0.00000000 lr 0.00100 throughput 1234.5 samples/s") + 1
+    fig = Figure("4b", "Following a growing log", HOW.format(rate=rate, width=width, lines=total, window=window))
+    hook = RayHook()
+    prefix = str(OUT / "logstream")
+    for suffix in ("-progress.jsonl", "-summary.json", "-lines.txt", "-whole-lines.txt"):
+        if os.path.exists(prefix + suffix):
+            os.remove(prefix + suffix)
+    sid = f"bench-logstream-{os.getpid()}-{int(time.time())}"
+    code = job_code(total, rate)
+    hook.submit_job(entrypoint=f"python -c {shlex.quote(code)}", submission_id=sid, metadata={"bench": "logstream"})
+    groups = head_groups(cluster)
+    logs = OUT / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    progress_file = OUT / "logstream-progress.jsonl"
+    head0, wall0 = cluster_cpu(groups), time.time()
+    a_out = open(logs / "logstream-follow.log", "w")
+    a = subprocess.Popen([PY, "-m", "bench.logstream", "follow", sid, prefix], stdout=a_out, stderr=subprocess.STDOUT)
+    b_err = open(logs / "logstream-whole.log", "w")
+    b = subprocess.Popen([PY, "-m", "bench.logstream", "whole", sid, prefix], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=b_err, text=True)
+    windows = []
+    try:
+        for target in targets:
+            # The two windows end a second before the log reaches the target length.
+            start_at = target - rate * (2 * window + 3)
+            while True:
+                samples = read_progress(progress_file)
+                if a.poll() is not None:
+                    raise RuntimeError(f"the following trigger ended early (rc {a.returncode}); see "
+                                       f"{logs / 'logstream-follow.log'}")
+                if len(samples) >= 3 and samples[-1][4] > 0 and samples[-1][4] >= start_at:
+                    break
+                time.sleep(0.2)
+            log(f"log at {samples[-1][4]} lines: windows for ~{target}")
+            h0, t0 = cluster_cpu(groups), time.time()
+            time.sleep(window)
+            h1, t1 = cluster_cpu(groups), time.time()
+            b.stdin.write(f"window {window}\n")
+            b.stdin.flush()
+            reply = b.stdout.readline()
+            if TAG not in reply:
+                raise RuntimeError(f"the whole-log poller did not answer; see {logs / 'logstream-whole.log'}")
+            polls = json.loads(reply.split(TAG + " ", 1)[1])
+            h2, t2 = cluster_cpu(groups), time.time()
+            windows.append({"target": target, "a_only": [t0, t1], "a_b": [t1, t2], "b_polls": polls,
+                            "head_a": {k: (h1[k] - h0[k]) / (t1 - t0) for k in h0},
+                            "head_ab": {k: (h2[k] - h1[k]) / (t2 - t1) for k in h0}})
+        a.wait(timeout=total / rate + 600)
+        head1, wall1 = cluster_cpu(groups), time.time()
+    finally:
+        for proc in (a, b):
+            if proc.poll() is None:
+                if proc is b:
+                    b.stdin.close()
+                    try:
+                        b.wait(10)
+                        continue
+                    except subprocess.TimeoutExpired:
+                        pass
+                proc.terminate()
+                proc.wait(10)
+        a_out.close()
+        b_err.close()
+        try:
+            hook.stop_job(sid)
+        except Exception:
+            pass
+    summary = json.loads((OUT / "logstream-summary.json").read_text())
+    samples = read_progress(progress_file)
+    job_log = hook.get_job_logs(sid)
+    raw = {"sid": sid, "total": total, "rate": rate, "windows": windows, "samples": samples, "summary": summary,
+           "head_run": {k: (head1[k] - head0[k]) / (wall1 - wall0) for k in head0}, "run_s": wall1 - wall0,
+           "job_log_bytes": len(job_log)}
+    save_raw("logstream", raw)
+    return build(fig, raw, job_log)
+
+
+def check_lines(job_log: str) -> tuple[bool, str]:
+    """A's streamed lines against the job's whole log: the same, in order, each once."""
+    streamed = [line[len("[ray] "):] for line in (OUT / "logstream-lines.txt").read_text().split("\n")
+                if line.startswith("[ray] ")]
+    expected = job_log.split("\n")
+    if expected and expected[-1] == "":
+        expected.pop()
+    if streamed == expected:
+        return True, f"all {len(expected):,} lines, in order, each once"
+    seen = set()
+    repeated = sum(1 for line in streamed if line in seen or seen.add(line))
+    missing = len(set(expected) - set(streamed))
+    first = next((i for i, (x, y) in enumerate(zip(streamed, expected)) if x != y), min(len(streamed), len(expected)))
+    return False, (f"{len(streamed):,} lines streamed against {len(expected):,} in the job's log: {repeated} repeated, "
+                   f"{missing} missing, first difference at line {first + 1}")
+
+
+def build(fig: Figure, raw: dict, job_log: str) -> Figure:
+    samples = raw["samples"]
+    # Per poll of A: (start time, CPU to the next poll's start, log bytes fetched, log requests, lines before it).
+    polls = [(s[0], n[1] - s[1], n[2] - s[2], n[3] - s[3], s[4], n[4] - s[4]) for s, n in zip(samples, samples[1:])]
+    rows, details = [], []
+    first = last = None
+    for w in raw["windows"]:
+        start, end = w["a_only"][0], w["a_b"][1]
+        mine = [p for p in polls if start <= p[0] < end]
+        a_only = [p for p in mine if p[0] < w["a_only"][1]]
+        b = w["b_polls"]
+        length = Sample([p[4] for p in mine])
+        a_cpu = Sample([p[1] * 1000 for p in mine])
+        a_bytes = Sample([p[2] / 1024 for p in mine])
+        b_cpu = Sample([p["cpu_s"] * 1000 for p in b])
+        b_bytes = Sample([p["bytes"] / 1024 for p in b])
+        head_a = (w["head_a"]["dashboard"] + w["head_a"]["dashboard agent"]) * 100
+        head_ab = (w["head_ab"]["dashboard"] + w["head_ab"]["dashboard agent"]) * 100
+        label = f"log ~{w['target'] // 1000}k lines"
+        rows += [
+            Row(f"{label}: triggerer CPU per poll", "RayJobTrigger (log windows)", a_cpu, "whole log every poll",
+                b_cpu, "ms", f"log at {fmt(length.median)} lines (A's polls)"),
+            Row(f"{label}: log bytes fetched per poll", "RayJobTrigger (log windows)", a_bytes,
+                "whole log every poll", b_bytes, "KiB", ""),
+            Row(f"{label}: head CPU (dashboard + agent)", "A's window, A alone", Sample([head_a]),
+                "B's window, minus A's", Sample([head_ab - head_a]), "% of a core", ""),
+        ]
+        details.append([
+            f"~{w['target']:,}", f"{fmt(min(length.values or [0]))}-{fmt(max(length.values or [0]))}",
+            str(len(mine)), fmt(median([p[5] for p in mine])), fmt(median([p[3] for p in mine])),
+            fmt(a_cpu.median), fmt(a_bytes.median),
+            f"{fmt(w['head_a']['dashboard'] * 100)} / {fmt(w['head_a']['dashboard agent'] * 100)}",
+            f"{fmt(w['head_ab']['dashboard'] * 100)} / {fmt(w['head_ab']['dashboard agent'] * 100)}",
+            str(len(b)), fmt(b_cpu.median), fmt(b_bytes.median), fmt(median([p["wall_s"] * 1000 for p in b])),
+            str(len(a_only)),
+        ])
+        first = first or (a_cpu, a_bytes, length)
+        last = (a_cpu, a_bytes, length)
+    fig.tables.append(table(rows))
+    fig.tables.append(plain_table(
+        ["log length (target)", "lines at A's polls", "A polls", "new lines / poll", "log requests / poll",
+         "A CPU / poll (ms)", "A KiB / poll", "head, A alone: dashboard / agent %", "head, A + B: dashboard / agent %",
+         "B polls", "B CPU / poll (ms)", "B KiB / poll", "B poll wall (ms)", "A polls in the A-only window"],
+        details))
+    summary = raw["summary"]
+    ok, how = check_lines(job_log)
+    run_s = raw["run_s"]
+    head = raw["head_run"]
+    fig.notes.append(
+        f"Whole run ({run_s:.0f} s, the job's {raw['total']:,} lines = {raw['job_log_bytes'] / (1 << 20):.1f} MiB): "
+        f"A made {len(samples)} polls and {summary['log_requests']} log-window requests, fetched "
+        f"{summary['log_bytes'] / (1 << 20):.1f} MiB of log ({summary['log_bytes'] / max(1, raw['job_log_bytes']):.2f}x "
+        f"the log) and used {summary['cpu_s']:.1f} s of CPU ({summary['cpu_s'] / run_s * 100:.1f}% of a core); the "
+        f"head's dashboard used {head['dashboard'] * 100:.1f}% and its agent {head['dashboard agent'] * 100:.1f}% of a "
+        f"core over the run (B's windows included). The job ended {summary['event'].get('job_status') or summary['event'].get('outcome')}.")
+    fig.notes.append(f"Streamed lines against the job's log: {how}.")
+    fig.notes.append("Fetching the whole log every poll costs in proportion to the log's length at every poll: "
+                     "over a log that grows to L lines at r lines a second that is about L^2 / (2r) lines fetched in "
+                     f"all ({raw['total'] ** 2 / (2 * raw['rate']) * (raw['job_log_bytes'] / max(1, raw['total'])) / (1 << 30):.1f}"
+                     " GiB here at one poll a second), against about twice the log for the windows.")
+    if first and last and first is not last:
+        cpu_ratio = ratio_of(last[0], first[0])
+        bytes_ratio = ratio_of(last[1], first[1])
+        met = cpu_ratio <= FLAT and bytes_ratio <= FLAT
+        fig.targets.append(Target(
+            "4b. per-poll cost flat as the log grows (longest log within 1.5x of the shortest)", met,
+            f"at {fmt(last[2].median)} lines against {fmt(first[2].median)}: CPU per poll {fmt(last[0].median)} "
+            f"against {fmt(first[0].median)} ms ({fmt(cpu_ratio)}x), bytes per poll {fmt(last[1].median)} against "
+            f"{fmt(first[1].median)} KiB ({fmt(bytes_ratio)}x)",
+            "" if met else "see the log requests per poll: a window that cannot be placed is asked for again, "
+            "longer (`hooks/ray_logs.py`)"))
+    else:
+        fig.targets.append(Target("4b. per-poll cost flat as the log grows", None, "fewer than two log lengths measured"))
+    fig.targets.append(Target("4b. streamed lines equal the job's log, each once", ok, how,
+                              "" if ok else "see bench/out/logstream-lines.txt against the job's log"))
+    return fig
+
+
+def median(values: list[float]) -> float:
+    return quantile(values, 0.5) if values else float("nan")
+
+
+def ratio_of(a: Sample, b: Sample) -> float:
+    return a.median / b.median if b.median else float("nan")
+
+
+if __name__ == "__main__":
+    mode, submission_id, out_prefix = sys.argv[1:4]
+    asyncio.run(follow(submission_id, out_prefix) if mode == "follow" else whole(submission_id, out_prefix))

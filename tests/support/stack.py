@@ -1,0 +1,132 @@
+"""Airflow as deployed: the api-server, scheduler, dag-processor and triggerer as separate processes
+(LocalExecutor, SQLite, the simple auth manager), driven through the REST API."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from support.airflow_cli import airflow_bin
+
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+
+
+class Stack:
+    def __init__(self, home: Path, dags: Path, port: int, env: dict | None = None):
+        self.home, self.port = home, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.env = {
+            **os.environ, **(env or {}),
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__API__BASE_URL": self.url,
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+            "AIRFLOW__API_AUTH__JWT_SECRET": "ahp-stack-test-secret",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+        }
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.logs = home / "component-logs"
+
+    def start(self, timeout: float = 180) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(exist_ok=True)
+        subprocess.run([airflow_bin(), "db", "migrate"], env=self.env, check=True, capture_output=True, timeout=300)
+        for name in COMPONENTS:
+            self.launch(name)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/api/v2/monitor/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        else:
+            raise RuntimeError(f"the api-server did not answer: {self.log_tail('api-server')}")
+        self.client = httpx.Client(base_url=self.url, timeout=30,
+                                   headers={"Authorization": f"Bearer {self.token()}"})
+
+    def launch(self, name: str) -> None:
+        args = [airflow_bin(), name] + (["--port", str(self.port)] if name == "api-server" else [])
+        log = open(self.logs / f"{name}.log", "ab")
+        self.processes[name] = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                                start_new_session=True)
+
+    def restart(self, name: str) -> None:
+        """Stop a component as a deployment's restart does (SIGTERM, then SIGKILL), and start it again."""
+        self.terminate(name)
+        self.launch(name)
+
+    def terminate(self, name: str) -> None:
+        process = self.processes.pop(name)
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+
+    def stop(self) -> None:
+        for name in list(self.processes):
+            self.terminate(name)
+
+    def token(self) -> str:
+        return httpx.get(f"{self.url}/auth/token", timeout=30).json()["access_token"]
+
+    def log_tail(self, name: str, chars: int = 3000) -> str:
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def api(self, method: str, path: str, **kwargs) -> dict:
+        response = self.client.request(method, f"/api/v2{path}", **kwargs)
+        response.raise_for_status()
+        return response.json() if response.content else {}
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.client.get(f"/api/v2/dags/{dag_id}").status_code == 200:
+                self.api("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
+                return
+            time.sleep(2)
+        raise RuntimeError(f"{dag_id} was never parsed: {self.log_tail('dag-processor')}")
+
+    def trigger(self, dag_id: str) -> str:
+        run = self.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None})
+        return run["dag_run_id"]
+
+    def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict:
+        return self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
+
+    def wait_for_state(self, dag_id: str, run_id: str, task_id: str, states: set[str], timeout: float = 300) -> dict:
+        deadline = time.monotonic() + timeout
+        ti = {}
+        while time.monotonic() < deadline:
+            ti = self.task_instance(dag_id, run_id, task_id)
+            if ti.get("state") in states:
+                return ti
+            time.sleep(1)
+        raise AssertionError(f"{dag_id}.{task_id} never reached {states}: {ti.get('state')}\n"
+                             f"{self.log_tail('scheduler')}\n{self.log_tail('triggerer')}")
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> list[dict]:
+        """The task's log as Airflow serves it: one dict per record (``event``, ``level``, ...)."""
+        response = self.client.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+                                   params={"full_content": True})
+        if response.status_code == 404:
+            return []
+        response.raise_for_status()
+        content = response.json().get("content") or []
+        return [entry if isinstance(entry, dict) else {"event": str(entry)} for entry in content]
