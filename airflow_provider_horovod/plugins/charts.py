@@ -7,6 +7,7 @@ import html
 from collections.abc import Sequence
 
 WIDTH, HEIGHT, PAD = 640, 220, 40
+LEFT = 80  # room for the y labels, such as "9.74e-13"
 
 
 def polyline(values: Sequence[float], steps: Sequence[float]) -> str:
@@ -14,7 +15,7 @@ def polyline(values: Sequence[float], steps: Sequence[float]) -> str:
     low, high = min(values), max(values)
     first, last = min(steps), max(steps)
     span_y, span_x = (high - low) or 1.0, (last - first) or 1.0
-    return " ".join(f"{PAD + (x - first) / span_x * (WIDTH - 2 * PAD):.1f},"
+    return " ".join(f"{LEFT + (x - first) / span_x * (WIDTH - LEFT - PAD):.1f},"
                     f"{HEIGHT - PAD - (y - low) / span_y * (HEIGHT - 2 * PAD):.1f}" for x, y in zip(steps, values))
 
 
@@ -29,12 +30,12 @@ def chart(name: str, history: list[dict]) -> str:
             f'(min {min(values):.6g}, max {max(values):.6g}, {len(values)} reports)</figcaption>'
             f'<svg class="chart" data-metric="{html.escape(name)}" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" '
             f'height="{HEIGHT}" role="img" aria-label="{html.escape(name)} per report">'
-            f'<rect x="{PAD}" y="{PAD}" width="{WIDTH - 2 * PAD}" height="{HEIGHT - 2 * PAD}" class="box"/>'
+            f'<rect x="{LEFT}" y="{PAD}" width="{WIDTH - LEFT - PAD}" height="{HEIGHT - 2 * PAD}" class="box"/>'
             f'<polyline points="{polyline(values, steps)}" class="line"/>{marks}'
-            f'<text x="{PAD}" y="{HEIGHT - 10}">report {steps[0]}</text>'
+            f'<text x="{LEFT}" y="{HEIGHT - 10}">report {steps[0]}</text>'
             f'<text x="{WIDTH - PAD}" y="{HEIGHT - 10}" text-anchor="end">report {steps[-1]}</text>'
-            f'<text x="{PAD - 4}" y="{PAD}" text-anchor="end">{max(values):.3g}</text>'
-            f'<text x="{PAD - 4}" y="{HEIGHT - PAD}" text-anchor="end">{min(values):.3g}</text></svg></figure>')
+            f'<text x="{LEFT - 4}" y="{PAD}" text-anchor="end">{max(values):.3g}</text>'
+            f'<text x="{LEFT - 4}" y="{HEIGHT - PAD}" text-anchor="end">{min(values):.3g}</text></svg></figure>')
 
 
 def metric_names(history: list[dict]) -> list[str]:

@@ -1,7 +1,7 @@
 """The plugin: a "Training" tab on a task instance's page in Airflow's UI, drawing the curves of
 what every ``ray.train.report`` gave, from what the provider already stores (the task's XCom and the
 attempt's result record). Served by Airflow's own api-server (a FastAPI app of the plugin); no other
-server. Registered through the provider info's ``plugins``."""
+server. Registered as an ``airflow.plugins`` entry point (pyproject.toml)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,14 @@ def load(dag_id: str, run_id: str, task_id: str, map_index: int) -> tuple[dict |
     return result, record, "" if record else "The attempt's result record is gone from storage."
 
 
+def parse_map_index(value: str) -> int:
+    """The UI fills ``{MAP_INDEX}`` for mapped tasks only and leaves the placeholder for the rest."""
+    try:
+        return int(value)
+    except ValueError:
+        return -1
+
+
 def make_app():
     from airflow.api_fastapi.core_api.security import requires_access_dag
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
@@ -44,8 +52,8 @@ def make_app():
 
     @app.get("/training", response_class=HTMLResponse,
              dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.TASK_INSTANCE))])
-    def training(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
-        result, record, problem = load(dag_id, run_id, task_id, map_index)
+    def training(dag_id: str, run_id: str, task_id: str, map_index: str = "-1") -> str:
+        result, record, problem = load(dag_id, run_id, task_id, parse_map_index(map_index))
         return page(result, record, title=f"{dag_id} / {task_id} / {run_id}", problem=problem)
 
     return app

@@ -5,6 +5,7 @@ cluster side where Airflow runs."""
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import json
 import os
 import subprocess
@@ -18,6 +19,20 @@ import airflow_provider_horovod
 from airflow_provider_horovod.local import _cluster_pids
 
 pytestmark = pytest.mark.integration
+
+
+def listening_addresses(pids: list[int]) -> set[str]:
+    """The addresses the processes listen on over TCP."""
+    import psutil
+
+    found = set()
+    for pid in pids:
+        try:
+            found |= {c.laddr.ip for c in psutil.Process(pid).net_connections(kind="tcp")
+                      if c.status == psutil.CONN_LISTEN}
+        except psutil.Error:  # gone meanwhile
+            continue
+    return found
 
 
 def test_airflow_runs_the_provider_from_its_wheel_without_the_training_stack():
@@ -64,6 +79,11 @@ def test_the_embedded_cluster_runs_a_job_where_the_cluster_side_is_installed(tmp
         assert oct((state / "auth_token").stat().st_mode & 0o777) == "0o600" and token not in output + status.stdout
         temp_dir = json.loads((state / "cluster.json").read_text())["temp_dir"]
         assert _cluster_pids(temp_dir)
+        # Loopback only: no port of the embedded cluster (GCS, raylet, agents, workers) is reachable
+        # from another machine.
+        listening = listening_addresses(_cluster_pids(temp_dir))
+        assert listening and all(ipaddress.ip_address(ip.removeprefix("::ffff:")).is_loopback
+                                 for ip in listening), listening
     finally:
         down = subprocess.run([cluster_python(), "-m", "airflow_provider_horovod.local", "down"], env=env,
                               capture_output=True, text=True, timeout=120)

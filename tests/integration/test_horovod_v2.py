@@ -32,7 +32,7 @@ def two_nodes(ray_cluster, tmp_path_factory):
 
     state = str(tmp_path_factory.mktemp("two-nodes"))
     slot = ("--resources", json.dumps({"ahp_slot": 1}))
-    head = cluster.start_head(state, num_cpus=2, extra_args=slot)
+    head = cluster.start_head(state, num_cpus=2, extra_args=slot, joinable=True)
     try:
         cluster.join_node(state, head, num_cpus=2, num_gpus=2, extra_args=slot, hostname="ahp-second-node")
         # With two clusters on one machine, Ray's state API (used by Train V2's placement-group

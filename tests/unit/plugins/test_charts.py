@@ -36,6 +36,6 @@ def test_a_run_without_reports_or_record_says_so_and_escapes_what_it_shows():
 def test_points_fill_the_box_and_a_flat_line_stays_inside():
     xs = [float(p.split(",")[0]) for p in polyline([3.0, 1.0, 2.0], [1, 2, 3]).split()]
     ys = [float(p.split(",")[1]) for p in polyline([3.0, 1.0, 2.0], [1, 2, 3]).split()]
-    assert xs[0] == 40 and xs[-1] == 600 and min(ys) == 40 and max(ys) == 180
+    assert xs[0] == 80 and xs[-1] == 600 and min(ys) == 40 and max(ys) == 180
     assert all(40 <= float(p.split(",")[1]) <= 180 for p in polyline([5.0, 5.0], [1, 2]).split())
     assert metric_names([{"metrics": {"b": 1, "val_loss": 2, "acc": 3}}]) == ["val_loss", "acc", "b"]
