@@ -31,8 +31,10 @@ Setup: {jobs} real Ray jobs that print {lines} log lines (a training log's worth
 all RUNNING on the local cluster for the whole figure. For each N, a fresh Python process runs one
 asyncio loop, as one triggerer does, with N triggers spread over those jobs (trigger *i* watches job
 *i* mod {jobs}), their starts spread evenly over one poll interval ({interval:g} s), as triggers
-that deferred at different times are. After every trigger has polled once (the first poll streams
-each job's whole log into the task log) and at least one interval has passed, a {window:g} s window is
+that deferred at different times are. After every trigger has polled once (with log streaming on:
+after every trigger has streamed its job's whole log into the task log, as its first poll does) and
+at least {settle:g} s have passed (a quiet log is read at the next poll, then 2 and 3 polls apart:
+its reads have settled by then, as for trainings that have waited a while), a {window:g} s window is
 measured:
 
 - *CPU*: the process's CPU time in the window (`time.process_time`, all threads), per poll and as a
@@ -51,8 +53,9 @@ measured:
 Ours (A): `RayJobTrigger` as the triggerer runs it, with log streaming on (the default): each poll is
 a status request (`GET /api/jobs/<id>`) and a request for a window of the log's end (State API,
 `GET /api/v0/logs/file?...&lines=<n>`, sized to what came new last time plus 32 lines; nothing is
-new here once the first poll has streamed the log), over one `httpx.AsyncClient` per trigger
-(`async with hook`). The alternative (B): a minimal poller, one `aiohttp` session with keep-alive
+new here once the first poll has streamed the log, so these jobs' quiet logs are read at the
+following poll, then 2 and 3 polls apart: every 30 s at most), over one `aiohttp.ClientSession`
+per trigger (`async with hook`). The alternative (B): a minimal poller, one `aiohttp` session with keep-alive
 shared by all, status requests only: the least a poll can cost against this dashboard. At the
 largest N also `RayJobTrigger(stream_logs=False)`, which tells the log windows' share of our cost
 from the rest.
@@ -96,12 +99,31 @@ async def lag_monitor(samples: list[tuple[float, float]]) -> None:
         samples.append((now, now - started - LAG_TICK_S))
 
 
-async def ours(submission_id: str, interval: float, stream_logs: bool) -> None:
+class StreamedLog:
+    """A trigger's logger that notes, in ``streamed``, the triggers that have written a line of
+    their job's log (the first poll writes the whole log at once)."""
+
+    streamed: set[int] = set()
+
+    def __init__(self, log, index: int):
+        self.log, self.index = log, index
+
+    def info(self, message, *args, **kwargs):
+        if isinstance(message, str) and message.startswith("[ray] "):
+            self.streamed.add(self.index)
+        return self.log.info(message, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.log, name)
+
+
+async def ours(submission_id: str, interval: float, stream_logs: bool, index: int) -> None:
     from airflow_provider_horovod.triggers.ray import RayJobTrigger
 
     # No task instance (so no XCom for the cursor) and no pending/stall limits: only the polling.
     trigger = RayJobTrigger(submission_id=submission_id, poll_interval_seconds=interval, stream_logs=stream_logs,
                             pending_timeout_seconds=None, stall_timeout_seconds=None)
+    trigger._log = StreamedLog(trigger.log, index)
     async for _ in trigger.run():  # the jobs outlive the measurement: this never yields
         return
 
@@ -147,7 +169,7 @@ def tcp_states(port: int) -> dict[str, int]:
 
 
 async def measure(variant: str, n: int, interval: float, window: float, jobs: list[str], groups: dict,
-                  dashboard_port: int = 0) -> dict:
+                  dashboard_port: int = 0, settle: float = 0.0) -> dict:
     import aiohttp
 
     from airflow_provider_horovod.hooks.ray import RayHook
@@ -182,7 +204,7 @@ async def measure(variant: str, n: int, interval: float, window: float, jobs: li
         await asyncio.sleep(i * interval / n)
         sid = jobs[i % len(jobs)]
         if variant != "minimal":
-            await ours(sid, interval, stream_logs=variant == "ours")
+            await ours(sid, interval, stream_logs=variant == "ours", index=i)
         else:
             while await status(session, cluster.dashboard_url, headers, sid) not in ("SUCCEEDED", "FAILED",
                                                                                       "STOPPED"):
@@ -190,8 +212,9 @@ async def measure(variant: str, n: int, interval: float, window: float, jobs: li
 
     started = time.perf_counter()
     tasks += [asyncio.create_task(start(i)) for i in range(n)]
-    # Warm-up: every trigger polled once (their first poll streams the whole log), one interval gone.
-    while sum(1 for r in requests.done if r[2]) < n or time.perf_counter() - started < interval:
+    # Warm-up: every trigger polled once (and streamed its job's whole log), its log reads settled.
+    while (sum(1 for r in requests.done if r[2]) < n or time.perf_counter() - started < max(interval, settle)
+           or (variant == "ours" and len(StreamedLog.streamed) < n)):
         await asyncio.sleep(0.2)
         if time.perf_counter() - started > 600:
             raise RuntimeError(f"warm-up of {n} pollers did not end in 600 s")
@@ -224,7 +247,7 @@ def child(argv: list[str]) -> None:
     with open(jobs_file) as f:
         setup = json.load(f)
     result = asyncio.run(measure(variant, int(n), float(interval), float(window), setup["jobs"], setup["groups"],
-                                 setup.get("dashboard_port", 0)))
+                                 setup.get("dashboard_port", 0), setup.get("settle", 0.0)))
     with open(out_file, "w") as f:
         json.dump(result, f)
 
@@ -308,9 +331,15 @@ def figure(cluster) -> Figure:
     ns = [int(x) for x in (os.environ.get("BENCH_TRIGGER_N") or "10,100,1000").split(",")]
     interval = float(os.environ.get("BENCH_TRIGGER_INTERVAL") or 10)
     window = float(os.environ.get("BENCH_TRIGGER_WINDOW") or 30)
+    from airflow_provider_horovod.hooks.ray_logs import QUIET_READ_S
+
+    # Reads of a quiet log at 0, 1, 2, 4, 7, 10 ... polls: settled after 2 x QUIET_READ_S for the last
+    # trigger to start (one interval after the first).
+    settle = float(os.environ.get("BENCH_TRIGGER_SETTLE") or 2 * QUIET_READ_S + 2 * interval)
     job_count = env_int("BENCH_TRIGGER_JOBS", 24)
     lines = env_int("BENCH_TRIGGER_LOG_LINES", 200)
     fig = Figure(4, "Triggerer load", HOW.format(jobs=job_count, lines=lines, interval=interval, window=window,
+                                                 settle=settle,
                                                  tick=LAG_TICK_S * 1000))
     log(f"starting {job_count} long-running jobs")
     sids = start_jobs(job_count, lines)
@@ -318,7 +347,8 @@ def figure(cluster) -> Figure:
     try:
         setup = OUT / "triggerer-setup.json"
         port = int(cluster.dashboard_url.rsplit(":", 1)[1].split("/")[0])
-        setup.write_text(json.dumps({"jobs": sids, "groups": process_groups(cluster.temp_dir), "dashboard_port": port}))
+        setup.write_text(json.dumps({"jobs": sids, "groups": process_groups(cluster.temp_dir), "dashboard_port": port,
+                                     "settle": settle}))
         for n in ns:
             for variant in VARIANTS + ((NO_LOGS,) if n == max(ns) else ()):
                 probe = Probe(cluster.dashboard_url, cluster.token, sids[0])
@@ -416,14 +446,11 @@ def closing(by: dict, n: int) -> str:
 
     text = (f"at N={n}: {fmt(share('ours'))}% with log streaming, {fmt(share(NO_LOGS))}% without it, "
             f"{fmt(share('minimal'))}% for the minimal poller (status only, one shared session): the difference "
-            "between the last two is the per-trigger client and the wait's own work; between the first two, the "
-            "log window requests")
+            "between the last two is the hook and the wait's own work; between the first two, the log windows")
     ours = by.get(("ours", n)) or {}
     if ours.get("polls") and ours.get("new_connections", 0) / ours["polls"] > 0.5:
         text += (f". Ours opened {fmt(ours['new_connections'] / ours['polls'])} new TCP connection(s) per poll: "
-                 "httpx closes a kept-alive connection after 5 s idle (its default `keepalive_expiry`), shorter than "
-                 "the poll interval, so every poll connects anew; a `keepalive_expiry` above the poll interval, or "
-                 "one client shared by the triggers of a triggerer, would keep them")
+                 "the client closes kept-alive connections sooner than the poll interval comes round")
     return text
 
 

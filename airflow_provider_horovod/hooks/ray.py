@@ -7,6 +7,7 @@ dashboard's package API, and the runtime that trains travels with each job.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Mapping
@@ -29,31 +30,17 @@ from airflow_provider_horovod.hooks.ray_connection import (
     merge_runtime_env,
     unreadable_env_connection,
 )
-
-# Tries of a request whose connection fails, with doubling waits from BACKOFF_S: about 15 s in all,
-# enough to ride out a dashboard restart, bounded so a dead cluster fails the task clearly.
-RETRIES = 6
-BACKOFF_S = 0.5
-TIMEOUT_S = (5.0, 30.0)  # connect, read
-# Longer than any poll interval, so a waiting task reuses its connection (httpx's default is 5 s);
-# shorter than the dashboard's own idle limit (aiohttp's 75 s).
-KEEPALIVE_S = 60.0
-UPLOAD_TIMEOUT_S = (5.0, 300.0)
-# 429: the State API refuses requests beyond about 100 at once.
-RETRY_STATUSES = frozenset({429, 502, 503, 504})
-
-
-class _Transient(Exception):
-    """A request that may succeed if tried again: no connection, a timeout, a 502/503/504."""
-
-
-def retry_args() -> dict[str, Any]:
-    """The one place that decides what is retried, how often and how long (sync and async alike)."""
-    import tenacity
-
-    return {"stop": tenacity.stop_after_attempt(RETRIES),
-            "wait": tenacity.wait_exponential(multiplier=BACKOFF_S, max=8),
-            "retry": tenacity.retry_if_exception_type(_Transient), "reraise": True}
+from airflow_provider_horovod.hooks.ray_transport import (
+    RETRIES,
+    SESSIONS,
+    UPLOAD_TIMEOUT_S,
+    Transient,
+    a_fetch,
+    a_send,
+    client_args,
+    fetch,
+    send,
+)
 
 
 def total_resources(nodes: list[dict]) -> dict[str, float]:
@@ -78,32 +65,6 @@ def cluster_or_none(hook: RayHook) -> dict | None:
         return None
 
 
-def tls_verify(verify: bool | str):
-    """httpx's ``verify`` for the connection's: True, False, or a context trusting a CA bundle file
-    or a folder of CA files (as requests took either)."""
-    import os
-    import ssl
-
-    if not isinstance(verify, str):
-        return verify
-    if os.path.isdir(verify):
-        return ssl.create_default_context(capath=verify)
-    return ssl.create_default_context(cafile=verify)
-
-
-def client_args(endpoint: RayEndpoint) -> dict[str, Any]:
-    """What the sync and the async client are made with: one place for headers, TLS and timeouts."""
-    import httpx
-
-    # No TLS over http: loading the CA bundle costs ~20 ms of CPU per client, a triggerer's loop stalled
-    # for seconds when a thousand triggers start (bench figure 4).
-    https = endpoint.url.startswith("https://")
-    return {"base_url": endpoint.url, "headers": dict(endpoint.headers),
-            "verify": tls_verify(endpoint.verify) if https else False,
-            "timeout": httpx.Timeout(TIMEOUT_S[1], connect=TIMEOUT_S[0]),
-            "limits": httpx.Limits(max_connections=4, max_keepalive_connections=2, keepalive_expiry=KEEPALIVE_S)}
-
-
 class RayHook(BaseHook):
     """Talks to a Ray cluster's dashboard: submit, watch, read logs of and stop Ray jobs.
 
@@ -115,8 +76,9 @@ class RayHook(BaseHook):
     ``local``, it starts (or reuses) an embedded local Ray cluster.
 
     One HTTP client per hook, its connection kept alive: ``get_conn()`` (an ``httpx.Client``) for
-    the sync calls, one ``httpx.AsyncClient`` for the ``a_*`` twins (close it with ``aclose()``, or
-    use the hook as an async context manager).
+    the sync calls; for the ``a_*`` twins an ``aiohttp.ClientSession`` shared by the hooks of one
+    event loop that speak to the same dashboard (a triggerer's tasks). Close it with ``aclose()``,
+    or use the hook as an async context manager.
 
     :param ray_conn_id: the connection id.
     """
@@ -131,6 +93,8 @@ class RayHook(BaseHook):
         self.ray_conn_id = ray_conn_id
         self._async_endpoint: RayEndpoint | None = None
         self._async_client = None
+        self._async_loop = None
+        self._async_key: tuple | None = None
         self._cluster_checked = False
 
     # --- the connection -------------------------------------------------------------------------
@@ -216,63 +180,42 @@ class RayHook(BaseHook):
 
     def _request(self, method: str, path: str, *, timeout: Any = None, **kwargs) -> tuple[int, str]:
         import httpx
-        import tenacity
 
         client = self.get_conn()
         started = time.monotonic()
         if timeout is not None:
             kwargs["timeout"] = httpx.Timeout(timeout[1], connect=timeout[0])
 
-        def once():
-            try:
-                response = client.request(method, path, **kwargs)
-            except httpx.TransportError as err:
-                raise _Transient(f"{type(err).__name__}: {err}") from None
-            if response.status_code in RETRY_STATUSES:
-                raise _Transient(f"HTTP {response.status_code}")
-            return response.status_code, response.text
-
         try:
-            status, text = tenacity.Retrying(**retry_args())(once)
-        except _Transient as err:
+            status, text = send(functools.partial(fetch, client, method, path, **kwargs))
+        except Transient as err:
             raise self._unreachable(self.endpoint, err, time.monotonic() - started) from None
         self._check_auth(self.endpoint, status)
         return status, text
 
     async def _a_client(self):
-        import httpx
-
-        if self._async_client is None:
-            self._async_client = httpx.AsyncClient(**client_args(await self.a_endpoint()))
+        loop = asyncio.get_running_loop()
+        if self._async_client is None or self._async_loop is not loop:
+            # An aiohttp session serves the loop it was made in (the operator runs one loop per wait).
+            self._async_key, self._async_client = SESSIONS.acquire(loop, await self.a_endpoint())
+            self._async_loop = loop
         return self._async_client
 
     async def _a_request(self, method: str, path: str, **kwargs) -> tuple[int, str]:
-        import httpx
-        import tenacity
-
-        endpoint, client = await self.a_endpoint(), await self._a_client()
+        endpoint, session = await self.a_endpoint(), await self._a_client()
+        url = endpoint.url.rstrip("/") + path
         started = time.monotonic()
-
-        async def once():
-            try:
-                response = await client.request(method, path, **kwargs)
-            except httpx.TransportError as err:
-                raise _Transient(f"{type(err).__name__}: {err}") from None
-            if response.status_code in RETRY_STATUSES:
-                raise _Transient(f"HTTP {response.status_code}")
-            return response.status_code, response.text
-
         try:
-            status, text = await tenacity.AsyncRetrying(**retry_args())(once)
-        except _Transient as err:
+            status, text = await a_send(functools.partial(a_fetch, session, method, url, **kwargs))
+        except Transient as err:
             raise self._unreachable(endpoint, err, time.monotonic() - started) from None
         self._check_auth(endpoint, status)
         return status, text
 
     async def aclose(self) -> None:
         if self._async_client is not None:
-            await self._async_client.aclose()
             self._async_client = None
+            await SESSIONS.release(self._async_key)
 
     async def __aenter__(self) -> RayHook:
         return self

@@ -5,7 +5,10 @@ Ray's State API reads the last N lines of a node's log file by seeking from its 
 returns the whole log (``/api/jobs/<id>/logs``), and its websocket (``/logs/tail``) closes at once
 with no data behind Ray 2.60's subprocess-proxied dashboard. So each poll asks for a window about as
 long as what came new last time plus the cursor's last lines, places it (``jobs.logs.place``), and
-asks for a longer one only when the window cannot tell.
+asks for a longer one only when the window cannot tell. A log that has gone quiet is read less and
+less often (every poll, then every 2, 4, ... polls, up to ``QUIET_READ_S``), and at every poll
+again once a line arrives: the job's status is still asked at each poll, and its log is read once
+more when it ends, so no line is lost, only shown later.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ if TYPE_CHECKING:
     from airflow_provider_horovod.hooks.ray import RayHook
 
 MIN_WINDOW = 2 * TAIL_LINES
+# The longest a quiet log goes unread: how late a line after a quiet spell may reach the task log.
+# Reading every log at every poll is what a thousand waiting tasks cost the Ray head most (figure 4).
+QUIET_READ_S = 30.0
 
 
 class LogReader:
@@ -32,6 +38,17 @@ class LogReader:
         self.last_lines: list[str] = []
         self.partial = ""
         self.gap: str | None = None  # why the log could not be read, once told
+        self.quiet_s = 0.0  # how long the log has been read without anything new: the next read's delay
+        self.next_read_at = 0.0
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_read_at
+
+    def schedule(self, new_lines: int, now: float, poll_interval_s: float) -> None:
+        """After a read at ``now`` that brought ``new_lines``: at the next poll if anything came,
+        else twice as late as last time, up to ``QUIET_READ_S`` (never sooner than the next poll)."""
+        self.quiet_s = 0.0 if new_lines else min(max(2 * self.quiet_s, poll_interval_s), QUIET_READ_S)
+        self.next_read_at = now + self.quiet_s
 
     async def read(self, hook: RayHook, info: dict | None, cursor: LogCursor, *, final: bool = False) -> list[str]:
         """The complete lines after the cursor (with the unterminated last one when ``final``).

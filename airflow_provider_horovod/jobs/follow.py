@@ -36,12 +36,15 @@ async def follow_job(hook: RayHook, submission_id: str, *, policy: WaitPolicy, c
         status = JobStatus.of((info or {}).get("status"))
         ended = status is not None and status.is_terminal
         fresh: list[str] = []
-        if stream_logs:
+        now = time.time()
+        # A quiet log is read less often; always at the end, and before a stall is called.
+        if stream_logs and (ended or reader.due(now) or policy.stalled(cursor, now)):
             fresh = await _read(hook, reader, info, cursor, ended, write)
+            reader.schedule(len(fresh), now, poll_interval_s)
         elif ended and status is not JobStatus.SUCCEEDED:
             await _read(hook, reader, info, LogCursor(submission_id), True, write, last_only=True)
         reason = reason_in(fresh, reason)
-        result = step(policy, cursor, Poll(info, time.time(), fresh, tail=reader.last_lines, reason=reason))
+        result = step(policy, cursor, Poll(info, now, fresh, tail=reader.last_lines, reason=reason))
         if result.lines:
             await save_cursor(result.cursor)
             for line in result.lines:

@@ -23,6 +23,10 @@ class WaitPolicy:
     pending_timeout_s: float | None = None
     stall_timeout_s: float | None = None
 
+    def stalled(self, cursor: LogCursor, now: float) -> bool:
+        """Whether the job has shown no progress for longer than the stall timeout."""
+        return bool(self.stall_timeout_s and cursor.progress_at and now - cursor.progress_at > self.stall_timeout_s)
+
 
 @dataclasses.dataclass(frozen=True)
 class Poll:
@@ -86,8 +90,8 @@ def step(policy: WaitPolicy, cursor: LogCursor, poll: Poll) -> Step:
     if status is JobStatus.RUNNING and policy.stall_timeout_s:
         if not cursor.progress_at:  # the stall clock starts when the job is first seen running
             cursor = dataclasses.replace(cursor, progress_at=poll.now)
-        quiet = poll.now - cursor.progress_at
-        if quiet > policy.stall_timeout_s:
+        if policy.stalled(cursor, poll.now):
+            quiet = poll.now - cursor.progress_at
             return Step(cursor, poll.lines, timeout=Timeout(sid, status.value, quiet, {}, info, stalled=True))
     return Step(cursor, poll.lines)
 

@@ -100,18 +100,18 @@ def test_wrong_token_is_a_clear_error(ray_cluster, monkeypatch):
 
 
 def test_unreachable_cluster_is_a_clear_error_within_bounded_time(monkeypatch):
-    from airflow_provider_horovod.hooks import ray as ray_hook_module
+    from airflow_provider_horovod.hooks import ray_transport
 
     port = free_port()  # nothing listens there
     monkeypatch.setenv("AIRFLOW_CONN_RAY_GONE", json.dumps({"conn_type": "ray", "host": "127.0.0.1", "port": port}))
     # The retries' waits (about 15 s in all, to ride out a dashboard restart) shortened for the test.
-    monkeypatch.setattr(ray_hook_module, "BACKOFF_S", 0.05)
+    monkeypatch.setattr(ray_transport, "BACKOFF_S", 0.05)
     started = time.monotonic()
     with pytest.raises(RayClusterUnreachableError) as err:
         RayHook("ray_gone").get_job_info("x")
     # Retried with backoff, then given up.
     assert time.monotonic() - started < 10
-    assert f"after {ray_hook_module.RETRIES} tries" in str(err.value)
+    assert f"after {ray_transport.RETRIES} tries" in str(err.value)
     assert f"http://127.0.0.1:{port}" in str(err.value) and "'ray_gone'" in str(err.value)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -228,3 +229,72 @@ def test_it_sleeps_the_poll_interval_between_polls(monkeypatch):
     event = asyncio.run(follow_job(ray, SID, policy=WaitPolicy(), cursor=LogCursor(SID), poll_interval_s=2.5,
                                    write=print, save_cursor=save))
     assert event.succeeded and slept == [2.5, 2.5, 2.5]
+
+
+class Clock:
+    """Time for follow_job: each of its sleeps moves the clock on instead of waiting."""
+
+    def __init__(self, monkeypatch, start: float = 1_000_000.0):
+        self.now = start
+        monkeypatch.setattr(follow_module, "time", SimpleNamespace(time=lambda: self.now))
+        monkeypatch.setattr(follow_module.asyncio, "sleep", self.sleep)
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def follow_at(ray: FakeRay, interval: float, clock: Clock, policy: WaitPolicy = WaitPolicy()):
+    """follow_job polling every ``interval`` (clock) seconds; the event, the streamed lines, and the
+    clock at each log read."""
+    streamed, read_at = [], []
+    real = ray.a_get_log_tail
+
+    async def tail(*args):
+        read_at.append(clock.now)
+        return await real(*args)
+
+    ray.a_get_log_tail = tail
+
+    async def save(cursor):
+        pass
+
+    event = asyncio.run(follow_job(ray, SID, policy=policy, cursor=LogCursor(SID), poll_interval_s=interval,
+                                   write=lambda line: streamed.append(line[len("[ray] "):]), save_cursor=save))
+    return event, streamed, read_at
+
+
+def test_a_quiet_log_is_read_less_often_and_every_line_still_arrives(monkeypatch):
+    clock = Clock(monkeypatch)
+    start = clock.now
+    # Polls every 10 s: 3 polls of new lines, a quiet stretch of 40 polls with one line at poll 25,
+    # then the job ends with one more line.
+    logs = [numbered(3), numbered(6), numbered(9)] + [numbered(9)] * 22 + [numbered(10)] * 18 + [numbered(11)]
+    ray = FakeRay({SID: [job("RUNNING")] * (len(logs) - 1) + [job("SUCCEEDED")]}, logs={SID: logs})
+    event, streamed, read_at = follow_at(ray, 10.0, clock)
+    assert event.succeeded and streamed == numbered(11).splitlines()  # each line once, the last at the end
+    polls = len(logs)
+    assert len(read_at) < polls / 2
+    gaps = [round(b - a) for a, b in zip(read_at, read_at[1:])]
+    # Every poll while lines come; then 10, 20, 30, 30 ... s apart; every poll again after a line.
+    assert gaps[:6] == [10, 10, 10, 10, 20, 30] and max(gaps) == follow_module_quiet_read_s()
+    line_at = start + 25 * 10  # the poll that first could see the line "epoch 9"
+    seen_at = min(t for t in read_at if t >= line_at)
+    assert seen_at - line_at <= follow_module_quiet_read_s()
+    assert read_at[read_at.index(seen_at) + 1] - seen_at == 10  # read at the next poll again
+    assert read_at[-1] == start + (polls - 1) * 10  # and at the end, whatever the schedule said
+
+
+def test_a_quiet_log_is_read_before_a_stall_is_called(monkeypatch):
+    clock = Clock(monkeypatch)
+    # A line every 30 s, within a 25 s stall timeout but not within the quiet log's read delay
+    # (reads 10, then 20 s apart): the log is read before a stall is called.
+    logs = [numbered(1 + poll // 3) for poll in range(30)]
+    ray = FakeRay({SID: [job("RUNNING")] * 29 + [job("SUCCEEDED")]}, logs={SID: logs})
+    event, streamed, read_at = follow_at(ray, 10.0, clock, WaitPolicy(stall_timeout_s=25))
+    assert event.succeeded and streamed == numbered(10).splitlines() and ray.stopped == []
+
+
+def follow_module_quiet_read_s() -> float:
+    from airflow_provider_horovod.hooks.ray_logs import QUIET_READ_S
+
+    return QUIET_READ_S
