@@ -6,9 +6,9 @@ returns the whole log (``/api/jobs/<id>/logs``), and its websocket (``/logs/tail
 with no data behind Ray 2.60's subprocess-proxied dashboard. So each poll asks for a window about as
 long as what came new last time plus the cursor's last lines, places it (``jobs.logs.place``), and
 asks for a longer one only when the window cannot tell. A log that has gone quiet is read less and
-less often (every poll, then every 2, 4, ... polls, up to ``QUIET_READ_S``), and at every poll
-again once a line arrives: the job's status is still asked at each poll, and its log is read once
-more when it ends, so no line is lost, only shown later.
+less often (every poll, then every 2, 4, ... polls, up to ``QUIET_READ_S`` or ``QUIET_READ_POLLS``
+polls, whichever is longer), and at every poll again once a line arrives: the job's status is still
+asked at each poll, and its log is read once more when it ends, so no line is lost, only shown later.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ if TYPE_CHECKING:
     from airflow_provider_horovod.hooks.ray import RayHook
 
 MIN_WINDOW = 2 * TAIL_LINES
-# The longest a quiet log goes unread: how late a line after a quiet spell may reach the task log.
-# Reading every log at every poll is what a thousand waiting tasks cost the Ray head most (figure 4).
+# The longest a quiet log goes unread: how late a line after a quiet spell may reach the task log,
+# in seconds or polls, whichever is longer (a slower poll interval asks for less freshness). A log
+# read costs about two status polls; quiet logs add at most 1/QUIET_READ_POLLS of that per poll (figure 4).
 QUIET_READ_S = 30.0
+QUIET_READ_POLLS = 6
 
 
 class LogReader:
@@ -46,8 +48,9 @@ class LogReader:
 
     def schedule(self, new_lines: int, now: float, poll_interval_s: float) -> None:
         """After a read at ``now`` that brought ``new_lines``: at the next poll if anything came,
-        else twice as late as last time, up to ``QUIET_READ_S`` (never sooner than the next poll)."""
-        self.quiet_s = 0.0 if new_lines else min(max(2 * self.quiet_s, poll_interval_s), QUIET_READ_S)
+        else twice as late as last time, up to the longest quiet delay (never sooner than the next poll)."""
+        longest = max(QUIET_READ_S, QUIET_READ_POLLS * poll_interval_s)
+        self.quiet_s = 0.0 if new_lines else min(max(2 * self.quiet_s, poll_interval_s), longest)
         self.next_read_at = now + self.quiet_s
 
     async def read(self, hook: RayHook, info: dict | None, cursor: LogCursor, *, final: bool = False) -> list[str]:

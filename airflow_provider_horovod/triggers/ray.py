@@ -27,7 +27,8 @@ class RayJobTrigger(BaseTrigger):
     :param stall_timeout_seconds: fail (and stop the job) when, running, its log shows no new line for
         longer than this. None: no limit.
     :param log_cursor: how far the job's log is already in the task log; only later lines are streamed.
-    :param stream_logs: stream the job's log into the task log.
+    :param stream_logs: stream the job's log into the task log (a quiet log is read less often than
+        the status; see ``hooks.ray_logs``).
     """
 
     def __init__(self, *, submission_id: str, ray_conn_id: str = "ray_default",

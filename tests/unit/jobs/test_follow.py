@@ -275,11 +275,12 @@ def test_a_quiet_log_is_read_less_often_and_every_line_still_arrives(monkeypatch
     polls = len(logs)
     assert len(read_at) < polls / 2
     gaps = [round(b - a) for a, b in zip(read_at, read_at[1:])]
-    # Every poll while lines come; then 10, 20, 30, 30 ... s apart; every poll again after a line.
-    assert gaps[:6] == [10, 10, 10, 10, 20, 30] and max(gaps) == follow_module_quiet_read_s()
+    # Every poll while lines come; then 10, 20, 40, 60, 60 ... s apart (6 polls at most, longer than
+    # 30 s); every poll again after a line.
+    assert gaps[:7] == [10, 10, 10, 10, 20, 40, 60] and max(gaps) == longest_quiet_read(10.0) == 60
     line_at = start + 25 * 10  # the poll that first could see the line "epoch 9"
     seen_at = min(t for t in read_at if t >= line_at)
-    assert seen_at - line_at <= follow_module_quiet_read_s()
+    assert seen_at - line_at <= longest_quiet_read(10.0)
     assert read_at[read_at.index(seen_at) + 1] - seen_at == 10  # read at the next poll again
     assert read_at[-1] == start + (polls - 1) * 10  # and at the end, whatever the schedule said
 
@@ -294,7 +295,17 @@ def test_a_quiet_log_is_read_before_a_stall_is_called(monkeypatch):
     assert event.succeeded and streamed == numbered(10).splitlines() and ray.stopped == []
 
 
-def follow_module_quiet_read_s() -> float:
-    from airflow_provider_horovod.hooks.ray_logs import QUIET_READ_S
+def longest_quiet_read(poll_interval_s: float) -> float:
+    from airflow_provider_horovod.hooks.ray_logs import QUIET_READ_POLLS, QUIET_READ_S
 
-    return QUIET_READ_S
+    return max(QUIET_READ_S, QUIET_READ_POLLS * poll_interval_s)
+
+
+def test_at_a_short_poll_interval_a_quiet_log_is_read_every_30_s_at_most(monkeypatch):
+    clock = Clock(monkeypatch)
+    logs = [numbered(3)] + [numbered(3)] * 200 + [numbered(4)]
+    ray = FakeRay({SID: [job("RUNNING")] * (len(logs) - 1) + [job("SUCCEEDED")]}, logs={SID: logs})
+    event, streamed, read_at = follow_at(ray, 1.0, clock)
+    gaps = [round(b - a) for a, b in zip(read_at, read_at[1:])]
+    assert event.succeeded and streamed == numbered(4).splitlines()
+    assert gaps[:7] == [1, 1, 2, 4, 8, 16, 30] and max(gaps) == longest_quiet_read(1.0) == 30
