@@ -13,7 +13,7 @@ export AIRFLOW__CORE__UNIT_TEST_MODE := False
 export AHP_CLUSTER_PYTHON := $(CURDIR)/$(CLUSTER_VENV)/bin/python
 PYTEST := -p no:cacheprovider --durations=15
 
-.PHONY: setup setup-test demo test bench clean
+.PHONY: setup setup-test demo lint test bench clean
 
 setup:
 	@scripts/setup_cluster_env.sh
@@ -26,10 +26,15 @@ setup-test: setup
 demo: setup
 	@scripts/demo.sh
 
+# Lint, import order and the line length (ruff), and types (mypy) of the package.
+lint: setup-test
+	$(AIRFLOW_VENV)/bin/ruff check .
+	$(AIRFLOW_VENV)/bin/mypy
+
 # Three runs: the cluster side's own tests in its environment; everything else from Airflow's
 # environment (the provider from its wheel) against a Ray head started from the cluster's; and the
 # oldest supported Airflow's share. Test files stay in the checkout; the slowest tests are listed.
-test: setup-test
+test: lint
 	$(CLUSTER_VENV)/bin/python -m pytest $(PYTEST) --basetemp=.test-airflow/pytest-cluster tests/unit/runtime
 	$(AIRFLOW_VENV)/bin/pytest $(PYTEST) --basetemp=.test-airflow/pytest -m "not cross_python" tests --ignore=tests/unit/runtime
 	$(OLDEST_VENV)/bin/pytest $(PYTEST) --basetemp=.test-airflow/pytest-oldest -m "oldest_airflow or cross_python" tests/integration

@@ -6,7 +6,7 @@ must import nothing but the standard library.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from airflow_provider_horovod.contract import VERSION as __version__
 
 _RAY_HOOK = "airflow_provider_horovod.hooks.ray.RayHook"
 

@@ -116,7 +116,7 @@ def patch_sources(src_dir: Path) -> None:
             if not re.search(r"^#include", text, re.M):
                 raise SourceChanged(f"Horovod's source changed: {rel} has no #include line to put {include!r} "
                                     "before; the edits in airflow_provider_horovod/build_horovod.py need updating")
-            path.write_text(re.sub(r"^#include", lambda m: f"{include}\n#include", text, count=1, flags=re.M))
+            path.write_text(re.sub(r"^#include", f"{include}\n#include", text, count=1, flags=re.M))
         if not re.search(rf"^{re.escape(include)}", path.read_text(), re.M):
             raise SourceChanged(f"the edit of {rel} did not land: no {include!r}")
 
@@ -171,7 +171,7 @@ def required_features(gpu_operations: str = "") -> tuple[str, ...]:
 # Side effects from here on.
 
 
-def _run(cmd: Sequence[str], what: str, **kwargs) -> subprocess.CompletedProcess:
+def _run(cmd: Sequence[str | os.PathLike], what: str, **kwargs) -> subprocess.CompletedProcess:
     """Run cmd with its output captured; on failure show that output and raise BuildError."""
     try:
         return subprocess.run(list(map(str, cmd)), check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -230,7 +230,10 @@ def build_wheel(py: str, torch_version: str, gpu_operations: str, out_dir: Path)
             raise BuildError(f"pip download gave no {sdist.name} in {work}")
         with tarfile.open(sdist) as tar:
             # The data filter (where this Python has it) refuses links and paths out of work.
-            tar.extractall(work, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(work, filter="data")
+            else:
+                tar.extractall(work)  # Pythons before 3.10.12 have no filter
         src = work / f"horovod-{HOROVOD_VERSION}"
         _say("  applying the C++17 and GCC 13 edits")
         patch_sources(src)

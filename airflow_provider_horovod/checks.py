@@ -31,8 +31,10 @@ def check_num_workers(value: Any) -> int:
 
 
 def check_storage_path(value: Any) -> str:
+    """The storage root, normalised: an absolute local path, or ``s3://bucket/prefix``."""
     if not isinstance(value, str) or not value.strip():
-        raise InvalidParameterError("storage_path", value, "give a local path, a file:// URI or an s3://bucket/prefix URI.")
+        raise InvalidParameterError("storage_path", value,
+                                    "give a local path, a file:// URI or an s3://bucket/prefix URI.")
     parsed = urlparse(value)
     if parsed.scheme not in STORAGE_SCHEMES:
         raise InvalidParameterError(
@@ -46,7 +48,10 @@ def check_storage_path(value: Any) -> str:
                                     "a file:// URI takes an absolute path after the third slash: file:///abs/path.")
     if parsed.scheme == "" and not os.path.isabs(value):
         raise InvalidParameterError("storage_path", value, "give an absolute local path (the Ray workers resolve it).")
-    return value
+    # Local paths as Ray Train needs them (absolute, no scheme); s3:// as it is, without a trailing slash.
+    if parsed.scheme == "s3":
+        return f"s3://{parsed.netloc}{parsed.path}".rstrip("/")
+    return os.path.abspath(parsed.path if parsed.scheme == "file" else value)
 
 
 def check_json(parameter: str, value: Any) -> dict:
@@ -84,11 +89,13 @@ def check_resources(value: Any, use_gpu: bool, parameter: str = "resources_per_w
         if not isinstance(name, str) or not name:
             raise InvalidParameterError(parameter, value, f"resource name {name!r} must be a non-empty string.")
         if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not math.isfinite(amount):
-            raise InvalidParameterError(parameter, value, f"amount {amount!r} of {name!r} is not a number; give e.g. {{{name!r}: 1}}.")
+            raise InvalidParameterError(parameter, value,
+                                        f"amount {amount!r} of {name!r} is not a number; give e.g. {{{name!r}: 1}}.")
         if amount < 0:
             raise InvalidParameterError(parameter, value, f"amount of {name!r} is negative; use 0 or more.")
         if name.lower() in ("cpu", "gpu", "memory") and name not in ("CPU", "GPU", "memory"):
-            raise InvalidParameterError(parameter, value, f"unknown resource {name!r}: Ray spells it 'CPU', 'GPU' or 'memory'.")
+            raise InvalidParameterError(parameter, value,
+                                        f"unknown resource {name!r}: Ray spells it 'CPU', 'GPU' or 'memory'.")
         out[name] = float(amount)
     if out.get("GPU") and not use_gpu:
         raise InvalidParameterError(parameter, value, "asks for GPUs while use_gpu=False; set use_gpu=True.")
@@ -129,7 +136,8 @@ def check_seconds(parameter: str, value: Any, *, allow_none: bool = False) -> fl
 
 def check_max_failures(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-        raise InvalidParameterError("max_failures", value, "give 0 (no retry), a positive count, or -1 (retry without limit).")
+        raise InvalidParameterError("max_failures", value,
+                                    "give 0 (no retry), a positive count, or -1 (retry without limit).")
     return value
 
 
@@ -140,9 +148,11 @@ def check_horovod_env(value: Any) -> dict[str, str]:
         raise InvalidParameterError("horovod_env", value, 'give a dict such as {"HOROVOD_CYCLE_TIME": "1"}.')
     for key in value:
         if not isinstance(key, str) or not key.startswith("HOROVOD_"):
-            raise InvalidParameterError("horovod_env", value, f"key {key!r} is not a HOROVOD_* variable; put others in runtime_env.")
+            raise InvalidParameterError("horovod_env", value,
+                                        f"key {key!r} is not a HOROVOD_* variable; put others in runtime_env.")
         if isinstance(value[key], (Mapping, list, tuple, set)) or value[key] is None:
-            raise InvalidParameterError("horovod_env", value, f"{key} must be a string or a number, e.g. {{{key!r}: \"1\"}}.")
+            raise InvalidParameterError("horovod_env", value,
+                                        f"{key} must be a string or a number, e.g. {{{key!r}: \"1\"}}.")
     return {k: str(v) for k, v in value.items()}
 
 
@@ -189,26 +199,33 @@ def check_runtime_env(value: Any, parameter: str = "runtime_env") -> dict:
                 f"env var {key!r} looks like a secret, and Ray shows runtime_env to every dashboard reader; give "
                 "the cluster its credentials (instance role, cluster env) instead.")
         if not isinstance(key, str) or not isinstance(var, str):
-            raise InvalidParameterError(parameter, shown, f'env var {key!r} must map a string to a string, e.g. {{"A": "1"}}.')
+            raise InvalidParameterError(parameter, shown,
+                                        f'env var {key!r} must map a string to a string, e.g. {{"A": "1"}}.')
     working_dir = value.get("working_dir")
     if working_dir is not None:
         if not isinstance(working_dir, str):
             raise InvalidParameterError(parameter, shown, "working_dir must be a local folder or a URI (a string).")
         local_zip = working_dir.endswith(".zip") and os.path.isfile(working_dir)
         if not is_uri(working_dir) and not os.path.isdir(working_dir) and not local_zip:
-            raise InvalidParameterError(parameter, shown, f"working_dir {working_dir!r} is not a folder here; give an "
-                                                          "existing local folder or .zip file (it is uploaded) or a URI.")
+            raise InvalidParameterError(parameter, shown,
+                                        f"working_dir {working_dir!r} is not a folder here; give an existing local "
+                                        "folder or .zip file (it is uploaded) or a URI.")
     py_modules = value.get("py_modules")
     if py_modules is not None:
         if not isinstance(py_modules, (list, tuple)) or not all(isinstance(m, str) for m in py_modules):
-            raise InvalidParameterError(parameter, shown, "py_modules must be a list of local folders, .whl files or URIs.")
+            raise InvalidParameterError(parameter, shown,
+                                        "py_modules must be a list of local folders, .whl files or URIs.")
         for module in py_modules:
-            if not is_uri(module) and not (os.path.isdir(module) or (os.path.isfile(module) and module.endswith((".whl", ".py")))):
-                raise InvalidParameterError(parameter, shown, f"py_modules entry {module!r} is neither an existing folder, "
+            if not is_uri(module) and not (os.path.isdir(module) or (os.path.isfile(module) and module.endswith((".whl",
+                          ".py")))):
+                raise InvalidParameterError(parameter, shown,
+                                            f"py_modules entry {module!r} is neither an existing folder, "
                                                               ".py or .whl file here, nor a URI.")
     pip = value.get("pip")
-    if pip is not None and not (isinstance(pip, (list, tuple, Mapping)) or (isinstance(pip, str) and os.path.isfile(pip))):
-        raise InvalidParameterError(parameter, shown, 'pip must be a list of requirements (e.g. ["pandas==2.2"]), a dict '
+    pip_file = isinstance(pip, str) and os.path.isfile(pip)
+    if pip is not None and not (isinstance(pip, (list, tuple, Mapping)) or pip_file):
+        raise InvalidParameterError(parameter, shown,
+                                    'pip must be a list of requirements (e.g. ["pandas==2.2"]), a dict '
                                                       '{"packages": [...]}, or the path of a requirements file.')
     excludes = value.get("excludes")
     if excludes is not None and not (isinstance(excludes, (list, tuple)) and all(isinstance(e, str) for e in excludes)):
@@ -300,7 +317,8 @@ def check_forwarding(forward: Any, aws_conn_id: str | None, ttl_s: Any) -> bool:
         raise InvalidParameterError(
             "forward_aws_credentials", forward,
             "set aws_conn_id to the AWS connection whose keys get the session credentials, or leave it False.")
-    if isinstance(ttl_s, bool) or not isinstance(ttl_s, int) or not MIN_CREDENTIALS_TTL_S <= ttl_s <= MAX_CREDENTIALS_TTL_S:
+    whole = isinstance(ttl_s, int) and not isinstance(ttl_s, bool)
+    if not whole or not MIN_CREDENTIALS_TTL_S <= ttl_s <= MAX_CREDENTIALS_TTL_S:
         raise InvalidParameterError("aws_credentials_ttl_seconds", ttl_s,
                                     f"give whole seconds from {MIN_CREDENTIALS_TTL_S} to {MAX_CREDENTIALS_TTL_S} "
                                     "(what STS accepts).")

@@ -12,7 +12,6 @@ from __future__ import annotations
 from datetime import datetime
 
 from airflow_provider_horovod.exceptions import HorovodProviderError, MissingExtraError
-from airflow_provider_horovod.runtime.aws import SESSION_FILE  # noqa: F401 - where the payload carries them
 
 
 def _hook(aws_conn_id: str, client_type: str):

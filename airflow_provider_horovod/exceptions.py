@@ -51,6 +51,10 @@ class RayJobPendingTimeoutError(RayJobError):
     """A Ray job stayed PENDING longer than allowed (resources no node has)."""
 
 
+class UnknownJobStatusError(RayJobError):
+    """Ray reported a job status the provider does not know (a Ray version it does not support)."""
+
+
 class TrainingResultError(HorovodProviderError, RuntimeError):
     """The job succeeded but its result record or checkpoint is missing or unreadable."""
 

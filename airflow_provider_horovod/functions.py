@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import difflib
 import importlib.util
-import inspect
 import os
 import sys
 import sysconfig
@@ -14,6 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from airflow_provider_horovod.contract import required_positional
 from airflow_provider_horovod.exceptions import InvalidParameterError
 
 
@@ -46,7 +46,8 @@ def check_import_path(parameter: str, path: str, *, check_importable: bool = Tru
         hint = difflib.get_close_matches(name, public, n=3) or public[:10]
         raise InvalidParameterError(
             parameter, path,
-            f"module {module!r} defines no {name!r}; check the name" + (f" (it has {', '.join(hint)})." if hint else "."),
+            f"module {module!r} defines no {name!r}; check the name"
+            + (f" (it has {', '.join(hint)})." if hint else "."),
         )
     return path
 
@@ -132,12 +133,6 @@ def pickle_callable(parameter: str, fn: Any) -> bytes:
     finally:
         for module in modules:
             cloudpickle.unregister_pickle_by_value(module)
-
-
-def required_positional(fn: Callable) -> int:
-    """How many positional parameters ``fn`` needs (Ray passes ``config`` only to one that needs one)."""
-    return len([p for p in inspect.signature(fn).parameters.values()
-                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)])
 
 
 def import_path_of(fn: Any) -> str | None:

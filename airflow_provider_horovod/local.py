@@ -138,7 +138,8 @@ def ensure_running(timeout: float = 120.0) -> LocalCluster:
         raise MissingExtraError(
             f"The embedded local Ray cluster (used when there is no ray_default connection) needs the training stack "
             f"where Airflow runs, and {', '.join(missing)} is missing. Install it with pip install "
-            "'airflow-provider-horovod[cluster]' and build Horovod with python -m airflow_provider_horovod.build_horovod; "
+            "'airflow-provider-horovod[cluster]' and build Horovod with python -m "
+            "airflow_provider_horovod.build_horovod; "
             "or create the ray_default connection to your Ray cluster (type 'ray').")
     state = state_dir()
     with _locked(state):
@@ -171,7 +172,7 @@ def _start(state: str, timeout: float, num_cpus: int | None = None, extra_args: 
     temp_dir = _temp_dir(state)
     os.makedirs(temp_dir, exist_ok=True)
     gcs, dashboard, agent, client = (_free_port() for _ in range(4))
-    num_cpus = str(num_cpus or os.environ.get(NUM_CPUS_ENV) or max(4, os.cpu_count() or 1))
+    cpus = str(num_cpus or os.environ.get(NUM_CPUS_ENV) or max(4, os.cpu_count() or 1))
     # GPUs are left for Ray to detect: on a GPU workstation use_gpu=True trains on them, as
     # HorovodRunner's local mode trains on the driver's GPUs.
     cmd = [
@@ -179,7 +180,7 @@ def _start(state: str, timeout: float, num_cpus: int | None = None, extra_args: 
         "--node-ip-address=127.0.0.1", f"--port={gcs}",
         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
         f"--dashboard-agent-listen-port={agent}", f"--ray-client-server-port={client}",
-        f"--temp-dir={temp_dir}", f"--num-cpus={num_cpus}", "--disable-usage-stats",
+        f"--temp-dir={temp_dir}", f"--num-cpus={cpus}", "--disable-usage-stats",
         *extra_args,
     ]
     run = subprocess.run(cmd, env=_ray_env(state, joinable=joinable), capture_output=True, text=True,
@@ -194,7 +195,7 @@ def _start(state: str, timeout: float, num_cpus: int | None = None, extra_args: 
         time.sleep(0.5)
     with open(os.path.join(state, STATE_FILE), "w") as f:
         json.dump({"dashboard_url": cluster.dashboard_url, "gcs_address": cluster.gcs_address,
-                   "temp_dir": temp_dir, "num_cpus": num_cpus}, f)
+                   "temp_dir": temp_dir, "num_cpus": cpus}, f)
     return cluster
 
 
@@ -205,9 +206,9 @@ def join_node(state: str, cluster: LocalCluster, *, num_cpus: int, num_gpus: int
     head's session folder.
 
     ``num_gpus``: GPUs the node declares (Ray schedules them, and sets CUDA_VISIBLE_DEVICES, whether
-    or not the machine has them). ``hostname``: run the node under a host name of its own, as on a second machine (Ray's legacy
-    HorovodTrainer counts nodes by host name): new UTS and mount namespaces (needs root) with a
-    private /etc/hosts that resolves the name, as Gloo needs.
+    or not the machine has them). ``hostname``: run the node under a host name of its own, as on a
+    second machine (Ray's legacy HorovodTrainer counts nodes by host name): new UTS and mount
+    namespaces (needs root) with a private /etc/hosts that resolves the name, as Gloo needs.
     """
     cmd = [
         _ray_cli(), "start", f"--address={cluster.gcs_address}",
@@ -288,12 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     # The dashboard asks for the token; `ray get-auth-token` looks in ~/.ray, not here.
     where = f"its token in {token_file} (the dashboard asks for it: cat {token_file})"
     if command[0] == "up":
-        cluster = ensure_running()
-        print(f"Ray dashboard: {cluster.dashboard_url}, {where}")
+        print(f"Ray dashboard: {ensure_running().dashboard_url}, {where}")
     elif command[0] == "status":
-        cluster = status()
-        print(f"running: {cluster.dashboard_url}, {where}" if cluster else "not running")
-        return 0 if cluster else 1
+        running = status()
+        print(f"running: {running.dashboard_url}, {where}" if running else "not running")
+        return 0 if running else 1
     elif command[0] == "down":
         print("stopped" if down() else "not running")
     else:

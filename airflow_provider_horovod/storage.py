@@ -46,16 +46,6 @@ def split_uri(uri: str) -> tuple[str, str]:
     return parsed.scheme, f"{parsed.netloc}{parsed.path}".rstrip("/")
 
 
-def join_uri(base: str, *parts: str) -> str:
-    return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
-
-
-def normalize_storage_path(storage_path: str) -> str:
-    """Local paths become absolute (Ray Train needs that); ``file://x`` becomes ``x``."""
-    scheme, path = split_uri(storage_path)
-    return path if scheme == "" else f"{scheme}://{path}"
-
-
 @dataclass
 class Storage:
     """Reads and writes small files and checks folders under local paths or S3."""
@@ -267,8 +257,8 @@ def check_aws_conn_id(aws_conn_id: str | None) -> None:
     """A named AWS connection must exist before a job runs whose result it will read."""
     if not aws_conn_id:
         return
-    from airflow.sdk import BaseHook
     from airflow.providers.common.compat.sdk import AirflowNotFoundException
+    from airflow.sdk import BaseHook
 
     from airflow_provider_horovod.exceptions import InvalidParameterError
 

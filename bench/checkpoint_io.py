@@ -10,8 +10,21 @@ import uuid
 from types import SimpleNamespace
 
 from bench.cluster import BUCKET
-from bench.common import (RAY_ADDRESS_ENV, Figure, Row, Sample, Target, env_int, fmt, log, ratio, repeats, save_raw,
-                          table, tagged_json)
+from bench.common import (
+    RAY_ADDRESS_ENV,
+    Figure,
+    Row,
+    Sample,
+    Target,
+    env_int,
+    fmt,
+    log,
+    ratio,
+    repeats,
+    save_raw,
+    table,
+    tagged_json,
+)
 
 TARGET = 0.9
 

@@ -26,8 +26,22 @@ import tempfile
 import time
 import uuid
 
-from bench.common import (BENCH, OUT, PY, REPO, Row, Sample, fmt, log, plain_table, repeats, run_logged, save_raw,
-                          table, tagged_json)
+from bench.common import (
+    BENCH,
+    OUT,
+    PY,
+    REPO,
+    Row,
+    Sample,
+    fmt,
+    log,
+    plain_table,
+    repeats,
+    run_logged,
+    save_raw,
+    table,
+    tagged_json,
+)
 
 RESULTS = BENCH / "results-gpu.md"
 CONFIG = {"features": 1024, "hidden": 4096, "batch_size": 512, "steps_per_epoch": 300, "num_epochs": 3}
@@ -93,25 +107,28 @@ def free_port() -> int:
 def run_entrypoint(train_fn, config: dict, *, trainer_api: str, num_workers: int, storage: str, name: str,
                    address: str) -> tuple[dict, str, float]:
     """Run the provider's job entrypoint as the Ray job would; (result record, output, wall seconds)."""
-    from airflow_provider_horovod.runtime.payload import write_payload
-    from airflow_provider_horovod.runtime.result import read_record
-    from airflow_provider_horovod.spec import TrainingSpec
-    from airflow_provider_horovod.training import check_train_fn
+    from airflow_provider_horovod.contract import ResultRecord, TaskRun
+    from airflow_provider_horovod.plan import training_plan
 
-    ref, files = check_train_fn(train_fn, {})
-    spec = TrainingSpec(submission_id=f"gpu-{name}-{uuid.uuid4().hex[:6]}", train_fn=ref,
-                        storage_uri=os.path.join(storage, name), train_loop_config=config,
-                        num_workers=num_workers, use_gpu=True, trainer_api=trainer_api, pending_timeout_s=120)
+    plan = training_plan(
+        TaskRun("bench_gpu", name, f"gpu-{uuid.uuid4().hex[:6]}"), train_fn=train_fn, train_call=None,
+        train_loop_config=config, datasets=None, num_workers=num_workers, use_gpu=True, resources_per_worker=None,
+        checkpoint_num_to_keep=None, checkpoint_score_attribute=None, checkpoint_score_order="max", max_failures=0,
+        horovod_timeout_s=30, horovod_nics=None, horovod_env=None, runtime_env=None, trainer_api=trainer_api,
+        forward_aws_credentials=False, aws_conn_id=None, aws_credentials_ttl_seconds=3600,
+        check_cluster_resources=False, materialize_datasets=True, horovod_timeline=False, storage_path=storage,
+        pending_timeout_s=120, ray_conn_id="ray_default")
+    request = plan.request(1)
     with tempfile.TemporaryDirectory() as parent:
-        module, _ = write_payload(spec, files, parent)
-        env = {"RAY_ADDRESS": address,
+        request.write_payload(parent)
+        env = {"RAY_ADDRESS": address, **request.runtime_env["env_vars"],
                "PYTHONPATH": os.pathsep.join(p for p in (parent, str(REPO), os.environ.get("PYTHONPATH")) if p)}
-        run, wall = run_logged([PY, "-m", "airflow_provider_horovod.runtime.job", module], f"gpu-{name}.log",
-                               env=env, timeout=600)
-    record = read_record(spec.result_uri)
-    if record is None:
-        raise RuntimeError(f"{name}: no result record at {spec.result_uri}")
-    return vars(record), run.stdout + run.stderr, wall
+        run, wall = run_logged([PY, "-m", *request.entrypoint.split()[2:]], f"gpu-{name}.log", env=env, timeout=600)
+    result = plan.spec.result_uri
+    if not os.path.exists(result):
+        raise RuntimeError(f"{name}: no result record at {result}")
+    with open(result, encoding="utf-8") as f:
+        return vars(ResultRecord.from_json(f.read())), run.stdout + run.stderr, wall
 
 
 def run_direct(trainer: str, config: dict, *, num_workers: int, storage: str, name: str, address: str) -> dict:
@@ -193,7 +210,8 @@ def markdown(gpus: int, checks: list[dict], records: list[dict], n: int, seconds
     met = "met" if ratio >= TARGET else "missed"
     params = CONFIG["features"] * CONFIG["hidden"] + CONFIG["hidden"] ** 2 + 2 * CONFIG["hidden"] + CONFIG["hidden"] + 1
     check_rows = [[c["trainer_api"], str(c["world_size"]), f"{c['sum']:g} (expected {c['expected']:g})",
-                   ", ".join(f"rank {r['rank']}: {r['result_device']}, sees {r['visible_devices']}" for r in c["ranks"]),
+                   ", ".join(f"rank {r['rank']}: {r['result_device']}, sees {r['visible_devices']}"
+                             for r in c["ranks"]),
                    str(c["nccl_info_lines"]), c["checkpoint_uri"], "; ".join(c["problems"]) or "none"]
                   for c in checks]
     versions = checks[0]["versions"] if checks else {}
@@ -205,9 +223,11 @@ def markdown(gpus: int, checks: list[dict], records: list[dict], n: int, seconds
         plain_table(["", ""], [
             ["date (UTC)", time.strftime("%Y-%m-%d %H:%M", time.gmtime())],
             ["took", f"{seconds / 60:.1f} min"],
-            ["machine", f"{gpus} x {torch.cuda.get_device_name(0)}, {os.cpu_count()} CPU cores, {platform.platform()}"],
-            ["stack", f"Python {platform.python_version()}, torch {versions.get('torch')} (CUDA {versions.get('cuda')}, "
-                      f"NCCL {versions.get('nccl')}), ray {_version('ray')}, horovod {_version('horovod')} "
+            ["machine",
+             f"{gpus} x {torch.cuda.get_device_name(0)}, {os.cpu_count()} CPU cores, {platform.platform()}"],
+            ["stack", f"Python {platform.python_version()}, torch {versions.get('torch')} "
+                      f"(CUDA {versions.get('cuda')}, NCCL {versions.get('nccl')}), ray {_version('ray')}, "
+                      f"horovod {_version('horovod')} "
                       "(built by scripts/build_horovod.sh with HOROVOD_GPU_OPERATIONS=NCCL)"],
             ["repeats", str(n)],
         ]), "",

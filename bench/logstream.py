@@ -19,8 +19,7 @@ import subprocess
 import sys
 import time
 
-from bench.common import (OUT, PY, Figure, Row, Sample, Target, env_int, fmt, log, plain_table, quantile,
-                          save_raw, table)
+from bench.common import OUT, PY, Figure, Row, Sample, Target, env_int, fmt, log, plain_table, quantile, save_raw, table
 
 POLL_S = 1.0
 TAG = "AHP_BENCH_WHOLE"
@@ -334,14 +333,16 @@ def build(fig: Figure, raw: dict, job_log: str) -> Figure:
     fig.notes.append(
         f"Whole run ({run_s:.0f} s, the job's {raw['total']:,} lines = {raw['job_log_bytes'] / (1 << 20):.1f} MiB): "
         f"A made {len(samples)} polls and {summary['log_requests']} log-window requests, fetched "
-        f"{summary['log_bytes'] / (1 << 20):.1f} MiB of log ({summary['log_bytes'] / max(1, raw['job_log_bytes']):.2f}x "
+        f"{summary['log_bytes'] / (1 << 20):.1f} MiB of log "
+        f"({summary['log_bytes'] / max(1, raw['job_log_bytes']):.2f}x "
         f"the log) and used {summary['cpu_s']:.1f} s of CPU ({summary['cpu_s'] / run_s * 100:.1f}% of a core); the "
         f"head's dashboard used {head['dashboard'] * 100:.1f}% and its agent {head['dashboard agent'] * 100:.1f}% of a "
-        f"core over the run (B's windows included). The job ended {summary['event'].get('job_status') or summary['event'].get('outcome')}.")
+        f"core over the run (B's windows included). The job ended "
+        f"{summary['event'].get('job_status') or summary['event'].get('outcome')}.")
     fig.notes.append(f"Streamed lines against the job's log: {how}.")
     fig.notes.append("Fetching the whole log every poll costs in proportion to the log's length at every poll: "
                      "over a log that grows to L lines at r lines a second that is about L^2 / (2r) lines fetched in "
-                     f"all ({raw['total'] ** 2 / (2 * raw['rate']) * (raw['job_log_bytes'] / max(1, raw['total'])) / (1 << 30):.1f}"
+                     f"all ({full_reads_gib(raw):.1f}"
                      " GiB here at one poll a second), against about twice the log for the windows.")
     if first and last and first is not last:
         cpu_ratio = ratio_of(last[0], first[0])
@@ -353,9 +354,10 @@ def build(fig: Figure, raw: dict, job_log: str) -> Figure:
             f"against {fmt(first[0].median)} ms ({fmt(cpu_ratio)}x), bytes per poll {fmt(last[1].median)} against "
             f"{fmt(first[1].median)} KiB ({fmt(bytes_ratio)}x)",
             "" if met else "see the log requests per poll: a window that cannot be placed is asked for again, "
-            "longer (`hooks/ray_logs.py`)"))
+            "longer (`jobs/logs.py`)"))
     else:
-        fig.targets.append(Target("4b. per-poll cost flat as the log grows", None, "fewer than two log lengths measured"))
+        fig.targets.append(Target("4b. per-poll cost flat as the log grows", None,
+                           "fewer than two log lengths measured"))
     fig.targets.append(Target("4b. streamed lines equal the job's log, each once", ok, how,
                               "" if ok else "see bench/out/logstream-lines.txt against the job's log"))
     return fig
@@ -372,3 +374,9 @@ def ratio_of(a: Sample, b: Sample) -> float:
 if __name__ == "__main__":
     mode, submission_id, out_prefix = sys.argv[1:4]
     asyncio.run(follow(submission_id, out_prefix) if mode == "follow" else whole(submission_id, out_prefix))
+
+
+def full_reads_gib(raw: dict) -> float:
+    """GiB fetched by reading the whole log at every poll, over a log growing at ``rate`` lines a second."""
+    lines = raw["total"] ** 2 / (2 * raw["rate"])
+    return lines * (raw["job_log_bytes"] / max(1, raw["total"])) / (1 << 30)

@@ -43,7 +43,8 @@ def figure(records: list[dict], config: dict) -> Figure:
     label = {w: w.replace("_", " ") for w in WAYS}
     plain = samples(records, "plain_job", "wall_s")
     rows = [
-        Row("operator wall vs plain job wall", label["operator_deferred"], samples(records, "operator_deferred", "wall_s"),
+        Row("operator wall vs plain job wall", label["operator_deferred"], samples(records, "operator_deferred",
+            "wall_s"),
             label["plain_job"], plain, "s", "target A/B <= 1.05"),
         Row("operator wall vs plain job wall", label["operator_sync"], samples(records, "operator_sync", "wall_s"),
             label["plain_job"], plain, "s", "target A/B <= 1.05"),

@@ -16,8 +16,21 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import (REPO, BENCH, Figure, Row, Sample, Target, fmt, log, plain_table, repeats, run_logged,
-                          table, tagged_json)
+from bench.common import (
+    BENCH,
+    REPO,
+    Figure,
+    Row,
+    Sample,
+    Target,
+    fmt,
+    log,
+    plain_table,
+    repeats,
+    run_logged,
+    table,
+    tagged_json,
+)
 
 OURS = REPO / "dags" / "horovod_retraining.py"
 BUILTIN = BENCH / "parse_dags" / "retraining_builtin.py"
@@ -70,7 +83,8 @@ def figure() -> Figure:
     results = {"ours": [], "builtin": []}
     log(f"parsing each DAG file {n} times, alternately, each in a fresh interpreter")
     for i in range(n):
-        for name, path in (("ours", OURS), ("builtin", BUILTIN)) if i % 2 == 0 else (("builtin", BUILTIN), ("ours", OURS)):
+        order = (("ours", OURS), ("builtin", BUILTIN))
+        for name, path in order if i % 2 == 0 else order[::-1]:
             run, _ = run_logged([sys.executable, "-m", "bench.parse", str(path)], f"parse-{name}-{i}.log")
             (result,) = tagged_json(run.stdout, "AHP_BENCH_PARSE")
             if result["errors"] or not result["dags"]:
@@ -120,7 +134,8 @@ def figure() -> Figure:
                      "`airflow.providers.standard.operators.trigger_dagrun` (for its dependency detection). So the "
                      "parse-only row overstates our cost; parse + serialize, what the processor does, is the "
                      "comparison the target uses.")
-    fig.notes.append(f"Modules the provider's DAG imports that the baseline does not: {', '.join(extra_modules) or 'none'}"
+    fig.notes.append("Modules the provider's DAG imports that the baseline does not: "
+                     f"{', '.join(extra_modules) or 'none'}"
                      f" (top-level packages: {', '.join(extra) or 'none'}).")
     return fig
 

@@ -16,8 +16,21 @@ import threading
 import time
 import urllib.request
 
-from bench.common import (OUT, PY, Figure, Row, Sample, Target, env_int, fmt, log, plain_table, quantile,
-                          run_logged, table)
+from bench.common import (
+    OUT,
+    PY,
+    Figure,
+    Row,
+    Sample,
+    Target,
+    env_int,
+    fmt,
+    log,
+    plain_table,
+    quantile,
+    run_logged,
+    table,
+)
 
 VARIANTS = ("ours", "minimal")
 # At the largest N only: our trigger without log streaming, to tell the log's share of the cost.
@@ -55,7 +68,8 @@ a status request (`GET /api/jobs/<id>`) and a request for a window of the log's 
 `GET /api/v0/logs/file?...&lines=<n>`, sized to what came new last time plus 32 lines; nothing is
 new here once the first poll has streamed the log, so these quiet logs are read at the following
 poll, then 2, 4 and 6 polls apart: 6 polls at most at this interval, so the window spans one such
-period), over one `aiohttp.ClientSession` shared by the triggers (as in a triggerer). The alternative (B): a minimal poller, one `aiohttp` session with keep-alive
+period), over one `aiohttp.ClientSession` shared by the triggers (as in a triggerer). The
+alternative (B): a minimal poller, one `aiohttp` session with keep-alive
 shared by all, status requests only: the least a poll can cost against this dashboard. At the
 largest N also `RayJobTrigger(stream_logs=False)`, which tells the log windows' share of our cost
 from the rest.
@@ -121,8 +135,8 @@ async def ours(submission_id: str, interval: float, stream_logs: bool, index: in
     from airflow_provider_horovod.triggers.ray import RayJobTrigger
 
     # No task instance (so no XCom for the cursor) and no pending/stall limits: only the polling.
-    trigger = RayJobTrigger(submission_id=submission_id, poll_interval_seconds=interval, stream_logs=stream_logs,
-                            pending_timeout_seconds=None, stall_timeout_seconds=None)
+    trigger = RayJobTrigger(submission_id=submission_id, stream_logs=stream_logs,
+                            policy={"poll_interval_s": interval, "pending_timeout_s": None, "stall_timeout_s": None})
     trigger._log = StreamedLog(trigger.log, index)
     async for _ in trigger.run():  # the jobs outlive the measurement: this never yields
         return
@@ -331,7 +345,7 @@ class Probe(threading.Thread):
 def figure(cluster) -> Figure:
     ns = [int(x) for x in (os.environ.get("BENCH_TRIGGER_N") or "10,100,1000").split(",")]
     interval = float(os.environ.get("BENCH_TRIGGER_INTERVAL") or 10)
-    from airflow_provider_horovod.hooks.ray_logs import QUIET_READ_POLLS, QUIET_READ_S
+    from airflow_provider_horovod.jobs.logs import QUIET_READ_POLLS, QUIET_READ_S
 
     # A quiet log is read at 0, 1, 2, 4, 8, 14 ... polls (at most every `longest` s): settled after
     # the 8th poll of the last trigger to start; the window spans one longest quiet period.

@@ -47,7 +47,7 @@ import os
 import pendulum
 from airflow.sdk import Asset, dag, task
 
-from airflow_provider_horovod.ids import default_storage_path
+from airflow_provider_horovod.contract import default_storage_path
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
 
 STORAGE = os.environ.get("HOROVOD_RETRAINING_STORAGE") or default_storage_path()

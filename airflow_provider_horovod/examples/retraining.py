@@ -126,7 +126,6 @@ def evaluate(checkpoint_uri: str, holdout_uri: str) -> dict:
     """Runs on the cluster, where the model fits (a ``@task.ray`` job): the holdout MSE of the
     checkpoint's model, next to the untrained baseline's."""
     import pyarrow.fs
-
     from ray.train import Checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -251,7 +251,7 @@ class RayHook(BaseHook):
     def check_connection(self) -> dict:
         """The cluster's version info; raises when unreachable, refused, or of a Ray version the
         provider's runtime does not support."""
-        from airflow_provider_horovod.spec import check_ray_version
+        from airflow_provider_horovod.contract import check_ray_version
 
         info = self._parse(*self._request("GET", "/api/version"), "version check")
         if (problem := check_ray_version(info.get("ray_version"))) is not None:
@@ -307,7 +307,7 @@ class RayHook(BaseHook):
 
     def get_job_status(self, submission_id: str) -> str | None:
         info = self.get_job_info(submission_id)
-        return info and info.get("status")
+        return info.get("status") if info else None
 
     def get_job_logs(self, submission_id: str) -> str:
         return self._parse(*self._request("GET", f"/api/jobs/{submission_id}/logs"), "job logs",
@@ -337,7 +337,7 @@ class RayHook(BaseHook):
 
     async def a_get_job_status(self, submission_id: str) -> str | None:
         info = await self.a_get_job_info(submission_id)
-        return info and info.get("status")
+        return info.get("status") if info else None
 
     async def a_get_job_logs(self, submission_id: str) -> str:
         return self._parse(*await self._a_request("GET", f"/api/jobs/{submission_id}/logs"), "job logs",
@@ -352,7 +352,8 @@ class RayHook(BaseHook):
         if status != 200 and "file is not found" in text:
             return None
         if status != 200:
-            raise RayJobError(f"Ray dashboard log read failed: HTTP {status}: {text[:500]}", submission_id=submission_id)
+            raise RayJobError(f"Ray dashboard log read failed: HTTP {status}: {text[:500]}",
+                              submission_id=submission_id)
         return text
 
     async def a_stop_job(self, submission_id: str) -> bool:

@@ -171,7 +171,8 @@ def endpoint_from(conn_id: str, *, host: str | None, port: Any, schema: str | No
         check_runtime_env(runtime_env)
     except InvalidParameterError as err:
         # The connection's runtime_env goes under every job's: the same rules apply.
-        raise RayConnectionConfigError(f"Connection {conn_id!r}: extra 'runtime_env'={err.value!r}: {err.fix}") from None
+        raise RayConnectionConfigError(
+            f"Connection {conn_id!r}: extra 'runtime_env'={err.value!r}: {err.fix}") from None
     shared = bool(_flag(conn_id, "shared_storage", extras.get("shared_storage"), False))
     if is_local_host(host):
         return RayEndpoint(conn_id, local_url or "", auth_headers(local_token, headers), verify, runtime_env,

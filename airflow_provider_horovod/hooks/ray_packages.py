@@ -52,7 +52,8 @@ def _files(folder: str, patterns: tuple[str, ...]) -> list[tuple[str, str]]:
     return found
 
 
-def package_folder(folder: str, *, keep_name: bool, excludes: tuple[str, ...] = (), field: str = "working_dir") -> Package:
+def package_folder(folder: str, *, keep_name: bool, excludes: tuple[str, ...] = (),
+                   field: str = "working_dir") -> Package:
     """A zip of ``folder``'s files; ``keep_name``: under a top folder of the folder's name (py_modules)."""
     folder = os.path.abspath(folder)
     patterns = DEFAULT_EXCLUDES + tuple(excludes)

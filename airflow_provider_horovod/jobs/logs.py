@@ -1,29 +1,46 @@
-"""Following a job's log into the task log: how far it was streamed (the cursor), and which lines of
-a fetched window of the log's end are new. Pure; ``hooks.ray_logs`` fetches, the wait writes.
+"""A job's log, followed into the task log at a cost that follows what is new, not the log's length.
 
-Ray reads the last N lines of a log cheaply (from the end of the file) but takes no offset. So the
-cursor counts the lines streamed since the log's start and keeps digests of the last of them; a
-window of the log's end is placed by finding those lines in it. Where the log repeats itself too
-much to place them (runs of identical lines longer than the digests), or more is new than the
-window holds, a longer window is asked for, up to the whole log, where the count alone places them:
-nothing is lost or shown twice, across polls, re-attaches, retries and triggerer restarts.
+Ray's State API reads the last N lines of a node's log file by seeking from its end
+(``/api/v0/logs/file?node_id=<driver node>&filename=job-driver-<id>.log&lines=N``) but takes no
+offset; the Jobs API returns the whole log. So the cursor counts the lines streamed since the log's
+start and keeps digests of the last ``TAIL_LINES`` of them, and each read asks for a window of the
+log's end about as long as what came new last time plus those lines, and places it by finding them
+in it (``place``). Where the window cannot tell (it is shorter than what is new, or the log repeats
+itself), a twice longer one is asked for, up to the whole log, where the count alone places them.
+
+The limit: the cursor's last lines are found where they last occur. When they recur later in the
+log (a block longer than ``TAIL_LINES`` lines that repeats, or another run of the same line) and
+more came between two reads than the window holds, the window is placed at the recurrence and the
+lines between are lost from the task log (never from Ray's log). Otherwise no line is lost or shown
+twice, across polls, re-attaches, retries and triggerer restarts.
+
+A log that has gone quiet is read less and less often (every poll, then every 2, 4, ... polls, up
+to ``QUIET_READ_S`` or ``QUIET_READ_POLLS`` polls, whichever is longer), and at every poll again
+once a line arrives; it is read once more when the job ends, so a quiet spell delays lines, and
+loses none.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_horovod.contract import LOG_TAIL_LINES
+from airflow_provider_horovod.exceptions import HorovodProviderError
+
+if TYPE_CHECKING:
+    from airflow_provider_horovod.jobs.api import RayJobsApi
 
 # Digests of the cursor's last lines (8 hex digits each: a cursor stays small enough for XCom).
 TAIL_LINES = 32
-
-# Where a task keeps its cursor: in its task_state_store (it outlives a try, so a retry that
-# re-attaches repeats no line) and, while deferred, in an XCom the trigger reads after a triggerer
-# restart (a restarted trigger gets its kwargs as they were at defer time). The operator pushes the
-# XCom before deferring, so the trigger always finds one.
-LOG_CURSOR_KEY = "ray_log_cursor"
+MIN_WINDOW = 2 * TAIL_LINES
+# The longest a quiet log goes unread: how late a line after a quiet spell may reach the task log,
+# in seconds or polls, whichever is longer. A log read costs about two status polls; quiet logs add
+# at most 1/QUIET_READ_POLLS of that per poll (bench figure 4).
+QUIET_READ_S = 30.0
+QUIET_READ_POLLS = 6
 
 
 def digest(line: str) -> str:
@@ -110,3 +127,98 @@ def lines_after(text: str, count: int) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()
     return lines[count:]
+
+
+class LogReader:
+    """The new lines of one job's log, read after read. It keeps in memory the window size, when to
+    read next, and the log's last lines (a failure's message shows them); the cursor is what travels
+    between tries. ``write``: where its own notices go (the task log)."""
+
+    def __init__(self, submission_id: str, poll_interval_s: float, write: Callable[[str], None]) -> None:
+        self.submission_id = submission_id
+        self.poll_interval_s = poll_interval_s
+        self.write = write
+        self.window = MIN_WINDOW
+        self.last_lines: list[str] = []
+        self.gap: str | None = None  # why the log could not be read, once told
+        self.quiet_s = 0.0  # how long the log has been read without anything new: the next read's delay
+        self.next_read_at = 0.0
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_read_at
+
+    def _schedule(self, new_lines: int, now: float) -> None:
+        """After a read at ``now``: at the next poll if anything came, else twice as late as last
+        time, up to the longest quiet delay (never sooner than the next poll)."""
+        longest = max(QUIET_READ_S, QUIET_READ_POLLS * self.poll_interval_s)
+        self.quiet_s = 0.0 if new_lines else min(max(2 * self.quiet_s, self.poll_interval_s), longest)
+        self.next_read_at = now + self.quiet_s
+
+    async def new_lines(self, hook: RayJobsApi, info: dict | None, cursor: LogCursor, *, ended: bool,
+                        now: float) -> list[str]:
+        """The lines after the cursor (with the unterminated last one once the job has ended). When the
+        log cannot be read (its node gone), one notice says so, and the rest is read from the whole
+        log once the job has ended."""
+        lines: list[str] = []
+        if self.gap is None:
+            try:
+                lines = await self._window(hook, info, cursor, final=ended)
+            except HorovodProviderError as err:
+                self.gap = str(err)
+                self.write(f"The job's log cannot be read from line {cursor.lines + 1} on ({err}); its rest is "
+                           "read once the job ends.")
+        if self.gap is not None and ended:
+            lines = await self._whole(hook, cursor)
+        self._schedule(len(lines), now)
+        return lines
+
+    async def read_last(self, hook: RayJobsApi, info: dict | None) -> None:
+        """Only the log's last lines, for a failure's message (the log was not streamed)."""
+        node = (info or {}).get("driver_node_id")
+        try:
+            text = await hook.a_get_log_tail(node, self.submission_id, LOG_TAIL_LINES) if node else None
+        except HorovodProviderError:  # its node is gone: the whole log, from the head
+            try:
+                text = await hook.a_get_job_logs(self.submission_id)
+            except HorovodProviderError:
+                text = None
+        if text:
+            window = Window.of(text, LOG_TAIL_LINES)
+            self.last_lines = (window.lines + ([window.partial] if window.partial else []))[-LOG_TAIL_LINES:]
+
+    async def _whole(self, hook: RayJobsApi, cursor: LogCursor) -> list[str]:
+        try:
+            text = await hook.a_get_job_logs(self.submission_id)
+        except HorovodProviderError as err:
+            self.write(f"The job's log from line {cursor.lines + 1} on cannot be read: {err}")
+            return []
+        self.last_lines = text.splitlines()[-LOG_TAIL_LINES:]
+        return lines_after(text, cursor.lines)
+
+    async def _window(self, hook: RayJobsApi, info: dict | None, cursor: LogCursor, *, final: bool) -> list[str]:
+        """Raises ``HorovodProviderError`` when the log cannot be read."""
+        node = (info or {}).get("driver_node_id")
+        if not node:
+            return []  # the driver has not started: no log yet
+        asked = max(self.window, LOG_TAIL_LINES) if final else self.window
+        while True:
+            text = await hook.a_get_log_tail(node, self.submission_id, asked)
+            if text is None:
+                return []  # the driver has not written its log yet
+            window = Window.of(text, asked)
+            if final and window.partial:
+                # The job has ended: its unterminated last line is complete, and is one of the lines
+                # the cursor counts once streamed (a re-attach to the ended job finds it there).
+                window = Window([*window.lines, window.partial], whole=window.whole)
+            if window.whole and len(window.lines) < cursor.lines:
+                raise HorovodProviderError(
+                    f"the log is shorter ({len(window.lines)} lines) than what was already streamed ({cursor.lines} "
+                    "lines): it was truncated or rotated")
+            new = place(window, cursor)
+            if new is not None:
+                break
+            asked *= 2
+        # Next time: room for as much as came new this time, and the cursor's own lines.
+        self.window = max(MIN_WINDOW, 2 * (len(new) + TAIL_LINES))
+        self.last_lines = (window.lines + ([window.partial] if window.partial else []))[-LOG_TAIL_LINES:]
+        return new

@@ -1,32 +1,140 @@
-"""The one wait step: given what one poll saw (the job's info, the log lines that arrived, the
-clock), decide which lines to write, whether the wait is over, and whether the job must be stopped.
+"""The wait for a job: one pure step that decides what a poll means, and one loop around it.
 
-The operator's synchronous loop, the trigger and the sensor's poke are thin I/O shells around
-``step``: they fetch, call it, write the lines and act on its verdict. Pure, standard library only.
+``step`` takes what one poll saw (the job's info, the log lines that arrived, the clock) and
+decides which lines to write, whether the wait is over and whether the job must be stopped.
+``follow`` is the loop that polls, reads the log (``jobs.logs``), writes and acts on the verdict:
+the trigger awaits it, the operator's synchronous wait runs it through ``wait``, and the sensor's
+poke calls ``step`` once. ``WaitPolicy`` is checked once where it is made and travels whole, as a
+dict, from the operator or the sensor to the trigger.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import enum
 import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
-from airflow_provider_horovod.jobs.logs import LogCursor
-from airflow_provider_horovod.jobs.protocol import META_RESOURCES, JobEvent, JobStatus, reason_in
+from airflow_provider_horovod import checks
+from airflow_provider_horovod.contract import (
+    ERROR_MARK,
+    META_RESOURCES,
+    PENDING_TIMEOUT_S,
+    POLL_INTERVAL_S,
+    STALL_TIMEOUT_S,
+    JobStatus,
+)
+from airflow_provider_horovod.exceptions import HorovodProviderError, RayJobError
+from airflow_provider_horovod.jobs.logs import LogCursor, LogReader
+
+if TYPE_CHECKING:
+    from airflow_provider_horovod.jobs.api import RayJobsApi
 
 
 @dataclasses.dataclass(frozen=True)
 class WaitPolicy:
-    """:param pending_timeout_s: fail (and stop the job) when it stays PENDING longer; None: no limit.
-    :param stall_timeout_s: fail (and stop the job) when, running, it shows no progress (no new line
-        in its log; Ray Train logs every report) for longer; None: no limit."""
+    """How a job is waited for; each value checked here, before anything is submitted.
 
-    pending_timeout_s: float | None = None
-    stall_timeout_s: float | None = None
+    :param poll_interval_s: seconds between status polls.
+    :param pending_timeout_s: fail (and stop the job) when it waits longer for its resources; None: no limit.
+    :param stall_timeout_s: fail (and stop the job) when, running, it shows no progress (no new line
+        in its log; Ray Train logs every report) for longer; None: no limit.
+    """
+
+    poll_interval_s: float = POLL_INTERVAL_S
+    pending_timeout_s: float | None = PENDING_TIMEOUT_S
+    stall_timeout_s: float | None = STALL_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        checks.check_positive("poll_interval_seconds", self.poll_interval_s)
+        checks.check_positive("pending_timeout_seconds", self.pending_timeout_s, allow_none=True)
+        checks.check_positive("stall_timeout_seconds", self.stall_timeout_s, allow_none=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WaitPolicy:
+        return cls(**data)
 
     def stalled(self, cursor: LogCursor, now: float) -> bool:
         """Whether the job has shown no progress for longer than the stall timeout."""
         return bool(self.stall_timeout_s and cursor.progress_at and now - cursor.progress_at > self.stall_timeout_s)
 
+
+class Outcome(str, enum.Enum):
+    SUCCESS = "success"
+    ERROR = "error"
+
+
+@dataclasses.dataclass(frozen=True)
+class JobEvent:
+    """How a wait ended (the trigger's event, the sync wait's outcome): enough to finish the task
+    without asking Ray again. ``log_cursor``: how far the job's log is in the task log."""
+
+    outcome: Outcome
+    submission_id: str
+    job_status: JobStatus | None = None
+    error_type: str | None = None
+    message: str = ""
+    metadata: dict[str, str] = dataclasses.field(default_factory=dict)
+    log_tail: list[str] = dataclasses.field(default_factory=list)
+    log_cursor: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The runtime's one-line reason (its AHP_ERROR line), wherever it is in the log.
+    reason: str = ""
+
+    @property
+    def succeeded(self) -> bool:
+        return self.outcome is Outcome.SUCCESS
+
+    @classmethod
+    def from_info(cls, submission_id: str, info: dict, *, log_tail: list[str] | None = None,
+                  log_cursor: dict | None = None, reason: str = "") -> JobEvent:
+        """The event of a job in a terminal state, from its job info."""
+        status = JobStatus.of(info.get("status"))
+        return cls(outcome=Outcome.SUCCESS if status is JobStatus.SUCCEEDED else Outcome.ERROR,
+                   submission_id=submission_id, job_status=status, error_type=info.get("error_type"),
+                   message=info.get("message") or "", metadata=dict(info.get("metadata") or {}),
+                   log_tail=list(log_tail or []), log_cursor=dict(log_cursor or {}), reason=reason)
+
+    @classmethod
+    def error(cls, submission_id: str, message: str, *, info: dict | None = None,
+              log_cursor: dict | None = None) -> JobEvent:
+        """A wait that ended without the job succeeding: missing, timed out, unreachable."""
+        info = info or {}
+        status = info.get("status")
+        return cls(outcome=Outcome.ERROR, submission_id=submission_id,
+                   job_status=JobStatus(status) if status in JobStatus._value2member_map_ else None,
+                   error_type=info.get("error_type"), message=message, metadata=dict(info.get("metadata") or {}),
+                   log_cursor=dict(log_cursor or {}))
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["outcome"] = self.outcome.value
+        data["job_status"] = self.job_status.value if self.job_status else None
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobEvent:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in fields}
+        values["outcome"] = Outcome(values["outcome"])
+        values["job_status"] = JobStatus.of(values["job_status"]) if values.get("job_status") else None
+        return cls(**values)
+
+
+def reason_in(lines: list[str], reason: str = "") -> str:
+    """The last failure reason the runtime printed among ``lines`` (else ``reason``)."""
+    for line in lines:
+        if ERROR_MARK in line:
+            reason = line.split(ERROR_MARK, 1)[1].strip()
+    return reason
+
+
+# --- the step ----------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class Poll:
@@ -38,12 +146,12 @@ class Poll:
     now: float
     lines: list[str] = dataclasses.field(default_factory=list)
     tail: list[str] = dataclasses.field(default_factory=list)
-    reason: str = ""  # the runtime's one-line failure reason, when it printed one
+    reason: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
 class Timeout:
-    """The job waited too long for its resources, or stalled: the shell stops it (and, for the
+    """The job waited too long for its resources, or stalled: the loop stops it (and, for the
     resources, asks what the cluster has)."""
 
     submission_id: str
@@ -77,12 +185,15 @@ def step(policy: WaitPolicy, cursor: LogCursor, poll: Poll) -> Step:
         return Step(cursor, poll.lines, JobEvent.error(
             sid, f"Ray job {sid} does not exist on the cluster (deleted, or the cluster was replaced).",
             log_cursor=cursor.to_dict()))
-    status = JobStatus.of(info.get("status"))
-    if status is not None and status.is_terminal:
+    try:
+        status = JobStatus.of(info.get("status"))
+    except HorovodProviderError as err:
+        return Step(cursor, poll.lines, JobEvent.error(sid, str(err), info=info, log_cursor=cursor.to_dict()))
+    if status.is_terminal:
         failure_tail = list(poll.tail) if status is not JobStatus.SUCCEEDED else []
-        return Step(cursor, poll.lines, JobEvent.from_info(sid, info, log_tail=failure_tail,
-                                                           log_cursor=cursor.to_dict(),
-                                                           reason=reason_in(failure_tail, poll.reason)))
+        event = JobEvent.from_info(sid, info, log_tail=failure_tail, log_cursor=cursor.to_dict(),
+                                   reason=reason_in(failure_tail, poll.reason))
+        return Step(cursor, poll.lines, event)
     if status is JobStatus.PENDING and policy.pending_timeout_s:
         waited = poll.now - (info.get("start_time") or poll.now * 1000) / 1000
         if waited > policy.pending_timeout_s:
@@ -97,7 +208,7 @@ def step(policy: WaitPolicy, cursor: LogCursor, poll: Poll) -> Step:
 
 
 def requested_resources(info: dict) -> dict:
-    """What the job's workers ask of the cluster, as the operator recorded it in the job's metadata."""
+    """What the job's workers ask of the cluster, as the plan recorded it in the job's metadata."""
     try:
         return json.loads((info.get("metadata") or {}).get(META_RESOURCES) or "{}")
     except ValueError:
@@ -107,18 +218,97 @@ def requested_resources(info: dict) -> dict:
 def pending_timeout_message(submission_id: str, status: str, waited_s: float, asked: dict,
                             cluster: dict | None) -> str:
     have = json.dumps(cluster, sort_keys=True) if cluster is not None else "unknown"
-    return (
-        f"Ray job {submission_id} stayed {status} for {waited_s:.0f} s (pending_timeout_seconds). "
-        f"Its workers ask for {json.dumps(asked, sort_keys=True)}; the cluster has {have}. "
-        "Give the cluster those resources, lower num_workers/resources_per_worker, or raise "
-        "pending_timeout_seconds. The job was stopped."
-    )
+    return (f"Ray job {submission_id} stayed {status} for {waited_s:.0f} s (pending_timeout_seconds). "
+            f"Its workers ask for {json.dumps(asked, sort_keys=True)}; the cluster has {have}. "
+            "Give the cluster those resources, lower num_workers/resources_per_worker, or raise "
+            "pending_timeout_seconds. The job was stopped.")
 
 
 def stall_message(submission_id: str, quiet_s: float) -> str:
-    return (
-        f"Ray job {submission_id} showed no progress for {quiet_s:.0f} s (stall_timeout_seconds): no new line in "
-        "its log, where Ray Train logs every report. The job was stopped; the task's retry runs the next attempt, "
-        "resuming from the last checkpoint. Raise stall_timeout_seconds if a step of the training runs that long "
-        "quietly."
-    )
+    return (f"Ray job {submission_id} showed no progress for {quiet_s:.0f} s (stall_timeout_seconds): no new line in "
+            "its log, where Ray Train logs every report. The job was stopped; the task's retry runs the next attempt, "
+            "resuming from the last checkpoint. Raise stall_timeout_seconds if a step of the training runs that long "
+            "quietly.")
+
+
+# --- the loop -------------------------------------------------------------------------------------
+
+async def follow(hook: RayJobsApi, submission_id: str, *, policy: WaitPolicy, cursor: LogCursor,
+                 write: Callable[[str], None], save_cursor: Callable[[LogCursor], Awaitable[None]],
+                 stream_logs: bool = True, stopped: Callable[[], bool] = lambda: False) -> JobEvent:
+    """Wait for the job to end, writing its log after ``cursor`` with ``write``; its final event.
+
+    ``save_cursor`` is awaited before new lines are written: a crash in between may skip a batch of
+    lines in the task log, never repeat one. ``stopped``: the task was killed; the wait raises.
+    """
+    event = await follow_until(hook, submission_id, policy=policy, cursor=cursor, write=write,
+                               save_cursor=save_cursor, stream_logs=stream_logs, stopped=stopped)
+    assert event is not None  # without a deadline the wait ends only with the job
+    return event
+
+
+async def follow_until(hook: RayJobsApi, submission_id: str, *, policy: WaitPolicy, cursor: LogCursor,
+                       write: Callable[[str], None], save_cursor: Callable[[LogCursor], Awaitable[None]],
+                       stream_logs: bool = True, stopped: Callable[[], bool] = lambda: False,
+                       within_s: float | None = None) -> JobEvent | None:
+    """``follow``; with ``within_s``, None when the job has not ended that many seconds on."""
+    reader = LogReader(submission_id, policy.poll_interval_s, write)
+    reason = ""
+    deadline = None if within_s is None else time.monotonic() + within_s
+    while True:
+        info = await hook.a_get_job_info(submission_id)
+        try:
+            status: JobStatus | None = JobStatus.of(info["status"]) if info else None
+        except HorovodProviderError:
+            status = None  # the step turns it into the wait's error
+        ended = status is not None and status.is_terminal
+        fresh: list[str] = []
+        now = time.time()
+        # A quiet log is read less often; always at the end, and before a stall is called.
+        if stream_logs and (ended or reader.due(now) or policy.stalled(cursor, now)):
+            fresh = await reader.new_lines(hook, info, cursor, ended=ended, now=now)
+        elif ended and status is not JobStatus.SUCCEEDED:
+            await reader.read_last(hook, info)
+        reason = reason_in(fresh, reason)
+        result = step(policy, cursor, Poll(info, now, fresh, tail=reader.last_lines, reason=reason))
+        if result.lines:
+            await save_cursor(result.cursor)
+            for line in result.lines:
+                write(f"[ray] {line}")
+        cursor = result.cursor
+        if result.timeout is not None:
+            await hook.a_stop_job(submission_id)
+            cluster = None
+            if not result.timeout.stalled:
+                try:
+                    cluster = await hook.a_get_cluster_resources()
+                except HorovodProviderError:
+                    pass
+            return result.timeout.event(cluster, cursor)
+        if result.event is not None:
+            return result.event
+        if stopped():
+            raise RayJobError(f"Task killed; Ray job {submission_id} was stopped.", submission_id=submission_id,
+                              status=JobStatus.STOPPED.value)
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
+        await asyncio.sleep(policy.poll_interval_s if deadline is None else min(policy.poll_interval_s, 0.5))
+
+
+def wait(hook: RayJobsApi, submission_id: str, *, policy: WaitPolicy, cursor: LogCursor,
+         write: Callable[[str], None], save_cursor: Callable[[LogCursor], None],
+         stopped: Callable[[], bool] = lambda: False, within_s: float | None = None) -> JobEvent | None:
+    """``follow`` in an event loop of this thread's own (the operator's synchronous wait); with
+    ``within_s``, None when the job has not ended that many seconds on (polled at least every 0.5 s)."""
+
+    async def save(latest: LogCursor) -> None:
+        save_cursor(latest)
+
+    async def run() -> JobEvent | None:
+        try:
+            return await follow_until(hook, submission_id, policy=policy, cursor=cursor, write=write,
+                                      save_cursor=save, stopped=stopped, within_s=within_s)
+        finally:
+            await hook.aclose()
+
+    return asyncio.run(run())

@@ -1,38 +1,39 @@
-"""What every operator that runs one Ray job per task run shares: submit or re-attach, wait (in the
-worker or deferred to the triggerer), stream the job's log, finish, and stop the job when killed."""
+"""The operators' shared flow, one Ray job per task run: plan (checks that raise), start the job
+(``jobs.submit``), wait in the worker or deferred to the triggerer (``jobs.wait``), finish
+(``jobs.finish``); and stop the job when the task is killed. ``RayTaskOperator`` runs one function."""
 
 from __future__ import annotations
 
-import dataclasses
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.common.compat.sdk import conf
 from airflow.sdk import BaseOperator
 
 from airflow_provider_horovod import compat
-from airflow_provider_horovod.checks import check_bool, check_positive, check_ray_conn_id
-from airflow_provider_horovod.jobs.logs import LOG_CURSOR_KEY, LogCursor
-from airflow_provider_horovod.jobs.protocol import XCOM_SUBMISSION_ID, JobEvent
-from airflow_provider_horovod.jobs.wait import WaitPolicy
-from airflow_provider_horovod.links.ray import RayJobLink, push_job_link
+from airflow_provider_horovod.contract import (
+    DEFERRABLE,
+    PENDING_TIMEOUT_S,
+    POLL_INTERVAL_S,
+    STALL_TIMEOUT_S,
+    SYNC_WAIT_BEFORE_DEFER_S,
+    XCOM_JOB,
+    XCOM_LOG_CURSOR,
+    XCOM_SUBMISSION_ID,
+    SubmittedJob,
+    TaskRun,
+)
+from airflow_provider_horovod.links.ray import RayJobLink
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_provider_horovod.hooks.ray import RayHook
-
-
-
-@dataclasses.dataclass(frozen=True)
-class Started:
-    """The job a try works with, as ``start`` found or submitted it."""
-
-    submission_id: str
-    attempt: int
-    storage_uri: str | None = None
+    from airflow_provider_horovod.jobs.logs import LogCursor
+    from airflow_provider_horovod.jobs.wait import JobEvent, WaitPolicy
+    from airflow_provider_horovod.plan import JobPlan
+    from airflow_provider_horovod.storage import Storage
 
 
 class BaseRayJobOperator(BaseOperator):
@@ -40,7 +41,9 @@ class BaseRayJobOperator(BaseOperator):
 
     :param ray_conn_id: Ray connection; without a ``ray_default`` connection, an embedded local Ray
         cluster is started (templated).
-    :param deferrable: wait in the triggerer, freeing the worker slot.
+    :param deferrable: wait in the triggerer, freeing the worker slot (default True, whatever Airflow's
+        ``[operators] default_deferrable`` says: a training waits for hours). A job that ends within
+        its first seconds is finished in the worker, without a deferral. False: wait in the worker.
     :param wait_for_completion: False: submit, push the submission id and return (a
         ``RayJobSensor`` waits).
     :param poll_interval_seconds: seconds between status polls. The log is read at each poll while it
@@ -62,14 +65,15 @@ class BaseRayJobOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("ray_conn_id", "storage_path", "aws_conn_id")
     operator_extra_links = (RayJobLink(),)
+    # How long a deferrable task follows its job in the worker before it defers.
+    sync_wait_before_defer_s: float = SYNC_WAIT_BEFORE_DEFER_S
 
-    def __init__(self, *, ray_conn_id: str = "ray_default",
-                 deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-                 wait_for_completion: bool = True, poll_interval_seconds: float = 1.0,
-                 pending_timeout_seconds: float | None = 600.0, stall_timeout_seconds: float | None = None,
+    def __init__(self, *, ray_conn_id: str = "ray_default", deferrable: bool = DEFERRABLE,
+                 wait_for_completion: bool = True, poll_interval_seconds: float = POLL_INTERVAL_S,
+                 pending_timeout_seconds: float | None = PENDING_TIMEOUT_S,
+                 stall_timeout_seconds: float | None = STALL_TIMEOUT_S,
                  storage_path: str | None = None, aws_conn_id: str | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.stall_timeout_seconds = stall_timeout_seconds
         self.ray_conn_id = ray_conn_id
         self.storage_path = storage_path
         self.aws_conn_id = aws_conn_id
@@ -77,18 +81,20 @@ class BaseRayJobOperator(BaseOperator):
         self.wait_for_completion = wait_for_completion
         self.poll_interval_seconds = poll_interval_seconds
         self.pending_timeout_seconds = pending_timeout_seconds
-        # Kept on the instance in case the task gets killed.
+        self.stall_timeout_seconds = stall_timeout_seconds
+        # Kept on the instance in case the task gets killed; the "Ray job" link reads the URL.
         self.submission_id: str | None = None
+        self.dashboard_url: str | None = None
         self._killed: threading.Event | None = None  # made in execute: operators get copied
 
-    # --- what a subclass provides ------------------------------------------------------------
+    # --- what a subclass provides: pure, and checked before anything is submitted ---------------
 
-    def start(self, context: Context, hook: RayHook) -> Started:
-        """Check the input, then find this task run's job or submit it."""
+    def plan(self, task_run: TaskRun, policy: WaitPolicy) -> JobPlan:
+        """The task run's job, every parameter of the subclass checked."""
         raise NotImplementedError
 
-    def complete(self, context: Context, event: JobEvent) -> Any:
-        """The task's return value from the job's final event (or its failure)."""
+    def task_result(self, context: Context, result: dict[str, Any]) -> Any:
+        """What the task returns, from ``jobs.finish.finish``'s result."""
         raise NotImplementedError
 
     # --- the flow -------------------------------------------------------------------------------
@@ -100,102 +106,95 @@ class BaseRayJobOperator(BaseOperator):
         return RayHook(ray_conn_id=self.ray_conn_id)
 
     @property
-    def storage(self):
+    def storage(self) -> Storage:
         from airflow_provider_horovod.storage import Storage
 
         return Storage(self.aws_conn_id)
 
-    def check_storage(self, task_run) -> str:
-        """The task run's storage folder, from the checked ``storage_path``."""
-        from airflow_provider_horovod.checks import check_storage_path
-        from airflow_provider_horovod.ids import default_storage_path
-        from airflow_provider_horovod.storage import check_aws_conn_id, normalize_storage_path
-
-        path = normalize_storage_path(check_storage_path(self.storage_path or default_storage_path()))
-        check_aws_conn_id(self.aws_conn_id)
-        return task_run.storage_uri(path)
-
-    def check_storage_reachable(self, hook: RayHook, storage_uri: str) -> None:
-        """A local storage path must be one the cluster and Airflow share: the records and the
-        checkpoints are written on the Ray nodes and read here."""
-        from airflow_provider_horovod.exceptions import InvalidParameterError
-        from airflow_provider_horovod.storage import split_uri
-
-        if split_uri(storage_uri)[0] == "" and not hook.endpoint.shared_storage:
-            raise InvalidParameterError(
-                "storage_path", self.storage_path or storage_uri.rsplit("/", 4)[0],
-                f"the Ray cluster of connection {self.ray_conn_id!r} is not the embedded local one, so a local path "
-                "is written on its nodes, where Airflow cannot read the result. Use s3://bucket/prefix; or, if this "
-                "path is on a filesystem shared by every Ray node and the Airflow workers, set the extra "
-                f'{{"shared_storage": true}} on connection {self.ray_conn_id!r}.')
-
     def wait_policy(self) -> WaitPolicy:
-        return WaitPolicy(pending_timeout_s=self.pending_timeout_seconds, stall_timeout_s=self.stall_timeout_seconds)
+        from airflow_provider_horovod.jobs.wait import WaitPolicy
 
-    def check_wait_parameters(self) -> None:
+        return WaitPolicy(self.poll_interval_seconds, self.pending_timeout_seconds, self.stall_timeout_seconds)
+
+    def checked_plan(self, task_run: TaskRun, policy: WaitPolicy) -> JobPlan:
+        from airflow_provider_horovod.checks import check_bool, check_ray_conn_id
+        from airflow_provider_horovod.storage import check_aws_conn_id
+
         check_ray_conn_id(self.ray_conn_id)
         check_bool("deferrable", self.deferrable)
         check_bool("wait_for_completion", self.wait_for_completion)
-        check_positive("poll_interval_seconds", self.poll_interval_seconds)
-        check_positive("pending_timeout_seconds", self.pending_timeout_seconds, allow_none=True)
-        check_positive("stall_timeout_seconds", self.stall_timeout_seconds, allow_none=True)
+        plan = self.plan(task_run, policy)
+        # A missing AWS connection would otherwise show only after the job ended, when reading its result.
+        check_aws_conn_id(self.aws_conn_id)
+        return plan
 
     def execute(self, context: Context) -> Any:
+        from airflow_provider_horovod.jobs.logs import LogCursor
+        from airflow_provider_horovod.jobs.submit import start
+
         self._killed = threading.Event()
-        started = self.start(context, self.hook)
-        sid = self.submission_id = started.submission_id
-        dashboard_url = self.hook.get_job_url(sid)
-        push_job_link(context, dashboard_url)
-        context["ti"].xcom_push(key=XCOM_SUBMISSION_ID, value=sid)
-        self.log.info("Ray job %s: %s", sid, dashboard_url)
+        policy = self.wait_policy()
+        plan = self.checked_plan(TaskRun.of(context["ti"]), policy)
+        job = start(self.hook, plan, self.storage, logger=self.log)
+        sid = self.submission_id = job["submission_id"]
+        self.dashboard_url = job["dashboard_url"]
+        push_job(context, job)
+        self.log.info("Ray job %s: %s", sid, job["dashboard_url"])
         if not self.wait_for_completion:
-            return {"submission_id": sid, "dashboard_url": dashboard_url, "storage_uri": started.storage_uri,
-                    "attempt": started.attempt}
-        cursor = LogCursor.from_dict(compat.state_get(context, LOG_CURSOR_KEY), sid)
+            return job
+        cursor = LogCursor.from_dict(compat.state_get(context, XCOM_LOG_CURSOR), sid)
         if cursor.lines:
             self.log.info("The job's log up to line %s is in the task log of an earlier try.", cursor.lines)
         if self.deferrable:
-            from airflow_provider_horovod.triggers.ray import RayJobTrigger
+            return self.wait_deferred(context, sid, policy, cursor)
+        event = self.wait(context, sid, policy, cursor)
+        assert event is not None  # without a time limit the wait ends with the job
+        return self.complete(context, event)
 
-            context["ti"].xcom_push(key=LOG_CURSOR_KEY, value=cursor.to_dict())
-            self.defer(
-                trigger=RayJobTrigger(submission_id=sid, ray_conn_id=self.ray_conn_id,
-                                      poll_interval_seconds=self.poll_interval_seconds,
-                                      pending_timeout_seconds=self.pending_timeout_seconds,
-                                      stall_timeout_seconds=self.stall_timeout_seconds,
-                                      log_cursor=cursor.to_dict()),
-                method_name="execute_complete",
-                timeout=self.execution_timeout,
-            )
-        return self.complete(context, self.wait(context, sid, cursor))
+    def wait_deferred(self, context: Context, sid: str, policy: WaitPolicy, cursor: LogCursor) -> Any:
+        """Follow the job here for its first seconds, then defer to the triggerer."""
+        from airflow_provider_horovod.triggers.ray import RayJobTrigger
 
-    def wait(self, context: Context, sid: str, cursor: LogCursor) -> JobEvent:
-        """Follow the job until it ends, streaming its log into the task log (the synchronous path:
-        the trigger's wait, in an event loop of this worker's own)."""
-        import asyncio
+        latest = [cursor]
+        event = self.wait(context, sid, policy, cursor, within_s=self.sync_wait_before_defer_s, seen=latest.append)
+        if event is not None:
+            return self.complete(context, event)
+        cursor = latest[-1]
+        context["ti"].xcom_push(key=XCOM_LOG_CURSOR, value=cursor.to_dict())
+        self.defer(trigger=RayJobTrigger(submission_id=sid, ray_conn_id=self.ray_conn_id, policy=policy.to_dict(),
+                                         log_cursor=cursor.to_dict()),
+                   method_name="execute_complete", timeout=self.execution_timeout)
 
-        from airflow_provider_horovod.jobs.follow import follow_job
+    def wait(self, context: Context, sid: str, policy: WaitPolicy, cursor: LogCursor, *,
+             within_s: float | None = None, seen: Callable[[LogCursor], None] = lambda c: None) -> JobEvent | None:
+        """The synchronous wait, in the worker (the trigger's, in an event loop of its own)."""
+        from airflow_provider_horovod.jobs.wait import wait
 
-        async def save(latest: LogCursor) -> None:
-            compat.state_set(context, LOG_CURSOR_KEY, latest.to_dict())
+        def save(latest: LogCursor) -> None:
+            compat.state_set(context, XCOM_LOG_CURSOR, latest.to_dict())
+            seen(latest)
 
-        async def follow() -> JobEvent:
-            try:
-                return await follow_job(self.hook, sid, policy=self.wait_policy(),
-                                        cursor=cursor, poll_interval_s=self.poll_interval_seconds, write=self.log.info,
-                                        save_cursor=save, stopped=self._killed.is_set if self._killed else lambda: False)
-            finally:
-                await self.hook.aclose()
-
-        return asyncio.run(follow())
+        killed = self._killed
+        return wait(self.hook, sid, policy=policy, cursor=cursor, write=self.log.info, save_cursor=save,
+                    stopped=killed.is_set if killed else lambda: False, within_s=within_s)
 
     def execute_complete(self, context: Context, event: dict) -> Any:
         """Resume after the trigger's event (a new operator instance: everything comes from the event)."""
+        from airflow_provider_horovod.jobs.wait import JobEvent
+
         job_event = JobEvent.from_dict(event)
         self.submission_id = job_event.submission_id
+        self.dashboard_url = self.hook.get_job_url(job_event.submission_id)
         if job_event.log_cursor:
-            compat.state_set(context, LOG_CURSOR_KEY, job_event.log_cursor)
+            compat.state_set(context, XCOM_LOG_CURSOR, job_event.log_cursor)
         return self.complete(context, job_event)
+
+    def complete(self, context: Context, event: JobEvent) -> Any:
+        from airflow_provider_horovod.jobs.finish import finish
+
+        result = finish(event, dashboard_url=self.hook.get_job_url(event.submission_id), storage=self.storage,
+                        try_number=getattr(context["ti"], "try_number", None))
+        return self.task_result(context, result)
 
     def on_kill(self) -> None:
         # The signal handler must not raise: stop the job, and let the wait loop notice.
@@ -207,6 +206,14 @@ class BaseRayJobOperator(BaseOperator):
                 self.hook.stop_job(self.submission_id)
             except Exception:
                 self.log.exception("Could not stop Ray job %s", self.submission_id)
+
+
+def push_job(context: Context, job: SubmittedJob) -> None:
+    """The task's job, for templates, the extra link and the Training view."""
+    ti = context["ti"]
+    ti.xcom_push(key=RayJobLink().xcom_key, value=job["dashboard_url"])
+    ti.xcom_push(key=XCOM_SUBMISSION_ID, value=job["submission_id"])
+    ti.xcom_push(key=XCOM_JOB, value=dict(job))
 
 
 class RayTaskOperator(BaseRayJobOperator):
@@ -236,13 +243,14 @@ class RayTaskOperator(BaseRayJobOperator):
                                       "aws_conn_id")
     template_fields_renderers = {"op_kwargs": "json", "runtime_env": "json"}
 
-    def __init__(self, *, python_callable: Any, op_args: Sequence | None = None, op_kwargs: dict | None = None,
+    def __init__(self, *, python_callable: Any, op_args: Collection[Any] | None = None,
+                 op_kwargs: Mapping[str, Any] | None = None,
                  num_cpus: float = 1, num_gpus: float | None = None, memory: int | None = None,
                  resources: dict[str, float] | None = None, runtime_env: dict | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.python_callable = python_callable
-        self.op_args = op_args
-        self.op_kwargs = op_kwargs
+        self.op_args: Collection[Any] = op_args or []
+        self.op_kwargs: Mapping[str, Any] = op_kwargs or {}
         self.num_cpus = num_cpus
         self.num_gpus = num_gpus
         self.memory = memory
@@ -250,53 +258,13 @@ class RayTaskOperator(BaseRayJobOperator):
         self.ray_resources = resources
         self.runtime_env = runtime_env
 
-    def check(self, task_run):
-        """(spec of attempt 1, files, runtime_env, driver resources), every parameter checked."""
-        from airflow_provider_horovod import checks
-        from airflow_provider_horovod.functions import ship_function
-        from airflow_provider_horovod.jobs.request import python_version
-        from airflow_provider_horovod.spec import TaskSpec
+    def plan(self, task_run: TaskRun, policy: WaitPolicy) -> JobPlan:
+        from airflow_provider_horovod.plan import task_plan
 
-        self.check_wait_parameters()
-        runtime_env = checks.check_runtime_env(self.runtime_env)
-        code_ships = any(runtime_env.get(k) for k in ("working_dir", "py_modules", "pip", "conda", "uv"))
-        function, files = ship_function("python_callable", self.python_callable, "function.pkl", code_ships=code_ships)
-        args = checks.check_args("op_args", self.op_args)
-        driver = {
-            "num_cpus": checks.check_positive("num_cpus", self.num_cpus, allow_none=True) if self.num_cpus else None,
-            "num_gpus": checks.check_positive("num_gpus", self.num_gpus, allow_none=True) if self.num_gpus else None,
-            "memory": checks.check_positive("memory", self.memory, allow_none=True, integer=True),
-            "resources": checks.check_resources(self.ray_resources, use_gpu=True, parameter="resources"),
-        }
-        spec = TaskSpec(submission_id=task_run.submission_id(1), function=function,
-                        storage_uri=self.check_storage(task_run), args=args,
-                        kwargs=checks.check_json("op_kwargs", self.op_kwargs), python_version=python_version())
-        return spec, files, runtime_env, driver
+        return task_plan(task_run, python_callable=self.python_callable, op_args=self.op_args, op_kwargs=self.op_kwargs,
+                         num_cpus=self.num_cpus, num_gpus=self.num_gpus, memory=self.memory,
+                         resources=self.ray_resources, runtime_env=self.runtime_env, storage_path=self.storage_path,
+                         ray_conn_id=self.ray_conn_id)
 
-    def start(self, context: Context, hook: RayHook) -> Started:
-        import dataclasses as dc
-
-        from airflow_provider_horovod.ids import TaskRun
-        from airflow_provider_horovod.jobs.request import task_request
-        from airflow_provider_horovod.jobs.submit import consumed_in, find_or_submit
-
-        task_run = TaskRun.of(context["ti"])
-        spec, files, runtime_env, driver = self.check(task_run)
-        self.check_storage_reachable(hook, spec.storage_uri)
-        storage = self.storage
-
-        def make_request(attempt):
-            storage.check_bucket(spec.storage_uri)
-            attempt_spec = dc.replace(spec, submission_id=attempt.submission_id, attempt=attempt.number)
-            return task_request(attempt_spec, files, runtime_env, task_run, driver)
-
-        attempt = find_or_submit(hook, task_run, make_request, consumed=consumed_in(storage, spec.storage_uri),
-                                 logger=self.log)
-        return Started(attempt.submission_id, attempt.number, spec.storage_uri)
-
-    def complete(self, context: Context, event: JobEvent) -> Any:
-        from airflow_provider_horovod.jobs.finish import finish
-
-        result = finish(event, dashboard_url=self.hook.get_job_url(event.submission_id), storage=self.storage,
-                        try_number=getattr(context["ti"], "try_number", None))
+    def task_result(self, context: Context, result: dict[str, Any]) -> Any:
         return result["return_value"]

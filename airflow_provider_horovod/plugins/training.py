@@ -15,7 +15,7 @@ def load(dag_id: str, run_id: str, task_id: str, map_index: int) -> tuple[dict |
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
-    from airflow_provider_horovod.spec import result_uri
+    from airflow_provider_horovod.contract import result_uri
     from airflow_provider_horovod.storage import Storage
 
     with create_session() as session:

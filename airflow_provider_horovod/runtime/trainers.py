@@ -1,4 +1,6 @@
-"""Builds and runs the Horovod trainer from a training spec, on the cluster."""
+"""Builds and runs the Horovod trainer of a training spec, on the cluster: the datasets, the trainer
+of either API, what every worker does around the user's function (its reports recorded, its
+checkpoint uploads routed, rank 0's return value kept), and the attempt's record."""
 
 from __future__ import annotations
 
@@ -9,22 +11,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airflow_provider_horovod.functions import required_positional
-from airflow_provider_horovod.runtime import checkpoint_io
-from airflow_provider_horovod.runtime.history import HISTORY, sampled
-from airflow_provider_horovod.runtime.payload import load_callable
-from airflow_provider_horovod.runtime.aws import read_session, s3_filesystem, session_env, with_env
-from airflow_provider_horovod.runtime.result import (
+from airflow_provider_horovod.contract import ResultRecord, TrainerApi, TrainingSpec, required_positional
+from airflow_provider_horovod.runtime.storage import (
+    HISTORY,
     exists,
     latest_checkpoint,
+    load_callable,
     read_json,
+    read_session,
+    route_uploads,
+    s3_filesystem,
+    session_env,
     to_uri,
+    with_env,
     write_json,
     write_record,
     write_text,
 )
-from airflow_provider_horovod.spec import ResultRecord, TrainingSpec
-
 
 WORKER_GROUP_START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
 # pending_timeout_seconds=None means no limit; a week stands for it.
@@ -45,20 +48,21 @@ def takes_config(fn: Callable) -> bool:
     return required_positional(fn) > 0
 
 
-def worker_started() -> None:
-    """In each worker, before the user's function: checkpoint copies at S3's speed, reports recorded."""
-    checkpoint_io.install()
-    HISTORY.record()
+def worker_started(spec: TrainingSpec) -> None:
+    """In each worker, before the user's function: checkpoint copies at S3's speed, rank 0's reports
+    recorded as they come."""
+    import ray.train
+
+    route_uploads()
+    HISTORY.record(spec.history_uri)
+    if ray.train.get_context().get_world_rank() == 0:
+        HISTORY.resume()
 
 
 def worker_finished(spec: TrainingSpec, value: Any) -> None:
     """In each worker, after the user's function: rank 0 leaves what it returned and its reports."""
     keep_rank0_return(value, spec.return_value_uri)
-    if HISTORY.points:
-        import ray.train
-
-        if ray.train.get_context().get_world_rank() == 0:
-            write_json(spec.history_uri, sampled(HISTORY.points))
+    HISTORY.write()
     store_timeline(spec)
 
 
@@ -99,19 +103,19 @@ def per_worker(spec: TrainingSpec, fn: Callable) -> Callable:
         args, kwargs = list(spec.train_args), dict(spec.train_kwargs or {})
 
         def called_with_arguments():
-            worker_started()
+            worker_started(spec)
             worker_finished(spec, fn(*args, **kwargs))
 
         return called_with_arguments
     if takes_config(fn):
         def called_with_config(config):
-            worker_started()
+            worker_started(spec)
             worker_finished(spec, fn(config))
 
         return called_with_config
 
     def called_bare():
-        worker_started()
+        worker_started(spec)
         worker_finished(spec, fn())
 
     return called_bare
@@ -164,12 +168,17 @@ def wait_for_resources(spec: TrainingSpec) -> None:
         raise pending_timeout_error(spec)
 
 
-def startup_timed_out(err: BaseException) -> bool:
-    """Train V2 gave up waiting for its workers' resources (WorkerGroupStartupTimeoutError)."""
-    from airflow_provider_horovod.runtime.job import error_chain
-
-    chain = error_chain(err) + [getattr(e, "controller_failure", None) for e in error_chain(err)]
-    return any(type(e).__name__ == "WorkerGroupStartupTimeoutError" for e in chain if e is not None)
+def startup_timed_out(err: BaseException | None) -> bool:
+    """Train V2 gave up waiting for its workers' resources (WorkerGroupStartupTimeoutError), in the
+    error or among its causes."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        failure = getattr(err, "controller_failure", None)
+        if type(err).__name__ == "WorkerGroupStartupTimeoutError" or startup_timed_out(failure):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def materialized(datasets: dict) -> dict:
@@ -192,7 +201,7 @@ def resume_checkpoint(spec: TrainingSpec) -> str | None:
 def build_legacy_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, resume_from: str | None,
                          storage_fs=None):
     """Ray's own HorovodTrainer (Train V1; needs RAY_TRAIN_V2_ENABLED=0 before ray.train loads)."""
-    from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig
     from ray.train.horovod import HorovodConfig, HorovodTrainer
 
     resume = None
@@ -242,7 +251,7 @@ def scaling_config(spec: TrainingSpec):
     from ray.train import ScalingConfig
 
     extra = {}
-    if spec.trainer_api == "legacy":
+    if spec.trainer_api == TrainerApi.LEGACY.value:
         # V1's coordinator only drives the workers; a whole CPU for it would cost a worker slot.
         # (V2's controller takes no CPU, and V2 refuses the argument.)
         extra["trainer_resources"] = {"CPU": 0}
@@ -271,7 +280,7 @@ def run_config(spec: TrainingSpec, RunConfig, CheckpointConfig, FailureConfig, s
     )
 
 
-TRAINER_BUILDERS = {"legacy": build_legacy_trainer, "v2": build_v2_trainer}
+TRAINER_BUILDERS = {TrainerApi.LEGACY.value: build_legacy_trainer, TrainerApi.V2.value: build_v2_trainer}
 
 
 def json_safe(metrics: dict) -> dict:
@@ -315,7 +324,7 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
     datasets = load_datasets(spec, folder, s3_fs)
     if spec.materialize_datasets:
         datasets = materialized(datasets)
-    if spec.trainer_api == "legacy":
+    if spec.trainer_api == TrainerApi.LEGACY.value:
         wait_for_resources(spec)
     resume_from = resume_checkpoint(spec)
     if resume_from:

@@ -8,18 +8,17 @@ from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.common.compat.sdk import conf
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from airflow_provider_horovod import checks
+from airflow_provider_horovod.contract import DEFERRABLE, LOG_TAIL_LINES
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError
-from airflow_provider_horovod.jobs.logs import LogCursor
-from airflow_provider_horovod.jobs.protocol import LOG_TAIL_LINES, JobEvent
-from airflow_provider_horovod.jobs.wait import Poll, WaitPolicy, step
-from airflow_provider_horovod.links.ray import RayJobLink, push_job_link
+from airflow_provider_horovod.links.ray import RayJobLink
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from airflow_provider_horovod.jobs.wait import WaitPolicy
 
 
 class RayJobSensor(BaseSensorOperator):
@@ -33,7 +32,8 @@ class RayJobSensor(BaseSensorOperator):
         ``"{{ ti.xcom_pull(task_ids='train', key='submission_id') }}"``.
     :param ray_conn_id: Ray connection (templated); without ``ray_default``, the embedded local cluster.
     :param aws_conn_id: AWS connection used to read S3 storage; None: the worker's AWS environment (templated).
-    :param deferrable: wait in the triggerer (``poke_interval`` is the poll interval there).
+    :param deferrable: wait in the triggerer (``poke_interval`` is the poll interval there); default True,
+        whatever Airflow's ``[operators] default_deferrable`` says, as the provider's operators.
     :param pending_timeout_seconds: fail when the job stays PENDING longer than this.
     """
 
@@ -41,7 +41,7 @@ class RayJobSensor(BaseSensorOperator):
     operator_extra_links = (RayJobLink(),)
 
     def __init__(self, *, submission_id: str, ray_conn_id: str = "ray_default", aws_conn_id: str | None = None,
-                 deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+                 deferrable: bool = DEFERRABLE,
                  pending_timeout_seconds: float | None = None, **kwargs) -> None:
         # BaseSensorOperator refuses these here already (at parse time), in words that show neither
         # the value nor the task; the same check, with a message like the provider's others.
@@ -54,6 +54,7 @@ class RayJobSensor(BaseSensorOperator):
         self.aws_conn_id = aws_conn_id
         self.deferrable = deferrable
         self.pending_timeout_seconds = pending_timeout_seconds
+        self.dashboard_url: str | None = None  # the "Ray job" link, once known
 
     @cached_property
     def hook(self):
@@ -61,41 +62,49 @@ class RayJobSensor(BaseSensorOperator):
 
         return RayHook(ray_conn_id=self.ray_conn_id)
 
-    def _check_inputs(self) -> str:
+    def wait_policy(self) -> WaitPolicy:
+        """The poke interval is the triggerer's poll interval; no stall timeout (the job is not ours)."""
+        from airflow_provider_horovod.jobs.wait import WaitPolicy
+
+        if self.deferrable and self.poke_interval <= 0:
+            raise InvalidParameterError(
+                "poke_interval", self.poke_interval,
+                "in deferrable mode it is the triggerer's poll interval: give seconds greater than 0.")
+        return WaitPolicy(float(self.poke_interval) or 1.0, self.pending_timeout_seconds, None)
+
+    def _check_inputs(self) -> tuple[str, WaitPolicy]:
         """Every argument, checked before the cluster is asked anything."""
         from airflow_provider_horovod.storage import check_aws_conn_id
 
         sid = checks.check_submission_id(self.submission_id)
         checks.check_ray_conn_id(self.ray_conn_id)
         checks.check_bool("deferrable", self.deferrable)
-        checks.check_positive("pending_timeout_seconds", self.pending_timeout_seconds, allow_none=True)
-        if self.deferrable and self.poke_interval <= 0:
-            raise InvalidParameterError(
-                "poke_interval", self.poke_interval,
-                "in deferrable mode it is the triggerer's poll interval: give seconds greater than 0.")
+        policy = self.wait_policy()
         # A missing AWS connection would otherwise show only after the job ended, when reading its result.
         check_aws_conn_id(self.aws_conn_id)
-        return sid
+        return sid, policy
 
     def execute(self, context: Context) -> Any:
-        sid = self._check_inputs()
-        push_job_link(context, self.hook.get_job_url(sid))
+        sid, policy = self._check_inputs()
+        self.dashboard_url = self.hook.get_job_url(sid)
+        context["ti"].xcom_push(key=RayJobLink().xcom_key, value=self.dashboard_url)
         if not self.deferrable:
             return super().execute(context)
         done = self.poke(context)
-        if done:
+        if isinstance(done, PokeReturnValue):
             return done.xcom_value
         from airflow_provider_horovod.triggers.ray import RayJobTrigger
 
         self.defer(
-            trigger=RayJobTrigger(submission_id=sid, ray_conn_id=self.ray_conn_id,
-                                  poll_interval_seconds=float(self.poke_interval),
-                                  pending_timeout_seconds=self.pending_timeout_seconds),
+            trigger=RayJobTrigger(submission_id=sid, ray_conn_id=self.ray_conn_id, policy=policy.to_dict()),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout) if self.timeout else None,
         )
 
     def poke(self, context: Context) -> PokeReturnValue | bool:
+        from airflow_provider_horovod.jobs.logs import LogCursor
+        from airflow_provider_horovod.jobs.wait import Poll, step
+
         sid = checks.check_submission_id(self.submission_id)
         info = self.hook.get_job_info(sid)
         if info is None:
@@ -105,21 +114,24 @@ class RayJobSensor(BaseSensorOperator):
         # A failure shows the log's last lines.
         failed = info.get("status") in ("FAILED", "STOPPED")
         tail = self.hook.get_job_logs(sid).splitlines()[-LOG_TAIL_LINES:] if failed else []
-        result = step(WaitPolicy(self.pending_timeout_seconds), LogCursor(sid), Poll(info, time.time(), tail=tail))
+        result = step(self.wait_policy(), LogCursor(sid), Poll(info, time.time(), tail=tail))
         if result.timeout is not None:
             self.hook.stop_job(sid)
             from airflow_provider_horovod.hooks.ray import cluster_or_none
 
-            return self.execute_complete(context, result.timeout.event(cluster_or_none(self.hook), result.cursor).to_dict())
+            event = result.timeout.event(cluster_or_none(self.hook), result.cursor)
+            return self.execute_complete(context, event.to_dict())
         if result.event is None:
             return False
         return PokeReturnValue(is_done=True, xcom_value=self.execute_complete(context, result.event.to_dict()))
 
     def execute_complete(self, context: Context, event: dict) -> Any:
         from airflow_provider_horovod.jobs.finish import finish, push_result
+        from airflow_provider_horovod.jobs.wait import JobEvent
         from airflow_provider_horovod.storage import Storage
 
         job_event = JobEvent.from_dict(event)
-        result = finish(job_event, dashboard_url=self.hook.get_job_url(job_event.submission_id),
-                        storage=Storage(self.aws_conn_id), try_number=getattr(context["ti"], "try_number", None))
+        self.dashboard_url = self.hook.get_job_url(job_event.submission_id)
+        result = finish(job_event, dashboard_url=self.dashboard_url, storage=Storage(self.aws_conn_id),
+                        try_number=getattr(context["ti"], "try_number", None))
         return push_result(context, result)

@@ -9,11 +9,10 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_horovod import compat
+from airflow_provider_horovod.contract import XCOM_LOG_CURSOR
 from airflow_provider_horovod.exceptions import HorovodProviderError, InvalidParameterError
-from airflow_provider_horovod.jobs.logs import LOG_CURSOR_KEY, LogCursor
-from airflow_provider_horovod.jobs.protocol import JobEvent
-from airflow_provider_horovod.jobs.follow import follow_job
-from airflow_provider_horovod.jobs.wait import WaitPolicy
+from airflow_provider_horovod.jobs.logs import LogCursor
+from airflow_provider_horovod.jobs.wait import JobEvent, WaitPolicy, follow
 
 
 class RayJobTrigger(BaseTrigger):
@@ -21,39 +20,22 @@ class RayJobTrigger(BaseTrigger):
 
     :param submission_id: the Ray job's submission id.
     :param ray_conn_id: the Ray connection (the embedded local cluster when it does not exist).
-    :param poll_interval_seconds: seconds between status polls.
-    :param pending_timeout_seconds: fail (and stop the job) when it stays PENDING longer than this,
-        measured from the job's own start time so a triggerer restart does not reset it. None: no limit.
-    :param stall_timeout_seconds: fail (and stop the job) when, running, its log shows no new line for
-        longer than this. None: no limit.
+    :param policy: the ``WaitPolicy`` as a dict (poll interval, pending and stall timeouts), as the
+        operator or the sensor made it; the pending timeout is measured from the job's own start
+        time, so a triggerer restart does not reset it.
     :param log_cursor: how far the job's log is already in the task log; only later lines are streamed.
     :param stream_logs: stream the job's log into the task log (a quiet log is read less often than
-        the status; see ``hooks.ray_logs``).
+        the status; see ``jobs.logs``).
     """
 
-    def __init__(self, *, submission_id: str, ray_conn_id: str = "ray_default",
-                 poll_interval_seconds: float = 1.0, pending_timeout_seconds: float | None = 600.0,
-                 stall_timeout_seconds: float | None = None, log_cursor: dict | None = None,
-                 stream_logs: bool = True):
+    def __init__(self, *, submission_id: str, ray_conn_id: str = "ray_default", policy: dict | None = None,
+                 log_cursor: dict | None = None, stream_logs: bool = True):
         super().__init__()
         if not isinstance(submission_id, str) or not submission_id:
             raise InvalidParameterError("submission_id", submission_id, "give the Ray job's submission id.")
-        if isinstance(poll_interval_seconds, bool) or not isinstance(poll_interval_seconds, (int, float)) \
-                or poll_interval_seconds <= 0:
-            raise InvalidParameterError("poll_interval_seconds", poll_interval_seconds, "give a number > 0.")
-        if pending_timeout_seconds is not None and (
-                isinstance(pending_timeout_seconds, bool) or not isinstance(pending_timeout_seconds, (int, float))
-                or pending_timeout_seconds <= 0):
-            raise InvalidParameterError("pending_timeout_seconds", pending_timeout_seconds, "give a number > 0 or None.")
-        if stall_timeout_seconds is not None and (
-                isinstance(stall_timeout_seconds, bool) or not isinstance(stall_timeout_seconds, (int, float))
-                or stall_timeout_seconds <= 0):
-            raise InvalidParameterError("stall_timeout_seconds", stall_timeout_seconds, "give a number > 0 or None.")
         self.submission_id = submission_id
         self.ray_conn_id = ray_conn_id
-        self.poll_interval_seconds = poll_interval_seconds
-        self.pending_timeout_seconds = pending_timeout_seconds
-        self.stall_timeout_seconds = stall_timeout_seconds
+        self.policy = WaitPolicy.from_dict(policy or {})
         self.log_cursor = LogCursor.from_dict(log_cursor, submission_id).to_dict()
         self.stream_logs = stream_logs
 
@@ -63,9 +45,7 @@ class RayJobTrigger(BaseTrigger):
             {
                 "submission_id": self.submission_id,
                 "ray_conn_id": self.ray_conn_id,
-                "poll_interval_seconds": self.poll_interval_seconds,
-                "pending_timeout_seconds": self.pending_timeout_seconds,
-                "stall_timeout_seconds": self.stall_timeout_seconds,
+                "policy": self.policy.to_dict(),
                 "log_cursor": self.log_cursor,
                 "stream_logs": self.stream_logs,
             },
@@ -81,7 +61,8 @@ class RayJobTrigger(BaseTrigger):
         if ti is None:
             return None
         index = getattr(ti, "map_index", -1)
-        return {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id, "map_index": -1 if index is None else index}
+        return {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id,
+                "map_index": -1 if index is None else index}
 
     async def _saved_cursor(self) -> LogCursor:
         """How far this trigger (an earlier run of it, before a triggerer restart) streamed the log."""
@@ -89,7 +70,7 @@ class RayJobTrigger(BaseTrigger):
         if (ids := self._task_ids()) is None:
             return cursor
         try:
-            saved = await compat.trigger_xcom_get(LOG_CURSOR_KEY, **ids)
+            saved = await compat.trigger_xcom_get(XCOM_LOG_CURSOR, **ids)
         except Exception:  # no Airflow API here (a bare test): nothing was saved
             self.log.warning("Could not read the log cursor; the job's log is streamed from line %s.", cursor.lines)
             return cursor
@@ -99,7 +80,7 @@ class RayJobTrigger(BaseTrigger):
         if (ids := self._task_ids()) is None:
             return
         try:
-            await compat.trigger_xcom_set(LOG_CURSOR_KEY, cursor.to_dict(), **ids)
+            await compat.trigger_xcom_set(XCOM_LOG_CURSOR, cursor.to_dict(), **ids)
         except Exception:
             self.log.warning("Could not save the log cursor; a triggerer restart may repeat log lines.")
 
@@ -118,10 +99,8 @@ class RayJobTrigger(BaseTrigger):
 
         async with self._hook() as hook:
             try:
-                return await follow_job(hook, sid, policy=WaitPolicy(pending_timeout_s=self.pending_timeout_seconds,
-                                                                     stall_timeout_s=self.stall_timeout_seconds),
-                                        cursor=latest[0], poll_interval_s=self.poll_interval_seconds,
-                                        write=self.log.info, save_cursor=save, stream_logs=self.stream_logs)
+                return await follow(hook, sid, policy=self.policy, cursor=latest[0], write=self.log.info,
+                                    save_cursor=save, stream_logs=self.stream_logs)
             except HorovodProviderError as err:
                 return JobEvent.error(sid, str(err), log_cursor=latest[0].to_dict())
             except asyncio.CancelledError:

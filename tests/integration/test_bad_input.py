@@ -13,7 +13,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from support.tasks import FakeTI
 from unit.operators.test_horovod import BAD_INPUTS, GOOD_FN
 
@@ -287,19 +286,19 @@ def test_sensor_of_a_job_that_does_not_exist(ray_cluster, job_list_unchanged):
 
 # --- trigger (its arguments cross a serialisation boundary: checked at construction) ------------
 
-@pytest.mark.parametrize("kwargs, parameter", [
-    ({"submission_id": ""}, "submission_id"),
-    ({"submission_id": None}, "submission_id"),
-    ({"submission_id": "x", "poll_interval_seconds": 0}, "poll_interval_seconds"),
-    ({"submission_id": "x", "poll_interval_seconds": "fast"}, "poll_interval_seconds"),
-    ({"submission_id": "x", "pending_timeout_seconds": -1}, "pending_timeout_seconds"),
-    ({"submission_id": "x", "pending_timeout_seconds": "10"}, "pending_timeout_seconds"),
+@pytest.mark.parametrize("kwargs, parameter, value", [
+    ({"submission_id": ""}, "submission_id", ""),
+    ({"submission_id": None}, "submission_id", None),
+    ({"submission_id": "x", "policy": {"poll_interval_s": 0}}, "poll_interval_seconds", 0),
+    ({"submission_id": "x", "policy": {"poll_interval_s": "fast"}}, "poll_interval_seconds", "fast"),
+    ({"submission_id": "x", "policy": {"pending_timeout_s": -1}}, "pending_timeout_seconds", -1),
+    ({"submission_id": "x", "policy": {"pending_timeout_s": "10"}}, "pending_timeout_seconds", "10"),
 ])
-def test_bad_trigger_arguments(ray_cluster, job_list_unchanged, kwargs, parameter):
+def test_bad_trigger_arguments(ray_cluster, job_list_unchanged, kwargs, parameter, value):
     with pytest.raises(InvalidParameterError) as err:
         RayJobTrigger(**kwargs)
     assert err.value.parameter == parameter
-    check_message(str(err.value), f"Invalid {parameter}={kwargs[parameter]!r}: ", "give")
+    check_message(str(err.value), f"Invalid {parameter}={value!r}: ", "give")
 
 
 # --- DAG params ----------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ QUICKSTART = "airflow_provider_horovod.examples.quickstart:train_func"
 def csv_data(folder, rows: int = 256) -> str:
     """The quickstart's data as a CSV file: Ray Data reads it with a read task, which needs a CPU."""
     folder.mkdir()
-    (folder / "train.csv").write_text("\n".join(["x,y"] + [f"{i / rows},{2 * i / rows + 1}" for i in range(rows)]) + "\n")
+    lines = ["x,y"] + [f"{i / rows},{2 * i / rows + 1}" for i in range(rows)]
+    (folder / "train.csv").write_text("\n".join(lines) + "\n")
     return str(folder / "train.csv")
 
 

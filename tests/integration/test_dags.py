@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from support.airflow_cli import airflow_bin, dags_test, tagged_json
 
-from airflow_provider_horovod.ids import TaskRun
+from airflow_provider_horovod.contract import TaskRun
 
 pytestmark = pytest.mark.integration
 

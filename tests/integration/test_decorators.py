@@ -18,8 +18,9 @@ pytestmark = pytest.mark.integration
 
 
 def ray_task(tmp_path, function, *args, **kwargs):
+    kwargs = {"deferrable": False, "poll_interval_seconds": 0.5, **kwargs}
     return RayTaskOperator(task_id="train", python_callable=function, op_args=list(args), storage_path=str(tmp_path),
-                           poll_interval_seconds=0.5, **kwargs)
+                           **kwargs)
 
 
 def test_a_ray_task_returns_its_value_to_xcom(ray_hook, tmp_path):

@@ -106,11 +106,12 @@ def test_a_function_pickled_on_another_python_fails_at_the_jobs_start(ray_hook, 
     from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
 
     airflow_python = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    cluster = subprocess.run([cluster_python(), "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
+    cluster = subprocess.run([cluster_python(), "-c",
+                             "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
                              capture_output=True, text=True, check=True).stdout.strip()
     assert airflow_python != cluster, "this test runs where Airflow's Python is not the cluster's"
     op = HorovodTrainOperator(task_id="train", train_fn=pickled_train, num_workers=2, storage_path=str(tmp_path),
-                              poll_interval_seconds=0.5)
+                              poll_interval_seconds=0.5, deferrable=False)
     with pytest.raises(RayJobError) as err:
         op.execute({"ti": FakeTI("cross-python")})
     message = str(err.value)

@@ -14,11 +14,10 @@ import time
 import uuid
 
 import pytest
-
 from support.tasks import FakeTI, jobs_of, run_deferred, run_in_thread, wait_for_status
 
+from airflow_provider_horovod.contract import XCOM_LOG_CURSOR
 from airflow_provider_horovod.exceptions import RayClusterUnreachableError
-from airflow_provider_horovod.jobs.logs import LOG_CURSOR_KEY
 from airflow_provider_horovod.triggers.ray import RayJobTrigger
 
 from .test_operator import long_quick_job, make_operator
@@ -77,7 +76,7 @@ def test_a_restarted_trigger_repeats_no_line_and_yields_one_event(ray_cluster, r
     # far longer than one window of its end.
     sid = counting_job(ray_hook, ticks=30, every_s=0.3, repeats=40)
     # What the operator serialised at defer time; a restarted triggerer gets exactly this again.
-    classpath, kwargs = RayJobTrigger(submission_id=sid, poll_interval_seconds=0.5).serialize()
+    classpath, kwargs = RayJobTrigger(submission_id=sid, policy={"poll_interval_s": 0.5}).serialize()
     ti = FakeTI(f"restart-{uuid.uuid4().hex[:6]}")
 
     async def scenario():
@@ -106,7 +105,7 @@ def test_a_restarted_trigger_repeats_no_line_and_yields_one_event(ray_cluster, r
     assert len(events) == 1 and events[0].payload["outcome"] == "success", events
     lines = streamed.lines()
     assert len(lines) > 1200 and lines == ray_hook.get_job_logs(sid).splitlines()  # each line once, in order
-    saved = store.values[(ti.dag_id, ti.task_id, ti.run_id, -1, LOG_CURSOR_KEY)]
+    saved = store.values[(ti.dag_id, ti.task_id, ti.run_id, -1, XCOM_LOG_CURSOR)]
     assert (saved["submission_id"], saved["lines"]) == (sid, len(ray_hook.get_job_logs(sid).splitlines()))
     assert len(ray_hook.list_jobs()) == jobs_before + 1  # the trigger never submits
 
@@ -151,37 +150,29 @@ def test_a_kill_while_deferred_stops_the_job_within_15_s(ray_cluster, ray_hook, 
 
 
 class Outage:
-    """A TCP proxy in front of the Ray dashboard that can be taken down (connections refused, open
-    ones cut) and brought back, as when the head restarts or the network drops."""
+    """A TCP proxy in front of the Ray dashboard that can be taken down (every new connection closed
+    unanswered, open ones cut) and brought back, as when the head restarts or the network drops. It
+    counts the connections it refused, so a test knows the outage was really met."""
 
     def __init__(self, target_port: int):
         self.target = ("127.0.0.1", target_port)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.acceptor: threading.Thread | None = None
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
         self.open: list[socket.socket] = []
-        self.lock = threading.Lock()
+        self.refused = 0
+        self.serving = True
+        self.changed = threading.Condition()
+        threading.Thread(target=self._accept, daemon=True).start()
 
     def up(self):
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(64)
-        listener.settimeout(0.2)  # the accept loop looks at `serving` this often
-        self.serving = threading.Event()
-        self.serving.set()
-        self.acceptor = threading.Thread(target=self._accept, args=(listener, self.serving), daemon=True)
-        self.acceptor.start()
+        with self.changed:
+            self.serving = True
 
     def down(self):
-        # The accept loop closes its own listener: closing it under a blocked accept() would not
-        # free the port at once.
-        if getattr(self, "acceptor", None):
-            self.serving.clear()
-            self.acceptor.join()
-            self.acceptor = None
-        with self.lock:
+        with self.changed:
+            self.serving = False
             for s in self.open:
                 try:
                     s.shutdown(socket.SHUT_RDWR)
@@ -190,18 +181,30 @@ class Outage:
                 s.close()
             self.open.clear()
 
-    def up_after(self, seconds: float):
-        threading.Timer(seconds, self.up).start()
+    def wait_refused(self, count: int, timeout: float = 60) -> None:
+        """Until ``count`` more connections came and were refused: the client met the outage."""
+        with self.changed:
+            wanted = self.refused + count
+            assert self.changed.wait_for(lambda: self.refused >= wanted, timeout), \
+                f"nothing tried the dashboard during the outage ({self.refused} refused)"
 
-    def _accept(self, listener, serving):
-        with listener:
-            while serving.is_set():
-                try:
-                    client, _ = listener.accept()
-                except TimeoutError:
+    def close(self):
+        self.down()
+        self.listener.close()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            with self.changed:
+                if not self.serving:
+                    client.close()
+                    self.refused += 1
+                    self.changed.notify_all()
                     continue
-                client.settimeout(None)
-                self._connect(client)
+            self._connect(client)
 
     def _connect(self, client):
         try:
@@ -209,7 +212,7 @@ class Outage:
         except OSError:
             client.close()
             return
-        with self.lock:
+        with self.changed:
             self.open += [client, server]
         for a, b in ((client, server), (server, client)):
             threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
@@ -238,7 +241,7 @@ def outage(ray_cluster, monkeypatch):
         {"conn_type": "ray", "host": "127.0.0.1", "port": proxy.port, "password": ray_cluster.token,
          "extra": {"shared_storage": True}}))
     yield proxy
-    proxy.down()
+    proxy.close()
 
 
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
@@ -249,12 +252,13 @@ def test_a_dashboard_that_comes_back_within_the_retries_costs_nothing(outage, ra
                        ray_conn_id="ray_flaky", deferrable=deferrable)
     ti = FakeTI(run_id)
     sid = ti.task_run.submission_id(1)
-    outage.up_after(3)  # down when the task starts
+    outage.down()  # down when the task starts
     thread, outcome = run_in_thread(op, {"ti": ti}, run=run_deferred if deferrable else None)
+    outage.wait_refused(1)
+    outage.up()
     wait_for_status(ray_hook, sid, {"RUNNING"})
-    time.sleep(2)
     outage.down()  # and again while the task waits
-    time.sleep(4)
+    outage.wait_refused(2)  # the wait's polls met it, and were retried
     outage.up()
     thread.join(240)
     assert not thread.is_alive()
@@ -267,11 +271,13 @@ def test_a_dashboard_that_comes_back_within_the_retries_costs_nothing(outage, ra
 def test_a_dashboard_that_stays_away_fails_the_task_clearly(outage, ray_hook, tmp_path):
     run_id = f"gone-{uuid.uuid4().hex[:6]}"
     op = make_operator(tmp_path, ray_conn_id="ray_flaky")
+    outage.down()
     started = time.monotonic()
     with pytest.raises(RayClusterUnreachableError) as err:
         op.execute({"ti": FakeTI(run_id)})
     assert time.monotonic() - started < 60
     message = str(err.value)
     assert f"http://127.0.0.1:{outage.port}" in message and "'ray_flaky'" in message and "tries" in message
+    assert outage.refused >= 6  # every try met the outage
     assert jobs_of(ray_hook, run_id) == []  # nothing reached the cluster
 

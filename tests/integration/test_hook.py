@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
 import time
 import uuid
 
 import pytest
+from conftest import free_port
 
 from airflow_provider_horovod.exceptions import RayAuthenticationError, RayClusterUnreachableError
 from airflow_provider_horovod.hooks.ray import RayHook
-
-from conftest import free_port
 
 pytestmark = pytest.mark.integration
 

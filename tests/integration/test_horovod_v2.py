@@ -10,7 +10,6 @@ import time
 import uuid
 
 import pytest
-
 from support import cluster
 from support.tasks import FakeTI, run_in_thread
 
@@ -68,7 +67,8 @@ def allreduce_probe(config):
     averaged = hvd.allreduce(torch.tensor(float(hvd.rank())), op=hvd.Average, name="avg")
     seen = hvd.allgather_object({
         "rank": hvd.rank(), "local_rank": hvd.local_rank(), "cross_rank": hvd.cross_rank(),
-        "node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(), "world_rank": ray.train.get_context().get_world_rank(),
+        "node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(),
+                                           "world_rank": ray.train.get_context().get_world_rank(),
     })
     metrics = {"sum": summed.tolist(), "average": averaged.item(), "size": hvd.size(),
                "local_size": hvd.local_size(), "cross_size": hvd.cross_size(), "ranks": json.dumps(seen)}
@@ -145,8 +145,10 @@ def test_gpu_workers_of_a_node_each_see_all_its_gpus(two_nodes, tmp_path, traine
 def train_until_killed(config):
     """Six epochs with a checkpoint each. In a run that did not resume, rank 1 stalls after epoch 2's
     report (so the test can kill it there); it writes its pid and progress for the test to see."""
+    import hashlib
     import json
     import os
+    import random
     import tempfile
     import time
 
@@ -154,9 +156,6 @@ def train_until_killed(config):
     import ray.train
     import torch
     from ray.train import Checkpoint
-
-    import hashlib
-    import random
 
     hvd.init()
     restored, intact = None, None
@@ -253,6 +252,6 @@ def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(ray_cluster, moto_se
     assert (metrics["restored_epoch"], metrics["start_epoch"], metrics["epoch"]) == (2, 3, 5)
     assert metrics["restored_intact"] is True
     assert result["checkpoint_uri"].startswith(f"s3://{bucket}/runs/") and "/attempt-2/" in result["checkpoint_uri"]
-    weights = moto_server.client().head_object(Bucket=bucket, Key=result["checkpoint_uri"].split(f"s3://{bucket}/", 1)[1]
-                                               + "/weights.bin")
+    key = result["checkpoint_uri"].split(f"s3://{bucket}/", 1)[1] + "/weights.bin"
+    weights = moto_server.client().head_object(Bucket=bucket, Key=key)
     assert weights["ETag"].strip('"').endswith("-2")  # 24 MiB in 16 MiB parts

@@ -9,7 +9,6 @@ import json
 import uuid
 
 import pytest
-
 from support.tasks import FakeTI
 
 from airflow_provider_horovod import credentials

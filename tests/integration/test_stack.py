@@ -14,7 +14,7 @@ from conftest import free_port
 from support.stack import Stack
 from support.tasks import jobs_of, wait_for_status
 
-from airflow_provider_horovod.ids import TaskRun
+from airflow_provider_horovod.contract import TaskRun
 
 pytestmark = pytest.mark.integration
 

@@ -10,11 +10,15 @@ from pathlib import Path
 QUICK_JOB = Path(__file__).resolve().parent / "ahp_quick_job"
 
 
-def quick_training_request(real):
-    """``jobs.request.training_request`` with the quick job as the entrypoint."""
+def quick_request(real):
+    """``JobPlan.request`` with the quick job as a training's entrypoint."""
 
-    def quick(*args, **kwargs):
-        made = real(*args, **kwargs)
+    def quick(plan, *args, **kwargs):
+        from airflow_provider_horovod.contract import JobKind
+
+        made = real(plan, *args, **kwargs)
+        if plan.kind is not JobKind.TRAIN:
+            return made
         env = {**made.runtime_env, "py_modules": [*made.runtime_env["py_modules"], str(QUICK_JOB)]}
         return dataclasses.replace(made, entrypoint=f"python -m ahp_quick_job {made.payload_module}", runtime_env=env)
 
@@ -23,6 +27,6 @@ def quick_training_request(real):
 
 def use_quick_jobs(setattr_=setattr) -> None:
     """Swap the quick job in (``setattr_``: pytest's monkeypatch.setattr, to undo it after a test)."""
-    from airflow_provider_horovod.jobs import request
+    from airflow_provider_horovod.plan import JobPlan
 
-    setattr_(request, "training_request", quick_training_request(request.training_request))
+    setattr_(JobPlan, "request", quick_request(JobPlan.request))

@@ -8,7 +8,7 @@ import threading
 import time
 from types import SimpleNamespace
 
-from airflow_provider_horovod.ids import TaskRun
+from airflow_provider_horovod.contract import TaskRun
 
 DAG_ID = "ahp_inproc"
 
@@ -67,10 +67,11 @@ def jobs_of(hook, run_id, dag_id=DAG_ID, task_id="train"):
 
 
 def defer(op, ti, context=None):
-    """execute() up to its deferral: the job is submitted; the TaskDeferred carries the trigger."""
+    """execute() up to its deferral, at once: the job is submitted; the TaskDeferred carries the trigger."""
     import pytest
     from airflow.providers.common.compat.sdk import TaskDeferred
 
+    op.sync_wait_before_defer_s = 0  # no wait in the worker first: the test is about the deferral
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(context or {"ti": ti})
     return deferred.value

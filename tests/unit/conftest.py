@@ -50,3 +50,22 @@ def s3(_s3_server, monkeypatch) -> S3:
     for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
         monkeypatch.delenv(name, raising=False)
     return S3(_s3_server)
+
+
+@pytest.fixture
+def serve(monkeypatch):
+    """Serve a ``FakeRay`` over HTTP as a Ray connection (``ray_default`` unless named): the code
+    under test talks to it through the real ``RayHook``. Returns the dashboard."""
+    from unit.fakes import Dashboard
+
+    started = []
+
+    def serve_(ray, conn_id: str = "ray_default", *, shared_storage: bool = True):
+        dashboard = Dashboard(ray)
+        started.append(dashboard)
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", dashboard.connection(shared_storage=shared_storage))
+        return dashboard
+
+    yield serve_
+    for dashboard in started:
+        dashboard.close()

@@ -1,13 +1,22 @@
 """Stand-ins the unit tests share (imported as ``unit.fakes``): a task instance that records its
-XComs, a task state store, and the Ray dashboard's job table behind the hook's methods. They stand
-in for Airflow's and Ray's side of a call, never for the provider code under test."""
+XComs, a task state store, and the Ray dashboard's job table, in memory behind the calls the job
+steps make (``FakeRay``, handed to them as the hook) or served over HTTP as Ray's dashboard answers
+(``Dashboard``, for tests that go through the real ``RayHook``). They stand in for Airflow's and
+Ray's side of a call, never for the provider code under test."""
 
 from __future__ import annotations
 
+import io
+import json
 import os
+import tempfile
+import threading
 import time
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 RUN_ID = "scheduled__2026-11-01T00:00:00+00:00"
 
@@ -179,3 +188,113 @@ class FakeRay:
 
     async def a_get_cluster_resources(self) -> dict:
         return self.get_cluster_resources()
+
+
+class Dashboard:
+    """``FakeRay``'s job table served over HTTP as Ray 2.60's dashboard answers the calls RayHook
+    makes: version, packages, jobs (submit, info, logs, stop), the State API's log file and nodes.
+    A submission's payload package is unpacked for ``FakeRay`` as the job's driver would see it."""
+
+    def __init__(self, ray: FakeRay):
+        self.ray = ray
+        self.packages: dict[str, bytes] = {}
+        self.requests: list[tuple[str, str]] = []
+        self.failures: list[tuple[str, int, int]] = []  # (path prefix, HTTP status, requests answered before)
+        dashboard = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def handle_one(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                dashboard.requests.append((self.command, self.path))
+                status, answer = dashboard.answer(self.command, self.path, body)
+                data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = handle_one
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+
+    def connection(self, *, shared_storage: bool = True) -> str:
+        """An AIRFLOW_CONN_* value for this dashboard."""
+        return json.dumps({"conn_type": "ray", "host": "127.0.0.1", "port": self.server.server_address[1],
+                           "password": "tok-unit", "extra": {"shared_storage": shared_storage}})
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def fail(self, prefix: str, status: int = 500, *, after: int = 0) -> None:
+        """Answer requests whose path starts with ``prefix`` with ``status``, after ``after`` of them."""
+        self.failures.append((prefix, status, after))
+
+    def answer(self, method: str, target: str, body: bytes) -> tuple[int, Any]:
+        url = urlsplit(target)
+        path, query = url.path, {k: v[0] for k, v in parse_qs(url.query).items()}
+        for prefix, status, after in self.failures:
+            if path.startswith(prefix) and sum(p.startswith(prefix) for _, p in self.requests) > after:
+                return status, {"error": "the dashboard failed"}
+        ray = self.ray
+        if (method, path) == ("GET", "/api/version"):
+            return 200, {"ray_version": "2.60.0", "version": "4"}
+        if path.startswith("/api/packages/"):
+            name = path.rsplit("/", 1)[1]
+            if method == "PUT":
+                self.packages[name] = body
+                return 200, {}
+            return (200, {}) if name in self.packages else (404, {})
+        if (method, path) == ("POST", "/api/jobs/"):
+            return 200, {"submission_id": self.submit(json.loads(body))}
+        if path == "/api/v0/nodes":
+            return 200, {"data": {"result": {"result": [{"state": "ALIVE", "resources_total": ray.cluster}]}}}
+        if path == "/api/v0/logs/file":
+            sid = query["filename"][len("job-driver-"):-len(".log")]
+            ray.calls.append("a_get_log_tail")
+            ray.tail_reads.append((sid, int(query["lines"])))
+            text = ray.log(sid) if query.get("node_id") == NODE else None
+            if text is None:
+                return 500, b"file is not found"
+            return 200, log_tail(text, int(query["lines"])).encode()
+        parts = path.rstrip("/").split("/")  # /api/jobs/<sid>[/logs|/stop]
+        sid, action = parts[3], parts[4] if len(parts) > 4 else ""
+        if action == "stop":
+            return 200, {"stopped": ray.stop_job(sid)}
+        info = ray.get_job_info(sid) if action == "" else (ray.jobs.get(sid) or [None])[0]
+        if info is None:
+            return 404, {}
+        if action == "logs":
+            return 200, {"logs": ray.get_job_logs(sid)}
+        return 200, {**info, "submission_id": sid}
+
+    def submit(self, body: dict) -> str:
+        """The job as ``FakeRay`` takes it: the payload package unpacked where its driver would read it."""
+        env = dict(body.get("runtime_env") or {})
+        with tempfile.TemporaryDirectory() as folder:
+            modules = []
+            for uri in env.get("py_modules") or []:
+                data = self.packages.get(uri.rsplit("/", 1)[-1])
+                with zipfile.ZipFile(io.BytesIO(data or b"PK\x05\x06" + b"\0" * 18)) as archive:
+                    names = archive.namelist()
+                    top = names[0].split("/", 1)[0] if names else ""
+                    if top.startswith("ahp_payload_"):
+                        archive.extractall(folder)
+                        modules.append(os.path.join(folder, top))
+                        continue
+                modules.append(uri)
+            env["py_modules"] = modules
+            kwargs = {k: body.get(k) for k in ("entrypoint_num_cpus", "entrypoint_num_gpus", "entrypoint_memory",
+                                               "entrypoint_resources")}
+            return self.ray.submit_job(entrypoint=body["entrypoint"], submission_id=body["submission_id"],
+                                       runtime_env=env, metadata=body.get("metadata"), **kwargs)

@@ -123,9 +123,11 @@ def test_nics():
 # --- storage and datasets -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("good", ["/abs/dir", "file:///abs/dir", "file://localhost/abs", "s3://bucket", "s3://b/p/"])
-def test_good_storage_paths(good):
-    assert checks.check_storage_path(good) == good
+@pytest.mark.parametrize("good, root", [("/abs/dir", "/abs/dir"), ("file:///abs/dir", "/abs/dir"),
+                                        ("file://localhost/abs", "/abs"), ("s3://bucket", "s3://bucket"),
+                                        ("s3://b/p/", "s3://b/p"), ("/abs/./x/../dir/", "/abs/dir")])
+def test_good_storage_paths_are_normalised(good, root):
+    assert checks.check_storage_path(good) == root
 
 
 @pytest.mark.parametrize("bad, fix", [

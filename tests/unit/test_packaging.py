@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 import subprocess
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 DIST = REPO / ".build" / "dist"
@@ -31,7 +31,7 @@ def metadata() -> str:
 def test_the_wheel_holds_the_package_runtime_and_examples_but_no_tests_or_benchmarks():
     with zipfile.ZipFile(built("*.whl")) as wheel:
         names = wheel.namelist()
-    for module in ("airflow_provider_horovod/runtime/job.py", "airflow_provider_horovod/runtime/horovod_v2.py",
+    for module in ("airflow_provider_horovod/runtime/entrypoint.py", "airflow_provider_horovod/runtime/horovod_v2.py",
                    "airflow_provider_horovod/examples/quickstart.py", "airflow_provider_horovod/build_horovod.py",
                    "airflow_provider_horovod/py.typed"):
         assert module in names, module
@@ -53,7 +53,7 @@ def test_core_dependencies_are_the_airflow_sides_as_ranges():
 
 
 def test_the_cluster_extra_declares_the_ray_range_the_runtime_checks():
-    from airflow_provider_horovod.spec import RAY_VERSIONS
+    from airflow_provider_horovod.contract import RAY_VERSIONS
 
     extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["cluster"]
     (ray,) = [r for r in extra if r.startswith("ray[")]

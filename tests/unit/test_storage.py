@@ -12,8 +12,6 @@ from airflow_provider_horovod.storage import (
     Storage,
     StorageUnavailableError,
     check_aws_conn_id,
-    join_uri,
-    normalize_storage_path,
     split_uri,
 )
 
@@ -29,13 +27,6 @@ from airflow_provider_horovod.storage import (
 ])
 def test_split_uri(uri, parts):
     assert split_uri(uri) == parts
-
-
-def test_join_and_normalize():
-    assert join_uri("s3://b/p/", "/a/", "b") == "s3://b/p/a/b"
-    assert normalize_storage_path("file:///data/x") == "/data/x"
-    assert normalize_storage_path("s3://b/p/") == "s3://b/p"
-    assert normalize_storage_path("/data/./x") == "/data/x"
 
 
 # --- local paths ----------------------------------------------------------------------------------

@@ -2,9 +2,8 @@ import json
 import sys
 import time
 
-from airflow_provider_horovod.runtime.payload import read_payload
-from airflow_provider_horovod.runtime.result import _fs, write_record
-from airflow_provider_horovod.spec import ResultRecord, TrainingSpec
+from airflow_provider_horovod.contract import ResultRecord, TrainingSpec
+from airflow_provider_horovod.runtime.storage import _fs, read_payload, write_record
 
 
 def main(payload: str) -> int:

@@ -5,11 +5,11 @@ import cloudpickle
 import pytest
 from airflow.sdk import DAG
 
+from airflow_provider_horovod.contract import TaskRun
 from airflow_provider_horovod.decorators.horovod import horovod_task
 from airflow_provider_horovod.exceptions import InvalidParameterError
-from airflow_provider_horovod.ids import TaskRun
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
-from unit.fakes import RUN_ID, Untouchable, context
+from unit.fakes import RUN_ID, FakeRay, context
 
 
 @horovod_task(num_workers=3, storage_path="/tmp/ahp-unit")
@@ -22,7 +22,7 @@ def test_the_call_gives_every_worker_its_arguments():
         op = train(0.1, layers=[4, 4]).operator
     assert isinstance(op, HorovodTrainOperator) and op.task_id == "train" and op.num_workers == 3
     assert {"op_args", "op_kwargs"} <= set(op.template_fields)
-    training = op.check(TaskRun("dag", "train", RUN_ID))
+    training = op.plan(TaskRun("dag", "train", RUN_ID), op.wait_policy())
     spec = training.spec
     assert spec.train_args == [0.1] and spec.train_kwargs == {"layers": [4, 4]}
     assert spec.train_fn == {"pickle": "train_fn.pkl"}
@@ -34,13 +34,14 @@ def test_a_function_of_several_parameters_is_not_refused():
     # The operator's own train_fn takes at most `config`; a decorated one takes what the call gives.
     with DAG("dag", schedule=None):
         op = train(0.1, 2, layers=[1]).operator
-    assert op.check(TaskRun("dag", "train", RUN_ID)).spec.train_args == [0.1, 2]
+    assert op.plan(TaskRun("dag", "train", RUN_ID), op.wait_policy()).spec.train_args == [0.1, 2]
 
 
-def test_arguments_that_are_not_json_fail_before_any_cluster_call():
+def test_arguments_that_are_not_json_fail_before_any_cluster_call(serve):
+    dashboard = serve(FakeRay())
     with DAG("dag", schedule=None):
         op = train(object(), layers=[1]).operator
-    op.__dict__["hook"] = Untouchable()
     with pytest.raises(InvalidParameterError) as err:
         op.execute(context())
     assert err.value.parameter == "op_args" and "JSON-serialisable" in str(err.value)
+    assert dashboard.requests == []

@@ -3,11 +3,11 @@
 import pytest
 from airflow.sdk import DAG
 
+from airflow_provider_horovod.contract import TaskRun
 from airflow_provider_horovod.decorators.ray import ray_task
 from airflow_provider_horovod.exceptions import InvalidParameterError
-from airflow_provider_horovod.ids import TaskRun
 from airflow_provider_horovod.operators.ray import RayTaskOperator
-from unit.fakes import RUN_ID, Untouchable, context
+from unit.fakes import RUN_ID, FakeRay, context
 
 
 @ray_task(num_gpus=1, resources={"accel": 1}, storage_path="/tmp/ahp-unit")
@@ -19,16 +19,18 @@ def test_the_call_gives_the_functions_arguments():
     with DAG("dag", schedule=None):
         op = evaluate("s3://b/model", threshold=0.7).operator
     assert isinstance(op, RayTaskOperator) and op.task_id == "evaluate"
-    spec, files, _, driver = op.check(TaskRun("dag", "evaluate", RUN_ID))
+    plan = op.plan(TaskRun("dag", "evaluate", RUN_ID), op.wait_policy())
+    spec = plan.spec
     assert spec.args == ["s3://b/model"] and spec.kwargs == {"threshold": 0.7}
-    assert spec.function == {"pickle": "function.pkl"} and set(files) == {"function.pkl"}
-    assert driver == {"num_cpus": 1, "num_gpus": 1, "memory": None, "resources": {"accel": 1.0}}
+    assert spec.function == {"pickle": "function.pkl"} and set(plan.files) == {"function.pkl"}
+    assert plan.driver_resources == {"num_cpus": 1, "num_gpus": 1, "memory": None, "resources": {"accel": 1.0}}
 
 
-def test_arguments_that_are_not_json_fail_before_any_cluster_call():
+def test_arguments_that_are_not_json_fail_before_any_cluster_call(serve):
+    dashboard = serve(FakeRay())
     with DAG("dag", schedule=None):
         op = evaluate("s3://b/model", threshold=object()).operator
-    op.__dict__["hook"] = Untouchable()
     with pytest.raises(InvalidParameterError) as err:
         op.execute(context(task_id="evaluate"))
     assert err.value.parameter == "op_kwargs" and "JSON-serialisable" in str(err.value)
+    assert dashboard.requests == []

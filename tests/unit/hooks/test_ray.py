@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from airflow_provider_horovod.contract import RAY_VERSIONS
 from airflow_provider_horovod.exceptions import (
     RayAuthenticationError,
     RayClusterUnreachableError,
@@ -21,9 +22,8 @@ from airflow_provider_horovod.exceptions import (
 )
 from airflow_provider_horovod.hooks import ray_transport
 from airflow_provider_horovod.hooks.ray import RayHook, total_resources
-from airflow_provider_horovod.hooks.ray_transport import RETRIES
 from airflow_provider_horovod.hooks.ray_packages import package_folder
-from airflow_provider_horovod.spec import RAY_VERSIONS
+from airflow_provider_horovod.hooks.ray_transport import RETRIES
 
 TOKEN = "tok-0d6b2a9c4e8f1357"
 NODES = {"data": {"result": {"result": [

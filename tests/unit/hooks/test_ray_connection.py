@@ -131,7 +131,7 @@ def test_headers_as_object_or_json_string():
 @pytest.mark.parametrize("headers, fragment", [
     ({"X-Proxy-Auth": f"{SECRET}\r\nX-Injected: 1"}, "header 'X-Proxy-Auth' has a line break"),
     ({"X-Proxy-Auth": f"{SECRET}\n"}, "(not shown); remove it"),
-    ({f"X-A\nB": "v"}, "has a line break"),
+    ({"X-A\nB": "v"}, "has a line break"),
     ({"X-Team": 1}, "must map strings to strings; header 'X-Team' has a int value"),
     ("{not json", "'headers' is not valid JSON"),
     ('["X-Team"]', "'headers' must be a JSON object, got list"),

@@ -7,10 +7,17 @@ import os
 
 import pytest
 
+from airflow_provider_horovod.contract import (
+    META_KIND,
+    META_RESULT_URI,
+    XCOM_CHECKPOINT_URI,
+    ResultRecord,
+    consumed_uri,
+    result_uri,
+)
 from airflow_provider_horovod.exceptions import RayJobError, TrainingResultError
 from airflow_provider_horovod.jobs.finish import finish, push_result
-from airflow_provider_horovod.jobs.protocol import META_KIND, META_RESULT_URI, XCOM_CHECKPOINT_URI, JobEvent
-from airflow_provider_horovod.spec import ResultRecord, consumed_uri, result_uri
+from airflow_provider_horovod.jobs.wait import JobEvent
 from airflow_provider_horovod.storage import Storage
 from unit.fakes import FakeTI
 
@@ -196,7 +203,7 @@ def test_a_job_that_is_not_the_providers():
 
 
 def test_a_task_job_returns_its_functions_value(tmp_path):
-    from airflow_provider_horovod.spec import TaskRecord
+    from airflow_provider_horovod.contract import TaskRecord
 
     run = Run(tmp_path)
     record = TaskRecord(submission_id=SID, attempt=1, storage_uri=run.storage_uri, run_uri=run.run_uri,

@@ -1,13 +1,16 @@
-"""One Ray job per task run: which attempt a try works with, against the dashboard's job table."""
+"""One Ray job per task run: which attempt a try works with, against the dashboard's job table
+(``unit.fakes.FakeRay``, handed in as the hook) and real storage (a local folder); the checks that
+need the cluster run only when something is to be submitted, and refuse before anything goes."""
 
+import dataclasses
 import os
 
 import pytest
 
-from airflow_provider_horovod.ids import TaskRun
-from airflow_provider_horovod.jobs.request import training_request
-from airflow_provider_horovod.jobs.submit import Attempt, consumed_in, find_attempt, find_or_submit, submit
-from airflow_provider_horovod.spec import SPEC_FILE, TrainingSpec, consumed_uri
+from airflow_provider_horovod.contract import SPEC_FILE, TaskRun, TrainingSpec, consumed_uri
+from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobPendingTimeoutError
+from airflow_provider_horovod.jobs.submit import Attempt, find_attempt, start, submit
+from airflow_provider_horovod.plan import training_plan
 from airflow_provider_horovod.storage import Storage
 from unit.fakes import FakeRay
 
@@ -15,116 +18,131 @@ RUN = TaskRun("dag", "train", "manual__1")
 SID = RUN.submission_id
 
 
-def make_request_for(calls):
-    def make_request(attempt: Attempt):
-        calls.append(attempt)
-        spec = TrainingSpec(submission_id=attempt.submission_id, train_fn={"import": "m:f"}, storage_uri="/s",
-                            attempt=attempt.number)
-        return training_request(spec, {"train_fn.pkl": b"fn"}, {"py_modules": ["gcs://_ray_pkg_user.zip"]}, RUN)
-
-    return make_request
-
-
-def never(attempt):
-    raise AssertionError(f"a request was made for attempt {attempt.number}, though a job was re-attached")
+def make_plan(root, **kwargs):
+    values = {"train_fn": "json:dumps", "train_call": None, "train_loop_config": None, "datasets": None,
+              "num_workers": 2, "use_gpu": False, "resources_per_worker": None, "checkpoint_num_to_keep": None,
+              "checkpoint_score_attribute": None, "checkpoint_score_order": "max", "max_failures": 0,
+              "horovod_timeout_s": 30, "horovod_nics": None, "horovod_env": None,
+              "runtime_env": {"py_modules": ["gcs://_ray_pkg_user.zip"]}, "trainer_api": "v2",
+              "forward_aws_credentials": False, "aws_conn_id": None, "aws_credentials_ttl_seconds": 3600,
+              "check_cluster_resources": True, "materialize_datasets": True, "horovod_timeline": False,
+              "storage_path": str(root), "pending_timeout_s": 600.0, "ray_conn_id": "ray_remote"}
+    return training_plan(RUN, **{**values, **kwargs})
 
 
-def test_no_job_yet_submits_attempt_one():
-    ray, calls = FakeRay(), []
-    attempt = find_or_submit(ray, RUN, make_request_for(calls))
-    assert attempt == Attempt(1, SID(1)) and not attempt.reattached
-    assert [a.number for a in calls] == [1] and not calls[0].resume
+@pytest.fixture
+def plan(tmp_path):
+    return make_plan(tmp_path)
+
+
+def spec_sent(call) -> TrainingSpec:
+    return TrainingSpec.from_json(call["payload"][SPEC_FILE].decode())
+
+
+def test_no_job_yet_submits_attempt_one(plan):
+    ray = FakeRay()
+    job = start(ray, plan, Storage())
+    assert job == {"submission_id": SID(1), "dashboard_url": ray.get_job_url(SID(1)), "storage_uri": plan.storage_uri,
+                   "attempt": 1, "kind": "train"}
     (submitted,) = ray.submitted
-    assert submitted["submission_id"] == SID(1)
+    assert submitted["submission_id"] == SID(1) and spec_sent(submitted).resume_from == []
 
 
 @pytest.mark.parametrize("status", ["PENDING", "RUNNING"])
-def test_a_running_job_is_reattached(status):
-    ray = FakeRay({SID(1): {"status": status}})
-    attempt = find_or_submit(ray, RUN, never)
-    assert attempt.reattached and attempt.number == 1 and attempt.info["status"] == status
-    assert ray.submitted == []
+def test_a_running_job_is_reattached_without_asking_the_cluster_anything_else(plan, status):
+    ray = FakeRay({SID(1): {"status": status}}, cluster={})  # no resources: a submission would be refused
+    assert start(ray, plan, Storage())["attempt"] == 1
+    assert ray.submitted == [] and "get_cluster_resources" not in ray.calls
 
 
-def test_a_succeeded_job_not_consumed_is_reused():
+def test_a_succeeded_job_not_consumed_is_reused(plan):
     ray = FakeRay({SID(1): {"status": "SUCCEEDED"}})
-    attempt = find_or_submit(ray, RUN, never, consumed=lambda n: False)
-    assert attempt.reattached and attempt.submission_id == SID(1) and ray.submitted == []
+    assert start(ray, plan, Storage())["submission_id"] == SID(1) and ray.submitted == []
 
 
-def test_a_succeeded_job_consumed_gives_the_next_attempt():
-    ray, calls = FakeRay({SID(1): {"status": "SUCCEEDED"}}), []
-    attempt = find_or_submit(ray, RUN, make_request_for(calls), consumed=lambda n: n == 1)
-    assert attempt == Attempt(2, SID(2), resume=False)
-    assert [a.number for a in calls] == [2] and ray.submitted[0]["submission_id"] == SID(2)
+def test_a_succeeded_job_consumed_gives_the_next_attempt_from_scratch(plan):
+    Storage().write_json(consumed_uri(plan.storage_uri, 1), {"submission_id": SID(1)})
+    ray = FakeRay({SID(1): {"status": "SUCCEEDED"}})
+    assert find_attempt(ray, plan, Storage()) == Attempt(2, SID(2), resume=False)
+    assert start(ray, plan, Storage())["attempt"] == 2 and spec_sent(ray.submitted[0]).resume_from == []
 
 
 @pytest.mark.parametrize("status", ["FAILED", "STOPPED"])
-def test_a_failed_or_stopped_job_gives_the_next_attempt_resuming(status):
-    ray, calls = FakeRay({SID(1): {"status": status}}), []
-    attempt = find_or_submit(ray, RUN, make_request_for(calls))
-    assert attempt == Attempt(2, SID(2), resume=True)
-    assert calls == [attempt]
+def test_a_failed_or_stopped_job_gives_the_next_attempt_resuming(plan, status):
+    ray = FakeRay({SID(1): {"status": status}})
+    assert find_attempt(ray, plan, Storage()) == Attempt(2, SID(2), resume=True)
+    start(ray, plan, Storage())
+    (submitted,) = ray.submitted
+    assert submitted["submission_id"] == SID(2)
+    assert spec_sent(submitted).resume_from == [f"{plan.storage_uri}/attempt-1"]
 
 
-def test_the_latest_attempt_decides():
+def test_the_latest_attempt_decides(plan):
     ray = FakeRay({SID(1): {"status": "FAILED"}, SID(2): {"status": "FAILED"}, SID(3): {"status": "RUNNING"}})
-    assert find_attempt(ray, RUN).submission_id == SID(3)
+    assert find_attempt(ray, plan, Storage()).submission_id == SID(3)
     ray = FakeRay({SID(1): {"status": "SUCCEEDED"}, SID(2): {"status": "FAILED"}})
-    assert find_attempt(ray, RUN) == Attempt(3, SID(3), resume=True)
+    assert find_attempt(ray, plan, Storage()) == Attempt(3, SID(3), resume=True)
 
 
-def test_before_submit_sees_the_request_before_it_goes():
-    ray, seen = FakeRay(), []
+def test_resources_no_node_has_are_refused_before_submitting(tmp_path):
+    ray = FakeRay(cluster={"CPU": 8.0, "memory": 1e9})
+    with pytest.raises(RayJobPendingTimeoutError) as err:
+        start(ray, make_plan(tmp_path, use_gpu=True), Storage())
+    assert 'ask for {"GPU": 2.0}' in str(err.value) and "none of ['GPU']" in str(err.value)
+    assert "check_cluster_resources=False" in str(err.value) and ray.submitted == []
+    start(ray, make_plan(tmp_path, use_gpu=True, check_cluster_resources=False), Storage())  # an autoscaling cluster
+    assert len(ray.submitted) == 1
 
-    def before(request):
-        seen.append((request.submission_id, len(ray.submitted)))
 
-    find_or_submit(ray, RUN, make_request_for([]), before_submit=before)
-    assert seen == [(SID(1), 0)] and len(ray.submitted) == 1
+@pytest.mark.parametrize("storage_path", ["{tmp}/checkpoints", None])
+def test_a_local_path_needs_a_shared_filesystem_and_the_error_names_the_storage_root(tmp_path, monkeypatch,
+                                                                                   storage_path):
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow-home"))
+    root = storage_path.format(tmp=tmp_path) if storage_path else str(tmp_path / "airflow-home" / "horovod-storage")
+    plan = make_plan(tmp_path, storage_path=storage_path.format(tmp=tmp_path) if storage_path else None)
+    with pytest.raises(InvalidParameterError) as err:
+        start(FakeRay(shared_storage=False), plan, Storage())
+    # Before the fix an unmapped task's error named the folder above the root (AIRFLOW_HOME's parent).
+    assert err.value.parameter == "storage_path" and err.value.value == root
+    assert "connection 'ray_remote'" in str(err.value) and '{"shared_storage": true}' in str(err.value)
+    assert start(FakeRay(shared_storage=True), plan, Storage())["attempt"] == 1
 
 
-def test_a_refused_request_submits_nothing():
+def test_s3_storage_needs_no_shared_filesystem():
+    plan = make_plan("/unused", storage_path="s3://bucket/prefix")
+    ray = FakeRay(shared_storage=False)
+    storage = Storage()
+    storage.check_bucket = lambda uri: None  # S3 itself is tested against moto in test_storage.py
+    assert start(ray, plan, storage)["storage_uri"].startswith("s3://bucket/prefix/dag/train/")
+
+
+def test_a_refusal_submits_nothing(plan):
     ray = FakeRay()
-
-    def refuse(attempt):
-        raise RuntimeError("no GPUs")
-
-    with pytest.raises(RuntimeError, match="no GPUs"):
-        find_or_submit(ray, RUN, refuse)
+    storage = Storage()
+    storage.check_bucket = lambda uri: (_ for _ in ()).throw(RuntimeError("bucket gone"))
+    with pytest.raises(RuntimeError, match="bucket gone"):
+        start(ray, plan, storage)
     assert ray.submitted == []
 
 
-def test_submit_uploads_the_payload_package_with_the_job():
+def test_submit_uploads_the_payload_package_with_the_job(plan):
     ray = FakeRay()
-    made = make_request_for([])(Attempt(1, SID(1)))
+    made = plan.request(1)
     assert submit(ray, made) == SID(1)
     (call,) = ray.submitted
     modules = call["runtime_env"]["py_modules"]
     assert modules[:-1] == made.runtime_env["py_modules"]
     assert os.path.basename(modules[-1]) == made.payload_module
     assert call["payload"] == {"__init__.py": call["payload"]["__init__.py"], **made.files}
-    assert SPEC_FILE in call["payload"]
     assert (call["entrypoint"], call["metadata"]) == (made.entrypoint, made.metadata)
     assert not os.path.exists(modules[-1])  # a temporary folder, gone after the upload
     assert made.runtime_env["py_modules"][-1] != modules[-1]  # the request itself is unchanged
 
 
-def test_consumed_markers_in_storage(tmp_path):
-    storage, uri = Storage(), str(tmp_path / "run")
-    consumed = consumed_in(storage, uri)
-    assert not consumed(1)
-    storage.write_json(consumed_uri(uri, 1), {"submission_id": SID(1)})
-    assert consumed(1) and not consumed(2)
-
-
-def test_submit_passes_what_the_driver_reserves():
-    import dataclasses
-
+def test_submit_passes_what_the_driver_reserves(plan):
     ray = FakeRay()
-    made = dataclasses.replace(make_request_for([])(Attempt(1, SID(1))),
-                               driver_resources={"num_cpus": 2, "num_gpus": 1, "resources": {"accel": 1}})
+    made = dataclasses.replace(plan.request(1), driver_resources={"num_cpus": 2, "num_gpus": 1, "resources": {"a": 1}})
     submit(ray, made)
     (call,) = ray.submitted
     assert (call["entrypoint_num_cpus"], call["entrypoint_num_gpus"], call["entrypoint_memory"],
-            call["entrypoint_resources"]) == (2, 1, None, {"accel": 1})
+            call["entrypoint_resources"]) == (2, 1, None, {"a": 1})

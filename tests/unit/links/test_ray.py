@@ -4,7 +4,9 @@ from types import SimpleNamespace
 
 from airflow.sdk.bases.xcom import BaseXCom
 
-from airflow_provider_horovod.links.ray import RayJobLink, push_job_link
+from airflow_provider_horovod.contract import SubmittedJob
+from airflow_provider_horovod.links.ray import RayJobLink
+from airflow_provider_horovod.operators.ray import push_job
 from unit.fakes import FakeTI
 
 URL = "http://ray-head:8265/#/jobs/ahp-d-t-0123456789-a1"
@@ -12,9 +14,10 @@ URL = "http://ray-head:8265/#/jobs/ahp-d-t-0123456789-a1"
 
 def test_the_link_reads_what_the_task_pushed(monkeypatch):
     ti = FakeTI()
-    push_job_link({"ti": ti}, URL)
+    push_job({"ti": ti}, SubmittedJob(submission_id="ahp-d-t-0123456789-a1", dashboard_url=URL, storage_uri="/s",
+                                      attempt=1, kind="train"))
     link = RayJobLink()
-    assert ti.xcoms == {link.xcom_key: URL}
+    assert ti.xcoms[link.xcom_key] == URL
     assert link.name == "Ray job"
 
     asked = []

@@ -1,6 +1,7 @@
 """HorovodTrainOperator: every bad input fails in execute() before the cluster is asked anything,
-naming the parameter, the value and the fix; good input becomes a spec and a Ray request; and the
-whole task run (submit, wait, finish, retry) against a stand-in for the Ray dashboard.
+naming the parameter, the value and the fix; good input becomes a plan and a Ray request; and the
+whole task run (submit, wait, finish, retry) through the real RayHook against a stand-in for the
+Ray dashboard served over HTTP (``unit.fakes.Dashboard``, the ``serve`` fixture).
 
 ``BAD_INPUTS`` and ``GOOD_FN`` are also used by the integration tests (against a real cluster).
 """
@@ -12,24 +13,31 @@ import os
 import sys
 import threading
 import time
-from types import SimpleNamespace
 
 import cloudpickle
 import pytest
 
-from airflow_provider_horovod import checks, functions
+from airflow_provider_horovod import checks, functions, plan
+from airflow_provider_horovod.contract import (
+    SPEC_FILE,
+    XCOM_CHECKPOINT_URI,
+    XCOM_JOB,
+    XCOM_LOG_CURSOR,
+    XCOM_SUBMISSION_ID,
+    ResultRecord,
+    TaskRun,
+    TrainingSpec,
+    attempt_uri,
+)
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError, RayJobPendingTimeoutError
 from airflow_provider_horovod.hooks.ray import RayHook
-from airflow_provider_horovod.ids import TaskRun
-from airflow_provider_horovod.jobs.logs import LOG_CURSOR_KEY, LogCursor
-from airflow_provider_horovod.jobs.protocol import XCOM_CHECKPOINT_URI, XCOM_SUBMISSION_ID, JobEvent
+from airflow_provider_horovod.jobs.logs import LogCursor
+from airflow_provider_horovod.jobs.wait import JobEvent
 from airflow_provider_horovod.links.ray import RayJobLink
-from airflow_provider_horovod.operators import ray as base_module
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
 from airflow_provider_horovod.operators.ray import BaseRayJobOperator
-from airflow_provider_horovod.spec import SPEC_FILE, ResultRecord, TrainingSpec, attempt_dir
 from airflow_provider_horovod.storage import Storage
-from unit.fakes import RUN_ID, FakeRay, Store, Untouchable, context
+from unit.fakes import RUN_ID, FakeRay, Store, context
 
 GOOD_FN = "airflow_provider_horovod.examples.quickstart:train_func"
 
@@ -114,24 +122,24 @@ def given(kwargs: dict, parameter: str):
 
 @pytest.mark.parametrize("kwargs, parameter, fix", BAD_INPUTS + MORE_BAD_INPUTS,
                          ids=[f"{p}-{i}" for i, (_, p, _) in enumerate(BAD_INPUTS + MORE_BAD_INPUTS)])
-def test_bad_input_fails_in_execute_before_any_cluster_call(kwargs, parameter, fix):
+def test_bad_input_fails_in_execute_before_any_cluster_call(serve, kwargs, parameter, fix):
+    dashboard = serve(FakeRay())
     op = operator(**kwargs)
-    op.__dict__["hook"] = Untouchable()
     ctx = context()
     with pytest.raises(InvalidParameterError) as err:
         op.execute(ctx)
     assert err.value.parameter == parameter
     message = str(err.value)
     assert message.startswith(f"Invalid {parameter}={given(kwargs, parameter)!r}: ") and fix in message
-    assert op.submission_id is None and ctx["ti"].xcoms == {}
+    assert op.submission_id is None and ctx["ti"].xcoms == {} and dashboard.requests == []
 
 
-def test_secret_values_are_not_echoed_in_the_error():
+def test_secret_values_are_not_echoed_in_the_error(serve):
+    dashboard = serve(FakeRay())
     op = operator(runtime_env={"env_vars": {"AWS_SECRET_ACCESS_KEY": "s3cr3t-value"}})
-    op.__dict__["hook"] = Untouchable()
     with pytest.raises(InvalidParameterError) as err:
         op.execute(context())
-    assert "s3cr3t-value" not in str(err.value)
+    assert "s3cr3t-value" not in str(err.value) and dashboard.requests == []
 
 
 def test_the_constructor_does_no_work(monkeypatch):
@@ -139,14 +147,15 @@ def test_the_constructor_does_no_work(monkeypatch):
     def tripwire(*args, **kwargs):
         raise AssertionError("the constructor checked, shipped or connected")
 
-    for module in (checks, functions, base_module):
+    for module in (checks, functions, plan):
         for name, value in list(vars(module).items()):
-            if callable(value) and getattr(value, "__module__", None) in (checks.__name__, functions.__name__):
+            if callable(value) and getattr(value, "__module__", None) in (checks.__name__, functions.__name__,
+                                                                          plan.__name__):
                 monkeypatch.setattr(module, name, tripwire)
     monkeypatch.setattr(RayHook, "__init__", tripwire)
-    monkeypatch.setattr(HorovodTrainOperator, "check", tripwire)
-    monkeypatch.setattr(BaseRayJobOperator, "check_wait_parameters", tripwire)
-    monkeypatch.setattr(BaseRayJobOperator, "check_storage", tripwire)
+    monkeypatch.setattr(HorovodTrainOperator, "plan", tripwire)
+    monkeypatch.setattr(BaseRayJobOperator, "checked_plan", tripwire)
+    monkeypatch.setattr(BaseRayJobOperator, "wait_policy", tripwire)
     op = HorovodTrainOperator(task_id="train", train_fn="x", num_workers=-1, storage_path="ftp://x", use_gpu="yes",
                               runtime_env={"pips": 1}, datasets=5, ray_conn_id="", poll_interval_seconds=-1)
     assert (op.train_fn, op.num_workers, op.storage_path, op.datasets, op.ray_conn_id) == ("x", -1, "ftp://x", 5, "")
@@ -164,7 +173,7 @@ def test_template_fields():
     assert RayJobLink in {type(link) for link in HorovodTrainOperator.operator_extra_links}
 
 
-# --- check() and request(): pure ------------------------------------------------------------------
+# --- plan() and the requests it makes: pure -------------------------------------------------------
 
 TASK_RUN = TaskRun("dag", "train", RUN_ID)
 
@@ -173,13 +182,16 @@ def make_dataset():
     return None
 
 
-def test_check_builds_the_spec():
-    training = operator(train_fn=local_train, train_loop_config={"lr": 0.1}, num_workers=3, use_gpu=True,
-                        resources_per_worker={"CPU": 2}, pending_timeout_seconds=30,
-                        datasets={"train": "s3://b/train/", "val": "/data/v.csv", "test": "file:///t.json",
-                                  "built": make_dataset,
-                                  "imported": "airflow_provider_horovod.examples.quickstart:make_dataset"},
-                        ).check(TASK_RUN)
+def planned(op: HorovodTrainOperator):
+    return op.plan(TASK_RUN, op.wait_policy())
+
+
+def test_plan_builds_the_spec():
+    training = planned(operator(train_fn=local_train, train_loop_config={"lr": 0.1}, num_workers=3, use_gpu=True,
+                                resources_per_worker={"CPU": 2}, pending_timeout_seconds=30,
+                                datasets={"train": "s3://b/train/", "val": "/data/v.csv", "test": "file:///t.json",
+                                          "built": make_dataset,
+                                          "imported": "airflow_provider_horovod.examples.quickstart:make_dataset"}))
     spec = training.spec
     assert spec.python_version == f"{sys.version_info[0]}.{sys.version_info[1]}"
     assert spec.submission_id == TASK_RUN.submission_id(1) and spec.attempt == 1
@@ -197,47 +209,45 @@ def test_check_builds_the_spec():
 
 
 def test_a_callable_travels_by_value(monkeypatch):
-    training = operator(train_fn=local_train).check(TASK_RUN)
+    training = planned(operator(train_fn=local_train))
     monkeypatch.setitem(sys.modules, __name__, None)
     assert cloudpickle.loads(training.files["train_fn.pkl"])({"x": 1}) == {"x": 1}
 
 
 def test_an_import_path_is_not_looked_up_when_the_runtime_env_brings_code(tmp_path):
     op = operator(train_fn="code_on_the_cluster:train", runtime_env={"py_modules": [str(tmp_path)]})
-    training = op.check(TASK_RUN)
+    training = planned(op)
     assert training.spec.train_fn == {"import": "code_on_the_cluster:train"}
     assert training.runtime_env == {"py_modules": [str(tmp_path)]}
 
 
 def test_storage_defaults_to_airflow_home_and_is_normalised(monkeypatch, tmp_path):
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
-    assert operator(storage_path=None).check(TASK_RUN).spec.storage_uri.startswith(
+    assert planned(operator(storage_path=None)).spec.storage_uri.startswith(
         str(tmp_path / "horovod-storage") + "/dag/train/")
-    assert operator(storage_path="file:///data/x/").check(TASK_RUN).spec.storage_uri.startswith("/data/x/dag/")
+    assert planned(operator(storage_path="file:///data/x/")).spec.storage_uri.startswith("/data/x/dag/")
 
 
 def test_request_of_a_later_attempt_resumes_from_the_earlier_ones():
-    op = operator()
-    training = op.check(TASK_RUN)
-    first = op.request(training, TASK_RUN, 1, resume=False)
-    second = op.request(training, TASK_RUN, 2, resume=True)
-    third = op.request(training, TASK_RUN, 3, resume=True)
-    fresh = op.request(training, TASK_RUN, 3, resume=False)
+    training = planned(operator())
+    first = training.request(1, resume=False)
+    second = training.request(2, resume=True)
+    third = training.request(3, resume=True)
+    fresh = training.request(3, resume=False)
 
     def spec_of(made):
         return TrainingSpec.from_json(made.files[SPEC_FILE].decode())
 
     root = training.spec.storage_uri
     assert spec_of(first).resume_from == [] and spec_of(fresh).resume_from == []
-    assert spec_of(second).resume_from == [attempt_dir(root, 1)]
-    assert spec_of(third).resume_from == [attempt_dir(root, 2), attempt_dir(root, 1)]
+    assert spec_of(second).resume_from == [attempt_uri(root, 1)]
+    assert spec_of(third).resume_from == [attempt_uri(root, 2), attempt_uri(root, 1)]
     assert (second.submission_id, spec_of(second).attempt) == (TASK_RUN.submission_id(2), 2)
     assert spec_of(second).run_uri == f"{root}/attempt-2"
 
 
 def test_extra_files_travel_in_the_payload_only():
-    op = operator()
-    made = op.request(op.check(TASK_RUN), TASK_RUN, 1, False, extra_files={"aws_session.json": b'{"k": "v"}'})
+    made = planned(operator()).request(1, extra_files={"aws_session.json": b'{"k": "v"}'})
     assert made.files["aws_session.json"] == b'{"k": "v"}'
     assert "aws_session" not in json.dumps(made.runtime_env) + json.dumps(made.metadata)
 
@@ -245,38 +255,28 @@ def test_extra_files_travel_in_the_payload_only():
 # --- where the storage is ------------------------------------------------------------------------
 
 
-def test_a_local_storage_path_needs_a_shared_filesystem():
+def test_a_local_storage_path_needs_a_shared_filesystem(serve):
+    dashboard = serve(FakeRay(), "ray_remote", shared_storage=False)
     op = operator(storage_path="/data/checkpoints", ray_conn_id="ray_remote")
-    op.__dict__["hook"] = SimpleNamespace(endpoint=SimpleNamespace(shared_storage=False))
     with pytest.raises(InvalidParameterError) as err:
         op.execute(context())
     message = str(err.value)
     assert err.value.parameter == "storage_path" and message.startswith("Invalid storage_path='/data/checkpoints': ")
     assert "connection 'ray_remote'" in message and '{"shared_storage": true}' in message
     assert "s3://bucket/prefix" in message
-
-
-class ReachedTheCluster(Exception):
-    pass
-
-
-class SharedButUnreachable:
-    def __init__(self, shared):
-        self.endpoint = SimpleNamespace(shared_storage=shared)
-
-    def get_job_info(self, sid):
-        raise ReachedTheCluster(sid)
+    assert not any(path.startswith("/api/jobs") for _, path in dashboard.requests)  # nothing asked of the jobs
 
 
 @pytest.mark.parametrize("storage_path, shared", [("/data/checkpoints", True), ("s3://bucket/prefix", False)])
-def test_shared_or_s3_storage_passes_that_check(storage_path, shared):
+def test_shared_or_s3_storage_passes_that_check(serve, storage_path, shared):
+    dashboard = serve(FakeRay(cluster={}), shared_storage=shared)
     op = operator(storage_path=storage_path)
-    op.__dict__["hook"] = SharedButUnreachable(shared)
-    with pytest.raises(ReachedTheCluster):
+    with pytest.raises(RayJobPendingTimeoutError):  # the next check: the cluster has no CPU at all
         op.execute(context())
+    assert ("GET", f"/api/jobs/{TASK_RUN.submission_id(1)}") in dashboard.requests
 
 
-# --- a whole task run against the stand-in dashboard ---------------------------------------------
+# --- a whole task run against the stand-in dashboard, through the real hook -------------------------
 
 
 def cluster_that_trains(*, ends="SUCCEEDED", log=("epoch 0", "epoch 1", "done")):
@@ -286,15 +286,7 @@ def cluster_that_trains(*, ends="SUCCEEDED", log=("epoch 0", "epoch 1", "done"))
     def on_submit(ray: FakeRay, call: dict):
         spec = TrainingSpec.from_json(call["payload"][SPEC_FILE].decode())
         if ends == "SUCCEEDED":
-            checkpoint = f"{spec.run_uri}/checkpoint_000001"
-            os.makedirs(checkpoint)
-            with open(f"{checkpoint}/model.pt", "wb") as f:
-                f.write(b"weights")
-            record = ResultRecord(submission_id=spec.submission_id, attempt=spec.attempt, storage_uri=spec.storage_uri,
-                                  run_uri=spec.run_uri, checkpoint_uri=checkpoint, best_checkpoint_uri=None,
-                                  metrics={"loss": 0.1}, world_size=spec.num_workers, trainer_api=spec.trainer_api,
-                                  resumed_from=spec.resume_from[0] if spec.resume_from else None)
-            Storage().write_bytes(spec.result_uri, record.to_json().encode())
+            write_result(call)
         meta = call["metadata"]
         ray.set_job(spec.submission_id, {"status": "RUNNING", "metadata": meta},
                     {"status": "RUNNING", "metadata": meta},
@@ -306,14 +298,35 @@ def cluster_that_trains(*, ends="SUCCEEDED", log=("epoch 0", "epoch 1", "done"))
     return on_submit
 
 
+def write_result(call: dict) -> None:
+    """The checkpoint and the result record the runtime would leave for a submitted training."""
+    spec = TrainingSpec.from_json(call["payload"][SPEC_FILE].decode())
+    checkpoint = f"{spec.run_uri}/checkpoint_000001"
+    os.makedirs(checkpoint)
+    with open(f"{checkpoint}/model.pt", "wb") as f:
+        f.write(b"weights")
+    record = ResultRecord(submission_id=spec.submission_id, attempt=spec.attempt, storage_uri=spec.storage_uri,
+                          run_uri=spec.run_uri, checkpoint_uri=checkpoint, best_checkpoint_uri=None,
+                          metrics={"loss": 0.1}, world_size=spec.num_workers, trainer_api=spec.trainer_api,
+                          resumed_from=spec.resume_from[0] if spec.resume_from else None)
+    Storage().write_bytes(spec.result_uri, record.to_json().encode())
+
+
 def train_op(tmp_path, **kwargs):
+    kwargs.setdefault("deferrable", False)
     return operator(storage_path=str(tmp_path), poll_interval_seconds=0.001, **kwargs)
 
 
-def test_a_task_run_trains_and_returns_the_verified_checkpoint(tmp_path, capsys):
+@pytest.fixture
+def url(serve):
+    """The dashboard's job URL of a submission, once ``serve`` served a FakeRay."""
+    return lambda dashboard, sid: f"{dashboard.url}/#/jobs/{sid}"
+
+
+def test_a_task_run_trains_and_returns_the_verified_checkpoint(serve, tmp_path, capsys):
     ray = FakeRay(on_submit=cluster_that_trains())
+    dashboard = serve(ray)
     op = train_op(tmp_path, num_workers=3)
-    op.__dict__["hook"] = ray
     ctx = {**context(), "task_state_store": Store()}
     result = op.execute(ctx)
     sid = TASK_RUN.submission_id(1)
@@ -321,35 +334,38 @@ def test_a_task_run_trains_and_returns_the_verified_checkpoint(tmp_path, capsys)
     assert call["submission_id"] == sid and call["entrypoint"].startswith("python -m airflow_provider_horovod.")
     assert result["submission_id"] == sid and result["attempt"] == 1 and result["world_size"] == 3
     assert result["checkpoint_uri"] == f"{TASK_RUN.storage_uri(str(tmp_path))}/attempt-1/checkpoint_000001"
-    assert result["dashboard_url"] == ray.get_job_url(sid) and result["metrics"] == {"loss": 0.1}
+    assert result["dashboard_url"] == f"{dashboard.url}/#/jobs/{sid}" and result["metrics"] == {"loss": 0.1}
     xcoms = ctx["ti"].xcoms
     assert xcoms[XCOM_SUBMISSION_ID] == sid and xcoms[XCOM_CHECKPOINT_URI] == result["checkpoint_uri"]
-    assert xcoms[RayJobLink().xcom_key] == ray.get_job_url(sid)
-    saved = LogCursor.from_dict(ctx["task_state_store"][LOG_CURSOR_KEY], sid)
+    assert xcoms[RayJobLink().xcom_key] == f"{dashboard.url}/#/jobs/{sid}"
+    saved = LogCursor.from_dict(ctx["task_state_store"][XCOM_LOG_CURSOR], sid)
     assert (saved.lines, saved.tail) == (3, LogCursor(sid).advanced(["epoch 0", "epoch 1", "done"]).tail)
     out = capsys.readouterr().out
     assert [out.count(f"[ray] {line}") for line in ("epoch 0", "epoch 1", "done")] == [1, 1, 1]
-    assert op.submission_id == sid
-    # The worker's wait reads windows of the log's end, and closes the hook's async client.
-    assert "a_get_log_tail" in ray.calls and "get_job_logs" not in ray.calls and ray.calls[-1] == "aclose"
+    assert op.submission_id == sid and xcoms[XCOM_JOB] == {
+        "submission_id": sid, "dashboard_url": result["dashboard_url"], "attempt": 1, "kind": "train",
+        "storage_uri": TASK_RUN.storage_uri(str(tmp_path))}
+    # The worker's wait reads windows of the log's end (the State API), never the whole log.
+    paths = [path for _, path in dashboard.requests]
+    assert any(path.startswith("/api/v0/logs/file?") for path in paths)
+    assert not any(path.endswith("/logs") for path in paths)
 
 
-def test_clearing_a_succeeded_task_trains_again(tmp_path):
+def test_clearing_a_succeeded_task_trains_again(serve, tmp_path):
     ray = FakeRay(on_submit=cluster_that_trains())
+    serve(ray)
     first = train_op(tmp_path)
-    first.__dict__["hook"] = ray
     assert first.execute(context())["attempt"] == 1
     again = train_op(tmp_path)
-    again.__dict__["hook"] = ray
     result = again.execute(context(try_number=2))
     assert result["attempt"] == 2 and result["resumed_from"] is None
     assert [c["submission_id"] for c in ray.submitted] == [TASK_RUN.submission_id(1), TASK_RUN.submission_id(2)]
 
 
-def test_a_failed_job_fails_the_try_and_the_retry_resumes(tmp_path):
+def test_a_failed_job_fails_the_try_and_the_retry_resumes(serve, tmp_path):
     ray = FakeRay(on_submit=cluster_that_trains(ends="FAILED", log=("Traceback", "ValueError: nan loss")))
+    serve(ray)
     op = train_op(tmp_path)
-    op.__dict__["hook"] = ray
     with pytest.raises(RayJobError) as err:
         op.execute(context())
     assert "ended FAILED (JOB_ENTRYPOINT_COMMAND_ERROR)" in str(err.value)
@@ -357,19 +373,18 @@ def test_a_failed_job_fails_the_try_and_the_retry_resumes(tmp_path):
 
     ray.on_submit = cluster_that_trains()
     retry = train_op(tmp_path)
-    retry.__dict__["hook"] = ray
     result = retry.execute(context(try_number=2))
     assert result["attempt"] == 2
     spec = TrainingSpec.from_json(ray.submitted[1]["payload"][SPEC_FILE].decode())
-    assert spec.resume_from == [attempt_dir(TASK_RUN.storage_uri(str(tmp_path)), 1)]
+    assert spec.resume_from == [attempt_uri(TASK_RUN.storage_uri(str(tmp_path)), 1)]
     assert result["resumed_from"] == spec.resume_from[0]
 
 
-def test_a_retry_reattaches_and_repeats_no_log_line(tmp_path, capsys):
+def test_a_retry_reattaches_and_repeats_no_log_line(serve, tmp_path, capsys):
     sid = TASK_RUN.submission_id(1)
     ray = FakeRay(on_submit=cluster_that_trains())
+    serve(ray)
     op = train_op(tmp_path)
-    op.__dict__["hook"] = ray
     store = Store()
     op.execute({**context(), "task_state_store": store})
     capsys.readouterr()
@@ -378,78 +393,109 @@ def test_a_retry_reattaches_and_repeats_no_log_line(tmp_path, capsys):
     ray.logs[sid] = ["epoch 0\nepoch 1\ndone\nshutdown\n"]
     os.remove(f"{TASK_RUN.storage_uri(str(tmp_path))}/attempt-1/consumed.json")
     retry = train_op(tmp_path)
-    retry.__dict__["hook"] = ray
     assert retry.execute({**context(try_number=2), "task_state_store": store})["attempt"] == 1
     out = capsys.readouterr().out
     assert "[ray] shutdown" in out and "[ray] epoch" not in out and "[ray] done" not in out
     assert len(ray.submitted) == 1
 
 
-def test_without_waiting_the_task_returns_the_job(tmp_path):
+def test_without_waiting_the_task_returns_the_job(serve, tmp_path):
     ray = FakeRay()
+    dashboard = serve(ray)
     op = train_op(tmp_path, wait_for_completion=False)
-    op.__dict__["hook"] = ray
     ctx = context()
     sid = TASK_RUN.submission_id(1)
-    assert op.execute(ctx) == {"submission_id": sid, "dashboard_url": ray.get_job_url(sid),
-                               "storage_uri": TASK_RUN.storage_uri(str(tmp_path)), "attempt": 1}
+    assert op.execute(ctx) == {"submission_id": sid, "dashboard_url": f"{dashboard.url}/#/jobs/{sid}",
+                               "storage_uri": TASK_RUN.storage_uri(str(tmp_path)), "attempt": 1, "kind": "train"}
     assert ctx["ti"].xcoms[XCOM_SUBMISSION_ID] == sid and "get_job_logs" not in ray.calls
 
 
-def test_deferred_the_trigger_gets_the_job_and_the_cursor(tmp_path):
+def runs_until_told(log=("epoch 0", "epoch 1")):
+    """A job that prints ``log`` and goes on RUNNING until the test moves it on."""
+
+    def on_submit(ray: FakeRay, call: dict):
+        ray.set_job(call["submission_id"], {"status": "RUNNING", "metadata": call["metadata"]})
+        ray.logs[call["submission_id"]] = ["".join(f"{line}\n" for line in log)]
+
+    return on_submit
+
+
+def test_deferred_the_trigger_gets_the_job_and_the_cursor_after_a_short_wait_here(serve, tmp_path, monkeypatch):
     from airflow.sdk.exceptions import TaskDeferred
 
-    ray = FakeRay(on_submit=cluster_that_trains())
+    monkeypatch.setattr(BaseRayJobOperator, "sync_wait_before_defer_s", 0.3)
+    ray = FakeRay(on_submit=runs_until_told(("epoch 0", "epoch 1", "epoch 2")))
+    serve(ray, "my_ray")
     op = train_op(tmp_path, deferrable=True, pending_timeout_seconds=45, ray_conn_id="my_ray")
-    op.__dict__["hook"] = ray
     sid = TASK_RUN.submission_id(1)
     earlier = LogCursor(sid).advanced(["epoch 0", "epoch 1"])  # streamed by an earlier try
-    ctx = {**context(), "task_state_store": Store({LOG_CURSOR_KEY: earlier.to_dict()})}
+    ctx = {**context(), "task_state_store": Store({XCOM_LOG_CURSOR: earlier.to_dict()})}
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
     classpath, kwargs = deferred.value.trigger.serialize()
     assert classpath == "airflow_provider_horovod.triggers.ray.RayJobTrigger"
-    assert LogCursor.from_dict(kwargs.pop("log_cursor"), sid) == earlier
-    assert kwargs == {"submission_id": sid, "ray_conn_id": "my_ray", "poll_interval_seconds": 0.001,
-                      "pending_timeout_seconds": 45, "stall_timeout_seconds": None, "stream_logs": True}
+    # The short wait here streamed the line the earlier try had not: the trigger goes on after it.
+    handed = LogCursor.from_dict(kwargs.pop("log_cursor"), sid)
+    assert (handed.lines, handed.tail) == (3, earlier.advanced(["epoch 2"]).tail)
+    assert kwargs == {"submission_id": sid, "ray_conn_id": "my_ray", "stream_logs": True,
+                      "policy": {"poll_interval_s": 0.001, "pending_timeout_s": 45, "stall_timeout_s": None}}
     assert deferred.value.method_name == "execute_complete"
     # Pushed before deferring: a restarted trigger reads it there.
-    assert LogCursor.from_dict(ctx["ti"].xcoms[LOG_CURSOR_KEY], sid) == earlier
+    assert LogCursor.from_dict(ctx["ti"].xcoms[XCOM_LOG_CURSOR], sid).lines == 3
 
     # The trigger's event resumes a new operator instance.
+    write_result(ray.submitted[0])
     event = JobEvent.from_info(sid, {"status": "SUCCEEDED", "metadata": ray.submitted[0]["metadata"]},
                                log_cursor={"submission_id": sid, "lines": 3})
-    resumed = train_op(tmp_path, deferrable=True)
-    resumed.__dict__["hook"] = ray
+    resumed = train_op(tmp_path, deferrable=True, ray_conn_id="my_ray")
     result = resumed.execute_complete(ctx, json.loads(json.dumps(event.to_dict())))
     assert result["checkpoint_uri"].endswith("/attempt-1/checkpoint_000001")
-    assert ctx["task_state_store"][LOG_CURSOR_KEY] == {"submission_id": sid, "lines": 3}
+    assert ctx["task_state_store"][XCOM_LOG_CURSOR] == {"submission_id": sid, "lines": 3}
     assert ctx["ti"].xcoms[XCOM_CHECKPOINT_URI] == result["checkpoint_uri"]
+    assert RayJobLink().get_link(resumed, ti_key=None) == result["dashboard_url"]
 
 
-def test_resources_no_node_has_fail_before_submitting(tmp_path):
+def test_a_deferrable_task_whose_job_ends_in_its_first_seconds_never_defers(serve, tmp_path):
+    ray = FakeRay(on_submit=cluster_that_trains())
+    serve(ray)
+    op = operator(storage_path=str(tmp_path), poll_interval_seconds=0.001)
+    assert op.deferrable is True  # the default
+    result = op.execute(context())  # no TaskDeferred: finished in the worker
+    assert result["attempt"] == 1 and result["checkpoint_uri"].endswith("/attempt-1/checkpoint_000001")
+
+
+def test_the_link_of_a_task_that_failed_before_its_job_reads_no_xcom(monkeypatch):
+    from airflow.sdk.bases.xcom import BaseXCom
+
+    def no_xcom(**kwargs):
+        raise AssertionError("the link read an XCom that was never pushed")
+
+    monkeypatch.setattr(BaseXCom, "get_value", staticmethod(no_xcom))
+    assert RayJobLink().get_link(operator(), ti_key=None) == ""
+
+
+def test_resources_no_node_has_fail_before_submitting(serve, tmp_path):
     ray = FakeRay(cluster={"CPU": 8.0, "memory": 1e9})
+    serve(ray)
     op = train_op(tmp_path, use_gpu=True, num_workers=2)
-    op.__dict__["hook"] = ray
     with pytest.raises(RayJobPendingTimeoutError) as err:
         op.execute(context())
     assert 'ask for {"GPU": 2.0}' in str(err.value) and "none of ['GPU']" in str(err.value)
     assert "check_cluster_resources=False" in str(err.value) and ray.submitted == []
 
     autoscaling = train_op(tmp_path, use_gpu=True, check_cluster_resources=False, wait_for_completion=False)
-    autoscaling.__dict__["hook"] = ray
     autoscaling.execute(context())
     assert len(ray.submitted) == 1
 
 
-def test_pending_too_long_stops_the_job_and_fails(tmp_path):
+def test_pending_too_long_stops_the_job_and_fails(serve, tmp_path):
     def stays_pending(ray, call):
         ray.set_job(call["submission_id"], {"status": "PENDING", "metadata": call["metadata"],
                                             "start_time": (time.time() - 60) * 1000})
 
     ray = FakeRay(on_submit=stays_pending, cluster={"CPU": 1.0})
+    serve(ray)
     op = train_op(tmp_path, num_workers=4, pending_timeout_seconds=5)
-    op.__dict__["hook"] = ray
     with pytest.raises(RayJobError) as err:
         op.execute(context())
     message = str(err.value)
@@ -458,13 +504,13 @@ def test_pending_too_long_stops_the_job_and_fails(tmp_path):
     assert ray.stopped == [TASK_RUN.submission_id(1)]
 
 
-def test_a_killed_task_stops_its_job(tmp_path):
+def test_a_killed_task_stops_its_job(serve, tmp_path):
     def runs_forever(ray, call):
         ray.set_job(call["submission_id"], {"status": "RUNNING", "metadata": call["metadata"]})
 
     ray = FakeRay(on_submit=runs_forever)
+    serve(ray)
     op = train_op(tmp_path)
-    op.__dict__["hook"] = ray
     outcome = {}
 
     def run():
@@ -485,20 +531,21 @@ def test_a_killed_task_stops_its_job(tmp_path):
     assert ray.stopped == [TASK_RUN.submission_id(1)]
 
 
-def test_on_kill_before_a_job_exists_does_nothing():
+def test_on_kill_before_a_job_exists_does_nothing(serve):
+    dashboard = serve(FakeRay())
     op = operator()
-    op.__dict__["hook"] = Untouchable()
     op.on_kill()
+    assert dashboard.requests == [] and "hook" not in op.__dict__
 
 
-def test_forwarded_credentials_travel_in_the_payload_only(tmp_path, s3, monkeypatch):
+def test_forwarded_credentials_travel_in_the_payload_only(serve, tmp_path, s3, monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_AWS_FWD", json.dumps({
         "conn_type": "aws", "login": "AKIAFWDTEST000000001", "password": "long-lived-secret",
         "extra": {"endpoint_url": s3.endpoint_url, "region_name": "us-east-1"}}))
     ray = FakeRay()
+    serve(ray)
     op = train_op(tmp_path, forward_aws_credentials=True, aws_conn_id="aws_fwd", aws_credentials_ttl_seconds=900,
                   wait_for_completion=False)
-    op.__dict__["hook"] = ray
     op.execute(context())
     (call,) = ray.submitted
     session = json.loads(call["payload"]["aws_session.json"])
@@ -508,9 +555,10 @@ def test_forwarded_credentials_travel_in_the_payload_only(tmp_path, s3, monkeypa
     assert "long-lived-secret" not in json.dumps({k: v.decode("latin-1") for k, v in call["payload"].items()})
 
 
-def test_a_missing_aws_connection_fails_before_submitting(tmp_path, monkeypatch):
+def test_a_missing_aws_connection_fails_before_submitting(serve, tmp_path, monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_AWS_NOPE", raising=False)
+    dashboard = serve(FakeRay())
     op = train_op(tmp_path, aws_conn_id="aws_nope")
-    op.__dict__["hook"] = Untouchable()
     with pytest.raises(InvalidParameterError, match="create it \\(type aws\\)"):
         op.execute(context())
+    assert dashboard.requests == []

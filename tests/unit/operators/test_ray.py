@@ -7,21 +7,26 @@ from __future__ import annotations
 import json
 import os
 import sys
-from types import SimpleNamespace
 
 import cloudpickle
 import pytest
 
-from airflow_provider_horovod import checks, functions
+from airflow_provider_horovod import checks, functions, plan
+from airflow_provider_horovod.contract import (
+    META_KIND,
+    META_RESOURCES,
+    SPEC_FILE,
+    XCOM_SUBMISSION_ID,
+    TaskRecord,
+    TaskRun,
+    TaskSpec,
+)
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError
 from airflow_provider_horovod.hooks.ray import RayHook
-from airflow_provider_horovod.ids import TaskRun
-from airflow_provider_horovod.jobs.protocol import META_KIND, META_RESOURCES, XCOM_SUBMISSION_ID
-from airflow_provider_horovod.operators import ray as base_module
+from airflow_provider_horovod.jobs.wait import WaitPolicy
 from airflow_provider_horovod.operators.ray import BaseRayJobOperator, RayTaskOperator
-from airflow_provider_horovod.spec import SPEC_FILE, TaskRecord, TaskSpec
 from airflow_provider_horovod.storage import Storage
-from unit.fakes import RUN_ID, FakeRay, Untouchable, context
+from unit.fakes import RUN_ID, FakeRay, context
 
 TASK_RUN = TaskRun("dag", "evaluate", RUN_ID)
 
@@ -59,28 +64,29 @@ BAD_TASK_INPUTS = [
 
 @pytest.mark.parametrize("kwargs, parameter, fix", BAD_TASK_INPUTS,
                          ids=[f"{p}-{i}" for i, (_, p, _) in enumerate(BAD_TASK_INPUTS)])
-def test_bad_input_fails_in_execute_before_any_cluster_call(kwargs, parameter, fix):
+def test_bad_input_fails_in_execute_before_any_cluster_call(serve, kwargs, parameter, fix):
+    dashboard = serve(FakeRay())
     op = operator(**kwargs)
-    op.__dict__["hook"] = Untouchable()
     ctx = context(task_id="evaluate")
     with pytest.raises(InvalidParameterError) as err:
         op.execute(ctx)
     assert err.value.parameter == parameter and fix in str(err.value)
     assert str(err.value).startswith(f"Invalid {parameter}=")
-    assert op.submission_id is None and ctx["ti"].xcoms == {}
+    assert op.submission_id is None and ctx["ti"].xcoms == {} and dashboard.requests == []
 
 
 def test_the_constructor_does_no_work(monkeypatch):
     def tripwire(*args, **kwargs):
         raise AssertionError("the constructor checked, shipped or connected")
 
-    for module in (checks, functions, base_module):
+    for module in (checks, functions, plan):
         for name, value in list(vars(module).items()):
-            if callable(value) and getattr(value, "__module__", None) in (checks.__name__, functions.__name__):
+            if callable(value) and getattr(value, "__module__", None) in (checks.__name__, functions.__name__,
+                                                                          plan.__name__):
                 monkeypatch.setattr(module, name, tripwire)
     monkeypatch.setattr(RayHook, "__init__", tripwire)
-    monkeypatch.setattr(RayTaskOperator, "check", tripwire)
-    monkeypatch.setattr(BaseRayJobOperator, "check_wait_parameters", tripwire)
+    monkeypatch.setattr(RayTaskOperator, "plan", tripwire)
+    monkeypatch.setattr(BaseRayJobOperator, "checked_plan", tripwire)
     op = RayTaskOperator(task_id="t", python_callable=42, op_args="x", num_cpus=-1, storage_path="ftp://x", resources=5,
                          ray_conn_id="", deferrable="no")
     assert (op.python_callable, op.op_args, op.num_cpus, op.storage_path) == (42, "x", -1, "ftp://x")
@@ -96,9 +102,10 @@ def test_template_fields():
     assert op.op_args == ["s3://b/r1"] and op.op_kwargs == {"threshold": "0.7"}
 
 
-def test_check_builds_the_task_spec():
-    spec, files, runtime_env, driver = operator(op_args=("s3://b/m",), op_kwargs={"threshold": 0.7}, num_gpus=1,
-                                                memory=2**30, resources={"accel": 1}).check(TASK_RUN)
+def test_plan_builds_the_task_spec():
+    made = operator(op_args=("s3://b/m",), op_kwargs={"threshold": 0.7}, num_gpus=1, memory=2**30,
+                    resources={"accel": 1}).plan(TASK_RUN, WaitPolicy())
+    spec, files, runtime_env, driver = made.spec, made.files, made.runtime_env, made.driver_resources
     assert spec.submission_id == TASK_RUN.submission_id(1) and spec.function == {"pickle": "function.pkl"}
     assert spec.args == ["s3://b/m"] and spec.kwargs == {"threshold": 0.7}
     assert spec.python_version == f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -106,13 +113,14 @@ def test_check_builds_the_task_spec():
     assert driver == {"num_cpus": 1, "num_gpus": 1, "memory": 2**30, "resources": {"accel": 1.0}}
     assert cloudpickle.loads(files["function.pkl"])("u") == {"uri": "u", "passed": True}
     assert TaskSpec.from_json(spec.to_json()) == spec
-    imported, files, _, driver = operator(python_callable="json:dumps", num_cpus=0).check(TASK_RUN)
-    assert imported.function == {"import": "json:dumps"} and files == {} and driver["num_cpus"] is None
+    imported = operator(python_callable="json:dumps", num_cpus=0).plan(TASK_RUN, WaitPolicy())
+    assert imported.spec.function == {"import": "json:dumps"} and imported.files == {}
+    assert imported.driver_resources["num_cpus"] is None
 
 
-def test_a_local_storage_path_needs_a_shared_filesystem():
+def test_a_local_storage_path_needs_a_shared_filesystem(serve):
+    serve(FakeRay(), shared_storage=False)
     op = operator(storage_path="/data/records")
-    op.__dict__["hook"] = SimpleNamespace(endpoint=SimpleNamespace(shared_storage=False))
     with pytest.raises(InvalidParameterError, match="shared_storage") as err:
         op.execute(context(task_id="evaluate"))
     assert err.value.parameter == "storage_path"
@@ -132,40 +140,39 @@ def cluster_that_runs(*, ends="SUCCEEDED"):
     return on_submit
 
 
-def test_a_task_run_returns_the_functions_value(tmp_path):
+def test_a_task_run_returns_the_functions_value(serve, tmp_path):
     ray = FakeRay(on_submit=cluster_that_runs())
+    serve(ray)
     op = operator(storage_path=str(tmp_path), op_args=["s3://b/model"], op_kwargs={"threshold": 0.95}, num_gpus=1,
                   poll_interval_seconds=0.001)
-    op.__dict__["hook"] = ray
     ctx = context(task_id="evaluate")
     assert op.execute(ctx) == {"uri": "s3://b/model", "passed": False}
     (call,) = ray.submitted
     sid = TASK_RUN.submission_id(1)
     assert call["submission_id"] == sid and ctx["ti"].xcoms[XCOM_SUBMISSION_ID] == sid
-    assert call["entrypoint"].startswith("python -m airflow_provider_horovod.runtime.task ahp_payload_")
+    assert call["entrypoint"].startswith("python -m airflow_provider_horovod.runtime.entrypoint task ahp_payload_")
     assert call["metadata"][META_KIND] == "task" and json.loads(call["metadata"][META_RESOURCES]) == {
         "num_cpus": 1, "num_gpus": 1}
     assert (call["entrypoint_num_cpus"], call["entrypoint_num_gpus"], call["entrypoint_memory"]) == (1, 1, None)
     assert os.path.exists(f"{TASK_RUN.storage_uri(str(tmp_path))}/attempt-1/consumed.json")
 
 
-def test_a_failed_task_job_fails_and_the_retry_runs_it_again(tmp_path):
+def test_a_failed_task_job_fails_and_the_retry_runs_it_again(serve, tmp_path):
     ray = FakeRay(on_submit=cluster_that_runs(ends="FAILED"))
+    serve(ray)
     op = operator(storage_path=str(tmp_path), op_args=["u"], poll_interval_seconds=0.001)
-    op.__dict__["hook"] = ray
     with pytest.raises(RayJobError, match="ended FAILED: failed\nWhy: boom\nLast lines of the job's log:\nevaluating\n"
                                           "AHP_ERROR boom"):
         op.execute(context(task_id="evaluate"))
     ray.on_submit = cluster_that_runs()
     retry = operator(storage_path=str(tmp_path), op_args=["u"], poll_interval_seconds=0.001)
-    retry.__dict__["hook"] = ray
     assert retry.execute(context(task_id="evaluate", try_number=2)) == {"uri": "u", "passed": True}
     assert [c["submission_id"] for c in ray.submitted] == [TASK_RUN.submission_id(1), TASK_RUN.submission_id(2)]
 
 
-def test_the_base_operator_leaves_start_and_complete_to_subclasses():
+def test_the_base_operator_leaves_the_plan_and_the_result_to_subclasses():
     op = BaseRayJobOperator(task_id="base")
     with pytest.raises(NotImplementedError):
-        op.start(context(), Untouchable())
+        op.plan(TASK_RUN, WaitPolicy())
     with pytest.raises(NotImplementedError):
-        op.complete(context(), None)
+        op.task_result(context(), {})

@@ -10,13 +10,19 @@ import time
 import pytest
 from airflow.sdk import PokeReturnValue
 
+from airflow_provider_horovod.contract import (
+    META_KIND,
+    META_RESOURCES,
+    META_RESULT_URI,
+    XCOM_CHECKPOINT_URI,
+    ResultRecord,
+    result_uri,
+)
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError
-from airflow_provider_horovod.jobs.protocol import META_KIND, META_RESOURCES, META_RESULT_URI, XCOM_CHECKPOINT_URI
 from airflow_provider_horovod.links.ray import RayJobLink
 from airflow_provider_horovod.sensors.ray import RayJobSensor
-from airflow_provider_horovod.spec import ResultRecord, result_uri
 from airflow_provider_horovod.storage import Storage
-from unit.fakes import FakeRay, Untouchable, context
+from unit.fakes import FakeRay, context
 
 SID = "raysubmit_A1b2C3"
 
@@ -37,14 +43,15 @@ def sensor(**kwargs) -> RayJobSensor:
     ({"deferrable": True, "poke_interval": 0.0}, "poke_interval", "seconds greater than 0"),
     ({"aws_conn_id": "aws_does_not_exist"}, "aws_conn_id", "create it (type aws)"),
 ], ids=lambda v: v if isinstance(v, str) else None)
-def test_bad_input_fails_before_any_cluster_call(kwargs, parameter, fix, monkeypatch):
+def test_bad_input_fails_before_any_cluster_call(serve, kwargs, parameter, fix, monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_AWS_DOES_NOT_EXIST", raising=False)
+    dashboard = serve(FakeRay())
     task = sensor(**kwargs)
-    task.__dict__["hook"] = Untouchable()
     with pytest.raises(InvalidParameterError) as err:
         task.execute(context(task_id="wait"))
     assert err.value.parameter == parameter and fix in str(err.value)
     assert str(err.value).startswith(f"Invalid {parameter}={err.value.value!r}: ")
+    assert dashboard.requests == []
 
 
 @pytest.mark.parametrize("kwargs, parameter", [({"poke_interval": -1}, "poke_interval"),
@@ -55,35 +62,48 @@ def test_bad_timing_fails_when_the_dag_is_parsed(kwargs, parameter):
     assert err.value.parameter == parameter and "seconds (0 or more)" in str(err.value)
 
 
+def test_it_defers_by_default_whatever_airflows_default_deferrable_says():
+    from airflow.providers.common.compat.sdk import conf
+
+    assert conf.getboolean("operators", "default_deferrable") is False  # stock Airflow
+    assert sensor().deferrable is True
+
+
 def test_template_fields():
     assert set(RayJobSensor.template_fields) == {"submission_id", "ray_conn_id", "aws_conn_id"}
     task = sensor(submission_id="{{ ti.xcom_pull(task_ids='train', key='submission_id') }}")
     assert "xcom_pull" in task.submission_id  # not rendered, nor checked, at parse time
 
 
-def poke(task, ray, ctx=None):
-    task.__dict__["hook"] = ray
-    return task.poke(ctx or context(task_id="wait"))
+@pytest.fixture
+def poke(serve):
+    """A poke through the real hook at ``ray`` served over HTTP (its dashboard as ``poke.dashboard``)."""
+
+    def poke_(task, ray, ctx=None):
+        poke_.dashboard = serve(ray, task.ray_conn_id)
+        return task.poke(ctx or context(task_id="wait"))
+
+    return poke_
 
 
-def test_a_running_job_is_not_done():
+def test_a_running_job_is_not_done(poke):
     ray = FakeRay({SID: {"status": "RUNNING"}}, logs={SID: "lots of log\n"})
     assert poke(sensor(), ray) is False
     assert "get_job_logs" not in ray.calls and ray.stopped == []
 
 
-def test_a_succeeded_job_of_anyone_gives_the_generic_dict():
+def test_a_succeeded_job_of_anyone_gives_the_generic_dict(poke):
     ray = FakeRay({SID: {"status": "SUCCEEDED", "metadata": {"owner": "team-a"}}})
     ctx = context(task_id="wait")
     done = poke(sensor(), ray, ctx)
     assert isinstance(done, PokeReturnValue) and done.is_done
-    assert done.xcom_value == {"submission_id": SID, "status": "SUCCEEDED", "dashboard_url": ray.get_job_url(SID),
-                               "metadata": {"owner": "team-a"}}
+    assert done.xcom_value == {"submission_id": SID, "status": "SUCCEEDED", "metadata": {"owner": "team-a"},
+                               "dashboard_url": f"{poke.dashboard.url}/#/jobs/{SID}"}
     assert ctx["ti"].xcoms == {}
 
 
 @pytest.mark.parametrize("status", ["FAILED", "STOPPED"])
-def test_a_failed_job_raises_with_the_tail_of_its_log(status):
+def test_a_failed_job_raises_with_the_tail_of_its_log(poke, status):
     log = "".join(f"step {i}\n" for i in range(60)) + "RuntimeError: CUDA out of memory\n"
     ray = FakeRay({SID: {"status": status, "message": "driver failed", "error_type": "JOB_ENTRYPOINT_COMMAND_ERROR"}},
                   logs={SID: log})
@@ -95,13 +115,13 @@ def test_a_failed_job_raises_with_the_tail_of_its_log(status):
     assert err.value.status == status
 
 
-def test_a_missing_job():
+def test_a_missing_job(poke):
     with pytest.raises(RayJobError, match=f"'{SID}' does not exist on the cluster of connection 'ray_x'; check "
                                           "submission_id and ray_conn_id"):
         poke(sensor(ray_conn_id="ray_x"), FakeRay())
 
 
-def test_pending_too_long_stops_the_job():
+def test_pending_too_long_stops_the_job(poke):
     ray = FakeRay({SID: {"status": "PENDING", "start_time": (time.time() - 100) * 1000,
                          "metadata": {META_RESOURCES: '{"GPU": 8.0}'}}}, cluster={"CPU": 2.0})
     with pytest.raises(RayJobError, match='stayed PENDING for 100 s.*ask for {"GPU": 8.0}.*has {"CPU": 2.0}'):
@@ -109,7 +129,7 @@ def test_pending_too_long_stops_the_job():
     assert ray.stopped == [SID]
 
 
-def test_a_training_job_gives_the_verified_checkpoint(tmp_path):
+def test_a_training_job_gives_the_verified_checkpoint(poke, tmp_path):
     storage_uri = str(tmp_path / "dag" / "train" / "run-abcdef")
     checkpoint = f"{storage_uri}/attempt-1/checkpoint_000003"
     os.makedirs(checkpoint)
@@ -129,29 +149,29 @@ def test_a_training_job_gives_the_verified_checkpoint(tmp_path):
     assert json.loads(open(f"{storage_uri}/attempt-1/consumed.json").read())["submission_id"] == sid
 
 
-def test_execute_pushes_the_link_and_waits_by_poking():
+def test_execute_pushes_the_link_and_waits_by_poking(poke, serve):
     ray = FakeRay({SID: [{"status": "RUNNING"}, {"status": "SUCCEEDED", "metadata": {}}]})
-    task = sensor(poke_interval=0.01)
-    task.__dict__["hook"] = ray
+    task = sensor(poke_interval=0.01, deferrable=False)
+    poke.dashboard = serve(ray)
     ctx = context(task_id="wait")
     assert task.execute(ctx)["status"] == "SUCCEEDED"
-    assert ctx["ti"].xcoms[RayJobLink().xcom_key] == ray.get_job_url(SID)
+    assert ctx["ti"].xcoms[RayJobLink().xcom_key] == f"{poke.dashboard.url}/#/jobs/{SID}"
 
 
-def test_deferrable_defers_only_while_the_job_runs():
+def test_deferrable_defers_only_while_the_job_runs(poke, serve):
     from airflow.sdk.exceptions import TaskDeferred
 
     ray = FakeRay({SID: {"status": "SUCCEEDED", "metadata": {}}})
     task = sensor(deferrable=True)
-    task.__dict__["hook"] = ray
+    poke.dashboard = serve(ray)
     assert task.execute(context(task_id="wait"))["status"] == "SUCCEEDED"  # already over: no deferral
 
     ray = FakeRay({SID: {"status": "RUNNING"}})
     task = sensor(deferrable=True, poke_interval=5, timeout=600, pending_timeout_seconds=30, ray_conn_id="ray_x")
-    task.__dict__["hook"] = ray
+    poke.dashboard = serve(ray, "ray_x")
     with pytest.raises(TaskDeferred) as deferred:
         task.execute(context(task_id="wait"))
     _, kwargs = deferred.value.trigger.serialize()
-    assert (kwargs["submission_id"], kwargs["ray_conn_id"], kwargs["poll_interval_seconds"],
-            kwargs["pending_timeout_seconds"]) == (SID, "ray_x", 5.0, 30)
+    assert (kwargs["submission_id"], kwargs["ray_conn_id"], kwargs["policy"]) == (
+        SID, "ray_x", {"poll_interval_s": 5.0, "pending_timeout_s": 30, "stall_timeout_s": None})
     assert deferred.value.timeout.total_seconds() == 600

@@ -1,5 +1,6 @@
-"""RayJobTrigger: serialisable arguments checked at construction, and a run against a stand-in for
-the Ray dashboard that streams each log line once and yields exactly one event (a JobEvent's dict)."""
+"""RayJobTrigger: serialisable arguments checked at construction (the wait policy travels whole), and
+a run through the real RayHook against a stand-in for the Ray dashboard served over HTTP, which
+streams each log line once and yields exactly one event (a JobEvent's dict)."""
 
 import asyncio
 import json
@@ -9,27 +10,30 @@ import time
 import pytest
 
 from airflow_provider_horovod import compat
-from airflow_provider_horovod.exceptions import InvalidParameterError, RayClusterUnreachableError
-from airflow_provider_horovod.jobs.logs import LOG_CURSOR_KEY, LogCursor
-from airflow_provider_horovod.jobs.protocol import LOG_TAIL_LINES, META_RESOURCES, JobEvent, JobStatus
+from airflow_provider_horovod.contract import LOG_TAIL_LINES, META_RESOURCES, XCOM_LOG_CURSOR, JobStatus
+from airflow_provider_horovod.exceptions import InvalidParameterError
+from airflow_provider_horovod.jobs.logs import LogCursor
+from airflow_provider_horovod.jobs.wait import JobEvent, WaitPolicy
 from airflow_provider_horovod.triggers.ray import RayJobTrigger
 from unit.fakes import FakeRay, FakeTI
 
 SID = "ahp-dag-train-0123456789-a1"
+FAST = WaitPolicy(poll_interval_s=0.001).to_dict()
 
 
 CURSOR = LogCursor(SID).advanced([f"l{i}" for i in range(1, 8)])
 
 
 def test_serialize_exact_and_rebuilt():
-    trigger = RayJobTrigger(submission_id=SID, ray_conn_id="my_ray", poll_interval_seconds=2.5,
-                            pending_timeout_seconds=60, stall_timeout_seconds=120, log_cursor=CURSOR.to_dict(),
-                            stream_logs=False)
+    policy = WaitPolicy(poll_interval_s=2.5, pending_timeout_s=60, stall_timeout_s=120)
+    trigger = RayJobTrigger(submission_id=SID, ray_conn_id="my_ray", policy=policy.to_dict(),
+                            log_cursor=CURSOR.to_dict(), stream_logs=False)
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_provider_horovod.triggers.ray.RayJobTrigger"
     assert LogCursor.from_dict(kwargs.pop("log_cursor"), SID) == CURSOR
-    assert kwargs == {"submission_id": SID, "ray_conn_id": "my_ray", "poll_interval_seconds": 2.5,
-                      "pending_timeout_seconds": 60, "stall_timeout_seconds": 120, "stream_logs": False}
+    assert kwargs == {"submission_id": SID, "ray_conn_id": "my_ray", "stream_logs": False,
+                      "policy": {"poll_interval_s": 2.5, "pending_timeout_s": 60, "stall_timeout_s": 120}}
+    assert trigger.policy == policy
     classpath, kwargs = trigger.serialize()
     assert json.loads(json.dumps(kwargs)) == kwargs  # what the triggerer stores
     assert RayJobTrigger(**kwargs).serialize() == (classpath, kwargs)
@@ -39,18 +43,18 @@ def test_defaults_and_a_cursor_of_another_job():
     other = LogCursor("ahp-dag-train-0123456789-a2").advanced(["x"] * 9).to_dict()
     _, kwargs = RayJobTrigger(submission_id=SID, log_cursor=other).serialize()
     assert LogCursor.from_dict(kwargs.pop("log_cursor"), SID) == LogCursor(SID)
-    assert kwargs == {"submission_id": SID, "ray_conn_id": "ray_default", "poll_interval_seconds": 1.0,
-                      "pending_timeout_seconds": 600.0, "stall_timeout_seconds": None, "stream_logs": True}
+    assert kwargs == {"submission_id": SID, "ray_conn_id": "ray_default", "stream_logs": True,
+                      "policy": {"poll_interval_s": 1.0, "pending_timeout_s": 600.0, "stall_timeout_s": None}}
 
 
 @pytest.mark.parametrize("kwargs, parameter", [
     ({"submission_id": ""}, "submission_id"),
     ({"submission_id": None}, "submission_id"),
-    ({"submission_id": "x", "poll_interval_seconds": 0}, "poll_interval_seconds"),
-    ({"submission_id": "x", "poll_interval_seconds": "fast"}, "poll_interval_seconds"),
-    ({"submission_id": "x", "poll_interval_seconds": True}, "poll_interval_seconds"),
-    ({"submission_id": "x", "pending_timeout_seconds": -1}, "pending_timeout_seconds"),
-    ({"submission_id": "x", "pending_timeout_seconds": "10"}, "pending_timeout_seconds"),
+    ({"submission_id": "x", "policy": {"poll_interval_s": 0}}, "poll_interval_seconds"),
+    ({"submission_id": "x", "policy": {"poll_interval_s": "fast"}}, "poll_interval_seconds"),
+    ({"submission_id": "x", "policy": {"poll_interval_s": True}}, "poll_interval_seconds"),
+    ({"submission_id": "x", "policy": {"pending_timeout_s": -1}}, "pending_timeout_seconds"),
+    ({"submission_id": "x", "policy": {"pending_timeout_s": "10"}}, "pending_timeout_seconds"),
 ])
 def test_bad_arguments_are_refused_at_construction(kwargs, parameter):
     with pytest.raises(InvalidParameterError) as err:
@@ -63,13 +67,24 @@ def job(status, started_s_ago=0.0, **extra):
             "metadata": {}, **extra}
 
 
-def run(trigger, ray, monkeypatch):
-    monkeypatch.setattr(trigger, "_hook", lambda: ray)
+@pytest.fixture
+def run(serve):
+    """The trigger's events, its hook talking to ``ray`` served over HTTP (its dashboard as ``.dashboard``)."""
 
+    def run_(trigger, ray, failures=()):
+        dashboard = serve(ray, trigger.ray_conn_id)
+        for prefix, status, after in failures:
+            dashboard.fail(prefix, status, after=after)
+        return asyncio.run(collect(trigger))
+
+    return run_
+
+
+def collect(trigger):
     async def collect():
         return [event async for event in trigger.run()]
 
-    return asyncio.run(collect())
+    return collect()
 
 
 def streamed(capsys) -> list[str]:
@@ -77,10 +92,10 @@ def streamed(capsys) -> list[str]:
     return re.findall(r"\[ray\] (\S+)", capsys.readouterr().out)
 
 
-def test_run_streams_each_line_once_and_yields_one_event(monkeypatch, capsys):
+def test_run_streams_each_line_once_and_yields_one_event(run, monkeypatch, capsys):
     ray = FakeRay({SID: [job("PENDING"), job("RUNNING"), job("RUNNING"), job("RUNNING"), job("SUCCEEDED")]},
                   logs={SID: ["", "l1\nl2", "l1\nl2\nl3\n", "l1\nl2\nl3\n", "l1\nl2\nl3\nl4"]})
-    events = run(RayJobTrigger(submission_id=SID, poll_interval_seconds=0.001), ray, monkeypatch)
+    events = run(RayJobTrigger(submission_id=SID, policy=FAST), ray)
     assert len(events) == 1
     assert json.loads(json.dumps(events[0].payload)) == events[0].payload
     event = JobEvent.from_dict(events[0].payload)
@@ -89,31 +104,30 @@ def test_run_streams_each_line_once_and_yields_one_event(monkeypatch, capsys):
     assert LogCursor.from_dict(event.log_cursor, SID).lines == 4
     assert LogCursor.from_dict(event.log_cursor, SID).tail == LogCursor(SID).advanced(["l1", "l2", "l3", "l4"]).tail
     assert streamed(capsys) == ["l1", "l2", "l3", "l4"]
-    assert ray.calls[-1] == "aclose"  # the hook's clients are closed
     assert "get_job_logs" not in ray.calls  # read by windows of the log's end
 
 
-def test_a_serialized_cursor_repeats_no_line(monkeypatch, capsys):
+def test_a_serialized_cursor_repeats_no_line(run, monkeypatch, capsys):
     ray = FakeRay({SID: job("SUCCEEDED")}, logs={SID: "l1\nl2\nl3\n"})
     trigger = RayJobTrigger(submission_id=SID, log_cursor=LogCursor(SID).advanced(["l1", "l2"]).to_dict())
     rebuilt = RayJobTrigger(**json.loads(json.dumps(trigger.serialize()[1])))
-    (event,) = run(rebuilt, ray, monkeypatch)
+    (event,) = run(rebuilt, ray)
     assert streamed(capsys) == ["l3"]
     assert LogCursor.from_dict(event.payload["log_cursor"], SID).lines == 3
 
 
-def test_without_streaming_only_the_end_is_read(monkeypatch, capsys):
+def test_without_streaming_only_the_end_is_read(run, monkeypatch, capsys):
     ray = FakeRay({SID: [job("RUNNING"), job("FAILED")]}, logs={SID: "boom\n"})
-    (event,) = run(RayJobTrigger(submission_id=SID, poll_interval_seconds=0.001, stream_logs=False), ray, monkeypatch)
+    (event,) = run(RayJobTrigger(submission_id=SID, policy=FAST, stream_logs=False), ray)
     assert ray.tail_reads == [(SID, LOG_TAIL_LINES)] and "get_job_logs" not in ray.calls
     assert event.payload["outcome"] == "error" and event.payload["log_tail"] == ["boom"]
     assert streamed(capsys) == []
 
 
-def test_pending_too_long_stops_the_job_and_says_what_was_asked(monkeypatch):
+def test_pending_too_long_stops_the_job_and_says_what_was_asked(run, monkeypatch):
     ray = FakeRay({SID: job("PENDING", started_s_ago=90, metadata={META_RESOURCES: '{"GPU": 4.0}'})},
                   cluster={"CPU": 8.0})
-    (event,) = run(RayJobTrigger(submission_id=SID, pending_timeout_seconds=30), ray, monkeypatch)
+    (event,) = run(RayJobTrigger(submission_id=SID, policy={"pending_timeout_s": 30}), ray)
     payload = event.payload
     assert payload["outcome"] == "error" and payload["job_status"] == "PENDING"
     assert "stayed PENDING for 90 s" in payload["message"]
@@ -121,44 +135,30 @@ def test_pending_too_long_stops_the_job_and_says_what_was_asked(monkeypatch):
     assert ray.stopped == [SID]
 
 
-def test_pending_too_long_when_the_cluster_cannot_say_what_it_has(monkeypatch):
+def test_pending_too_long_when_the_cluster_cannot_say_what_it_has(run):
     ray = FakeRay({SID: job("PENDING", started_s_ago=90)})
-
-    async def unreachable():
-        raise RayClusterUnreachableError("down")
-
-    ray.a_get_cluster_resources = unreachable
-    (event,) = run(RayJobTrigger(submission_id=SID, pending_timeout_seconds=30), ray, monkeypatch)
+    (event,) = run(RayJobTrigger(submission_id=SID, policy={"pending_timeout_s": 30}), ray,
+                   failures=[("/api/v0/nodes", 500, 0)])
     assert "the cluster has unknown" in event.payload["message"] and ray.stopped == [SID]
 
 
-def test_a_missing_job_yields_an_error_event(monkeypatch):
-    (event,) = run(RayJobTrigger(submission_id=SID), FakeRay(), monkeypatch)
+def test_a_missing_job_yields_an_error_event(run):
+    (event,) = run(RayJobTrigger(submission_id=SID), FakeRay())
     assert event.payload["outcome"] == "error" and f"Ray job {SID} does not exist" in event.payload["message"]
 
 
-def test_a_provider_error_becomes_one_error_event(monkeypatch):
+def test_a_provider_error_becomes_one_error_event(run):
     ray = FakeRay({SID: [job("RUNNING")]}, logs={SID: "l1\n"})
-    calls = {"n": 0}
-    real = ray.a_get_job_info
-
-    async def flaky(sid):
-        calls["n"] += 1
-        if calls["n"] > 1:
-            raise RayClusterUnreachableError("The Ray dashboard did not answer")
-        return await real(sid)
-
-    ray.a_get_job_info = flaky
-    (event,) = run(RayJobTrigger(submission_id=SID, poll_interval_seconds=0.001), ray, monkeypatch)
-    assert event.payload["outcome"] == "error" and "did not answer" in event.payload["message"]
+    # The job's info answers once, then the dashboard fails it.
+    (event,) = run(RayJobTrigger(submission_id=SID, policy=FAST), ray, failures=[(f"/api/jobs/{SID}", 500, 1)])
+    assert event.payload["outcome"] == "error" and "job info failed: HTTP 500" in event.payload["message"]
     assert LogCursor.from_dict(event.payload["log_cursor"], SID).lines == 1  # the line streamed before
 
 
-def test_on_kill_stops_the_job(monkeypatch):
+def test_on_kill_stops_the_job(serve):
     ray = FakeRay({SID: job("RUNNING")})
-    trigger = RayJobTrigger(submission_id=SID)
-    monkeypatch.setattr(trigger, "_hook", lambda: ray)
-    asyncio.run(trigger.on_kill())
+    serve(ray)
+    asyncio.run(RayJobTrigger(submission_id=SID).on_kill())
     assert ray.stopped == [SID]
 
 
@@ -166,7 +166,7 @@ class XComs:
     """The triggerer's XComs of the task (compat.trigger_xcom_get/set), in memory."""
 
     def __init__(self, saved=None):
-        self.values = {} if saved is None else {LOG_CURSOR_KEY: saved}
+        self.values = {} if saved is None else {XCOM_LOG_CURSOR: saved}
         self.sets: list[dict] = []
 
     async def get(self, key, **ids):
@@ -185,11 +185,11 @@ def with_task(trigger, monkeypatch, xcoms):
     return trigger
 
 
-def test_the_cursor_is_saved_before_the_lines_it_counts_are_written(monkeypatch):
+def test_the_cursor_is_saved_before_the_lines_it_counts_are_written(run, monkeypatch):
     ray = FakeRay({SID: [job("RUNNING"), job("RUNNING"), job("SUCCEEDED")]},
                   logs={SID: ["a\n", "a\nb\nc\n", "a\nb\nc\nd\n"]})
     xcoms = XComs()
-    trigger = with_task(RayJobTrigger(submission_id=SID, poll_interval_seconds=0.001), monkeypatch, xcoms)
+    trigger = with_task(RayJobTrigger(submission_id=SID, policy=FAST), monkeypatch, xcoms)
     order = []
     monkeypatch.setattr(trigger.log, "info", lambda line, *args: order.append(("write", line)))
     real_set = xcoms.set
@@ -199,36 +199,36 @@ def test_the_cursor_is_saved_before_the_lines_it_counts_are_written(monkeypatch)
         await real_set(key, value, **ids)
 
     monkeypatch.setattr(compat, "trigger_xcom_set", recorded_set)
-    (event,) = run(trigger, ray, monkeypatch)
+    (event,) = run(trigger, ray)
     assert order == [("save", 1), ("write", "[ray] a"), ("save", 3), ("write", "[ray] b"), ("write", "[ray] c"),
                      ("save", 4), ("write", "[ray] d")]
-    assert LogCursor.from_dict(xcoms.values[LOG_CURSOR_KEY], SID) == LogCursor.from_dict(
+    assert LogCursor.from_dict(xcoms.values[XCOM_LOG_CURSOR], SID) == LogCursor.from_dict(
         event.payload["log_cursor"], SID)
 
 
-def test_a_restarted_trigger_continues_from_the_saved_cursor_not_its_kwargs(monkeypatch, capsys):
+def test_a_restarted_trigger_continues_from_the_saved_cursor_not_its_kwargs(run, monkeypatch, capsys):
     lines = [f"l{i}" for i in range(1, 61)]
     text = "\n".join(lines) + "\n"
     ray = FakeRay({SID: [job("RUNNING"), job("SUCCEEDED")]}, logs={SID: text})
     # Deferred at line 5; before the restart the first trigger streamed (and saved) 50 lines.
     saved = LogCursor(SID).advanced(lines[:50]).to_dict()
     trigger = RayJobTrigger(submission_id=SID, log_cursor=LogCursor(SID).advanced(lines[:5]).to_dict(),
-                            poll_interval_seconds=0.001)
-    (event,) = run(with_task(trigger, monkeypatch, XComs(saved)), ray, monkeypatch)
+                            policy=FAST)
+    (event,) = run(with_task(trigger, monkeypatch, XComs(saved)), ray)
     assert streamed(capsys) == lines[50:]
     assert LogCursor.from_dict(event.payload["log_cursor"], SID).lines == 60
 
 
 @pytest.mark.parametrize("saved", [None, {"submission_id": "ahp-dag-train-0123456789-a2", "lines": 50}])
-def test_a_saved_cursor_of_another_job_or_none_leaves_the_kwargs_cursor(monkeypatch, capsys, saved):
+def test_a_saved_cursor_of_another_job_or_none_leaves_the_kwargs_cursor(run, monkeypatch, capsys, saved):
     lines = [f"l{i}" for i in range(1, 11)]
     ray = FakeRay({SID: job("SUCCEEDED")}, logs={SID: "\n".join(lines) + "\n"})
     trigger = RayJobTrigger(submission_id=SID, log_cursor=LogCursor(SID).advanced(lines[:5]).to_dict())
-    run(with_task(trigger, monkeypatch, XComs(saved)), ray, monkeypatch)
+    run(with_task(trigger, monkeypatch, XComs(saved)), ray)
     assert streamed(capsys) == lines[5:]
 
 
-def test_unreadable_xcoms_do_not_fail_the_wait(monkeypatch, capsys):
+def test_unreadable_xcoms_do_not_fail_the_wait(run, monkeypatch, capsys):
     ray = FakeRay({SID: job("SUCCEEDED")}, logs={SID: "a\nb\n"})
     trigger = RayJobTrigger(submission_id=SID)
     trigger.task_instance = FakeTI()
@@ -238,5 +238,5 @@ def test_unreadable_xcoms_do_not_fail_the_wait(monkeypatch, capsys):
 
     monkeypatch.setattr(compat, "trigger_xcom_get", broken)
     monkeypatch.setattr(compat, "trigger_xcom_set", broken)
-    (event,) = run(trigger, ray, monkeypatch)
+    (event,) = run(trigger, ray)
     assert event.payload["outcome"] == "success" and streamed(capsys) == ["a", "b"]

@@ -1,0 +1,429 @@
+"""The contract between the Airflow side and the Ray cluster, in the one module both import.
+
+Whatever crosses the boundary is named here once: the defaults, the job states and kinds, the
+files of a job's payload and of its storage folder (the layout and its inverse), the markers the
+runtime prints, the XCom and job metadata keys, the training spec and the record an attempt leaves,
+and the result a task returns. Standard library only: the runtime imports it on the cluster, which
+has no Airflow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import inspect
+import json
+import os
+import re
+from collections.abc import Callable
+from typing import Any, TypedDict
+
+from airflow_provider_horovod.exceptions import UnknownJobStatusError
+
+VERSION = "0.2.0"
+# Of the spec and the record: a reader refuses a spec of another version and ignores unknown fields.
+FORMAT = 1
+
+# --- Defaults, decided once ------------------------------------------------------------------------
+
+POLL_INTERVAL_S = 1.0
+# Wait in the triggerer, not in a worker slot: a training waits for hours (unlike Airflow's own
+# [operators] default_deferrable, which is off in a stock install).
+DEFERRABLE = True
+# A deferred task first follows its job this long in the worker: a job that ends within its first
+# seconds then never goes through a deferral (whose resume Airflow can lose, apache/airflow#67287).
+SYNC_WAIT_BEFORE_DEFER_S = 15.0
+PENDING_TIMEOUT_S: float | None = 600.0
+STALL_TIMEOUT_S: float | None = None
+# Horovod's Gloo rendezvous and collective timeout (Horovod's own default).
+HOROVOD_TIMEOUT_S = 30
+NUM_WORKERS = 2
+# How many of a failed job's last log lines its error shows.
+LOG_TAIL_LINES = 40
+# The Ray versions the runtime supports, [min, max): it uses Train V2's backend API, which moves
+# between releases. The [cluster] extra in pyproject.toml declares the same range.
+RAY_VERSIONS = ((2, 60), (2, 61))
+
+
+class JobStatus(str, enum.Enum):
+    """Ray's job states; a str, so it goes into JSON (trigger events, XCom) as it is."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    STOPPED = "STOPPED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (JobStatus.STOPPED, JobStatus.SUCCEEDED, JobStatus.FAILED)
+
+    @classmethod
+    def of(cls, value: Any) -> JobStatus:
+        """The state Ray reported; a state this provider does not know is an error, never a wait."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise UnknownJobStatusError(
+                f"Ray reported the job status {value!r}, which airflow-provider-horovod {VERSION} does not know "
+                f"(it knows {', '.join(s.value for s in cls)}): check that the cluster runs a Ray version it "
+                "supports (the [cluster] extra's).") from None
+
+
+class TrainerApi(str, enum.Enum):
+    """``v2``: Ray Train V2 with the provider's Horovod backend; ``legacy``: Ray's HorovodTrainer (V1)."""
+
+    V2 = "v2"
+    LEGACY = "legacy"
+
+
+class JobKind(str, enum.Enum):
+    """A training (``HorovodTrainOperator``, ``@task.horovod``) or one function (``@task.ray``)."""
+
+    TRAIN = "train"
+    TASK = "task"
+
+
+# --- Files, markers and keys -----------------------------------------------------------------------
+
+# In the job's payload package.
+SPEC_FILE = "spec.json"
+SESSION_FILE = "aws_session.json"
+PAYLOAD_PREFIX = "ahp_payload_"
+# In an attempt's storage folder.
+ATTEMPT_PREFIX = "attempt-"
+RESULT_FILE = "result.json"
+RETURN_VALUE_FILE = "return_value.json"
+TIMELINE_FILE = "horovod_timeline.json"
+HISTORY_FILE = "metrics_history.json"
+# Written by the Airflow side once a task try has taken an attempt's result: a later try of the same
+# task run (a user clearing a succeeded task) trains again instead of reusing it.
+CONSUMED_FILE = "consumed.json"
+
+# The lines the runtime ends a job's log with: its record (success) or its one-line reason (failure).
+RESULT_MARK = "AHP_RESULT "
+ERROR_MARK = "AHP_ERROR "
+
+# XCom keys the provider pushes (the return value aside).
+XCOM_CHECKPOINT_URI = "checkpoint_uri"
+XCOM_SUBMISSION_ID = "submission_id"
+XCOM_JOB = "ray_job"  # the SubmittedJob, pushed at submission
+# How far the job's log is in the task log (the task_state_store key, and the XCom a trigger reads).
+XCOM_LOG_CURSOR = "ray_log_cursor"
+
+# Ray job metadata keys. Ray shows metadata to every dashboard reader: names and paths only, no secrets.
+META_PREFIX = "ahp_"
+META_KIND = f"{META_PREFIX}kind"
+META_STORAGE_URI = f"{META_PREFIX}storage_uri"
+META_ATTEMPT = f"{META_PREFIX}attempt"
+META_RESULT_URI = f"{META_PREFIX}result_uri"
+META_NUM_WORKERS = f"{META_PREFIX}num_workers"
+META_RESOURCES = f"{META_PREFIX}resources"
+
+
+# --- Ids and the storage layout --------------------------------------------------------------------
+
+SUBMISSION_PREFIX = "ahp"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_MAP_PART = re.compile(r"^map-\d+$")
+
+
+def short_hash(*parts: object, length: int = 10) -> str:
+    return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:length]
+
+
+def safe_name(text: str, max_len: int = 60) -> str:
+    """A readable, path- and URL-safe form of an Airflow id (``:`` and ``+`` of run ids go)."""
+    return _UNSAFE.sub("_", text).strip("_")[:max_len] or "x"
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskRun:
+    """The Airflow task run a Ray job belongs to: its submission ids and storage folder derive from
+    it, so they are known before anything is submitted and a retry finds what an earlier try started."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int = -1
+
+    @classmethod
+    def of(cls, ti: Any) -> TaskRun:
+        """From a task instance (or anything with the four attributes)."""
+        index = getattr(ti, "map_index", -1)
+        return cls(ti.dag_id, ti.task_id, ti.run_id, -1 if index is None else int(index))
+
+    @property
+    def base_id(self) -> str:
+        """The stem of this run's submission ids: readable parts for people, a hash of all four for
+        uniqueness (truncation and sanitising could otherwise make two runs collide)."""
+        digest = short_hash(self.dag_id, self.task_id, self.run_id, self.map_index)
+        return f"{SUBMISSION_PREFIX}-{safe_name(self.dag_id, 40)}-{safe_name(self.task_id, 40)}-{digest}"
+
+    def submission_id(self, attempt: int) -> str:
+        return f"{self.base_id}-a{attempt}"
+
+    def storage_uri(self, storage_path: str) -> str:
+        """The task run's own folder under ``storage_path``: backfills and reruns never share one."""
+        run_part = f"{safe_name(self.run_id, 80)}-{short_hash(self.run_id, length=6)}"
+        parts = [storage_path.rstrip("/"), safe_name(self.dag_id, 120), safe_name(self.task_id, 120), run_part]
+        if self.map_index >= 0:
+            parts.append(f"map-{self.map_index}")
+        return "/".join(parts)
+
+    def metadata(self) -> dict[str, str]:
+        """The Ray job metadata naming this task run (plain strings, shown in the dashboard)."""
+        return {"airflow_dag_id": self.dag_id, "airflow_task_id": self.task_id, "airflow_run_id": self.run_id,
+                "airflow_map_index": str(self.map_index)}
+
+
+def attempt_of(submission_id: str) -> int | None:
+    """The attempt number at the end of a submission id made here (``...-a3`` -> 3)."""
+    stem, sep, number = submission_id.rpartition("-a")
+    return int(number) if sep and stem and number.isdigit() else None
+
+
+def attempt_uri(storage_uri: str, attempt: int) -> str:
+    """The folder of one attempt (one Ray job) inside a task run's storage folder."""
+    return f"{storage_uri.rstrip('/')}/{ATTEMPT_PREFIX}{attempt}"
+
+
+def result_uri(storage_uri: str, attempt: int) -> str:
+    return f"{attempt_uri(storage_uri, attempt)}/{RESULT_FILE}"
+
+
+def consumed_uri(storage_uri: str, attempt: int) -> str:
+    return f"{attempt_uri(storage_uri, attempt)}/{CONSUMED_FILE}"
+
+
+def storage_root(uri: str) -> str:
+    """The ``storage_path`` a task run's (or an attempt's) folder lies under: the layout's inverse."""
+    parts = uri.rstrip("/").split("/")
+    if parts[-1].startswith(ATTEMPT_PREFIX):
+        parts.pop()
+    if _MAP_PART.match(parts[-1]):
+        parts.pop()
+    return "/".join(parts[:-3])
+
+
+def default_storage_path() -> str:
+    """Where checkpoints go when ``storage_path`` is not given: a folder under ``AIRFLOW_HOME``."""
+    home = os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
+    return os.path.join(home, "horovod-storage")
+
+
+# --- How a function is called ----------------------------------------------------------------------
+
+def required_positional(fn: Callable) -> int:
+    """How many positional parameters ``fn`` needs: Ray Train passes ``config`` only to a training
+    function that needs one, so the Airflow side checks it and the runtime calls by it."""
+    return len([p for p in inspect.signature(fn).parameters.values()
+                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)])
+
+
+def check_ray_version(version: str | None) -> str | None:
+    """None when the runtime supports this Ray version; else what is wrong and the fix."""
+    (low, high), found = RAY_VERSIONS, re.match(r"(\d+)\.(\d+)", version or "")
+    if found and low <= (int(found[1]), int(found[2])) < high:
+        return None
+    wanted = f">={low[0]}.{low[1]},<{high[0]}.{high[1]}"
+    return (f"it runs Ray {version or 'of an unknown version'}, and airflow-provider-horovod's runtime supports "
+            f"Ray {wanted}. Install ray[default,train]{wanted} on the cluster (the provider's [cluster] extra "
+            f"does), or use a provider release that supports Ray {version or ''}.")
+
+
+# --- The documents: what a job is asked to do, and what its attempt leaves -------------------------
+
+class _Document:
+    """JSON in and out. A reader ignores fields it does not know (a newer provider wrote them)."""
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, indent=1, default=str)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_json(cls, text: str) -> Any:
+        data = json.loads(text)
+        if data.get("version", FORMAT) != FORMAT:
+            raise ValueError(f"{cls.__name__} of format {data.get('version')!r} is not {FORMAT}: the provider on the "
+                             "cluster and in Airflow differ. The job ships its own copy, so resubmit it.")
+        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSpec(_Document):
+    """What every job of the provider carries: which attempt of which task run, and where it writes.
+    Attempt ``N`` writes under ``<storage_uri>/attempt-N``."""
+
+    submission_id: str
+    storage_uri: str
+    attempt: int = 1
+    # The Airflow side's Python ("3.12"): a pickled function loads only on the same minor version.
+    python_version: str = ""
+    version: int = FORMAT
+
+    @property
+    def run_uri(self) -> str:
+        return attempt_uri(self.storage_uri, self.attempt)
+
+    @property
+    def result_uri(self) -> str:
+        return result_uri(self.storage_uri, self.attempt)
+
+    def pickled_files(self) -> dict[str, str]:
+        """Parameter -> payload file, for the functions that travel pickled."""
+        return {}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingSpec(JobSpec):
+    """A training: ``train_fn`` is ``{"import": "pkg.mod:fn"}`` or ``{"pickle": "<payload file>"}``;
+    ``datasets`` map a name to ``{"uri", "format"}`` or a function reference; ``resume_from`` lists
+    earlier attempts' folders, newest first, whose last checkpoint the run resumes from."""
+
+    train_fn: dict[str, str] = dataclasses.field(default_factory=dict)
+    train_loop_config: dict[str, Any] = dataclasses.field(default_factory=dict)
+    datasets: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    num_workers: int = NUM_WORKERS
+    use_gpu: bool = False
+    resources_per_worker: dict[str, float] | None = None
+    trainer_api: str = TrainerApi.V2.value
+    checkpoint_num_to_keep: int | None = None
+    checkpoint_score_attribute: str | None = None
+    checkpoint_score_order: str = "max"
+    max_failures: int = 0
+    horovod_timeout_s: int = HOROVOD_TIMEOUT_S
+    horovod_nics: list[str] | None = None
+    horovod_env: dict[str, str] = dataclasses.field(default_factory=dict)
+    resume_from: list[str] = dataclasses.field(default_factory=list)
+    # How long the workers may wait for their resources before the run fails (None: no limit).
+    pending_timeout_s: float | None = None
+    # Read the datasets before the workers start (runtime.trainers.materialized).
+    materialize_datasets: bool = True
+    # Record Horovod's timeline on rank 0 and keep it next to the checkpoints.
+    horovod_timeline: bool = False
+    # ``@task.horovod``: every worker calls ``train_fn(*train_args, **train_kwargs)`` (no config).
+    train_args: list[Any] | None = None
+    train_kwargs: dict[str, Any] | None = None
+
+    @property
+    def history_uri(self) -> str:
+        return f"{self.run_uri}/{HISTORY_FILE}"
+
+    @property
+    def timeline_uri(self) -> str:
+        return f"{self.run_uri}/{TIMELINE_FILE}"
+
+    @property
+    def timeline_local_path(self) -> str:
+        """Where Horovod writes the timeline on the node of rank 0, before it is stored."""
+        return f"/tmp/ahp-horovod-timeline-{self.submission_id}.json"
+
+    @property
+    def return_value_uri(self) -> str:
+        """Where rank 0 leaves what the training function returned, for the record."""
+        return f"{self.run_uri}/{RETURN_VALUE_FILE}"
+
+    def worker_resources(self) -> dict[str, float]:
+        """What Ray Train asks for each worker (its ScalingConfig rule): the given resources, else 1 CPU
+        or 1 GPU; with use_gpu, 1 GPU unless the resources say otherwise."""
+        if self.resources_per_worker is None:
+            per_worker = {"GPU": 1.0} if self.use_gpu else {"CPU": 1.0}
+        else:
+            per_worker = {k: float(v) for k, v in self.resources_per_worker.items() if v}
+        if self.use_gpu:
+            per_worker.setdefault("GPU", 1.0)
+        return per_worker
+
+    def total_resources(self) -> dict[str, float]:
+        """What all the workers ask of the cluster together."""
+        return {name: amount * self.num_workers for name, amount in self.worker_resources().items() if amount}
+
+    def pickled_files(self) -> dict[str, str]:
+        refs = {"train_fn": self.train_fn, **{f"datasets[{name!r}]": ref for name, ref in self.datasets.items()}}
+        return {name: ref["pickle"] for name, ref in refs.items() if "pickle" in ref}
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec(JobSpec):
+    """One function run in the job's driver (``@task.ray``): ``function`` as ``train_fn`` above;
+    ``args`` and ``kwargs`` are JSON."""
+
+    function: dict[str, str] = dataclasses.field(default_factory=dict)
+    args: list[Any] = dataclasses.field(default_factory=list)
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def pickled_files(self) -> dict[str, str]:
+        return {"python_callable": self.function["pickle"]} if "pickle" in self.function else {}
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskRecord(_Document):
+    """What an attempt left, written once, atomically, by the runtime: a task's return value (JSON)."""
+
+    submission_id: str
+    attempt: int
+    storage_uri: str
+    run_uri: str
+    return_value: Any = None
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    version: int = FORMAT
+
+
+@dataclasses.dataclass(frozen=True)
+class ResultRecord(TaskRecord):
+    """A training attempt's record: its checkpoints, last metrics and world size, and ``history``,
+    rank 0's reports in order (``{"report", "time", "metrics", "checkpoint"}``, ``checkpoint`` the
+    name of the checkpoint's folder in the attempt's folder, or None)."""
+
+    checkpoint_uri: str | None = None
+    best_checkpoint_uri: str | None = None
+    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
+    world_size: int = 0
+    trainer_api: str = TrainerApi.V2.value
+    resumed_from: str | None = None
+    # Horovod's timeline (Chrome tracing JSON) of rank 0, when it was recorded.
+    timeline_uri: str | None = None
+    history: list[dict] = dataclasses.field(default_factory=list)
+
+
+# --- What a task returns (its XCom) ---------------------------------------------------------------
+
+class SubmittedJob(TypedDict):
+    """Pushed under ``XCOM_JOB`` at submission, and returned when the task does not wait."""
+
+    submission_id: str
+    dashboard_url: str
+    storage_uri: str | None
+    attempt: int
+    kind: str
+
+
+class TrainingResult(TypedDict):
+    """A training task's ``return_value`` (the README documents it)."""
+
+    checkpoint_uri: str | None
+    best_checkpoint_uri: str | None
+    metrics: dict[str, Any]
+    submission_id: str
+    dashboard_url: str
+    storage_uri: str
+    run_uri: str
+    world_size: int
+    attempt: int
+    trainer_api: str
+    resumed_from: str | None
+    timings: dict[str, float]
+    return_value: Any
+    timeline_uri: str | None
+
+
+def training_result(record: ResultRecord, *, dashboard_url: str) -> TrainingResult:
+    """The one place a training's result is built from its attempt's record."""
+    return TrainingResult(
+        checkpoint_uri=record.checkpoint_uri, best_checkpoint_uri=record.best_checkpoint_uri or record.checkpoint_uri,
+        metrics=record.metrics, submission_id=record.submission_id, dashboard_url=dashboard_url,
+        storage_uri=record.storage_uri, run_uri=record.run_uri, world_size=record.world_size, attempt=record.attempt,
+        trainer_api=record.trainer_api, resumed_from=record.resumed_from, timings=record.timings,
+        return_value=record.return_value, timeline_uri=record.timeline_uri)

@@ -1,0 +1,229 @@
+"""The plan of a task run's job, built from the operator's parameters by checks that raise, before
+anything is submitted: the spec of its first attempt, the files that travel with it, the user's
+runtime_env and what it asks of the cluster. ``JobPlan.request`` makes the Ray request of any
+attempt from it; the task log shows that request as its dry run. Pure: no cluster, no storage."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from airflow_provider_horovod import checks
+from airflow_provider_horovod.contract import (
+    META_ATTEMPT,
+    META_KIND,
+    META_NUM_WORKERS,
+    META_RESOURCES,
+    META_RESULT_URI,
+    META_STORAGE_URI,
+    PAYLOAD_PREFIX,
+    SPEC_FILE,
+    JobKind,
+    TaskRun,
+    TaskSpec,
+    TrainerApi,
+    TrainingSpec,
+    attempt_uri,
+    default_storage_path,
+)
+from airflow_provider_horovod.functions import ship_function
+
+RUNTIME_ENTRYPOINT = "airflow_provider_horovod.runtime.entrypoint"
+# runtime_env fields that bring code to the cluster: an import path is then not looked up here.
+CODE_FIELDS = ("working_dir", "py_modules", "pip", "conda", "uv")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobRequest:
+    """One Ray job submission. ``files`` travel as the payload package ``payload_module`` (a
+    ``py_modules`` entry added when it is submitted); they may hold pickled code and forwarded
+    credentials, so ``repr`` and the dry run leave their content out."""
+
+    submission_id: str
+    entrypoint: str
+    runtime_env: dict[str, Any]
+    metadata: dict[str, str]
+    payload_module: str
+    files: dict[str, bytes] = dataclasses.field(repr=False, default_factory=dict)
+    # What the job's driver itself reserves (the Jobs API's entrypoint_num_cpus, _num_gpus, _memory,
+    # _resources): a task job's function runs in its driver.
+    driver_resources: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def dry_run(self) -> str:
+        """The request as the task log shows it: file names and sizes, env var values hidden."""
+        shown = {
+            "submission_id": self.submission_id,
+            "entrypoint": self.entrypoint,
+            "runtime_env": checks.masked(self.runtime_env),
+            "metadata": self.metadata,
+            "driver_resources": self.driver_resources,
+            "payload": {name: f"{len(data)} bytes" for name, data in sorted(self.files.items())},
+        }
+        return json.dumps(shown, indent=1, sort_keys=True)
+
+    def write_payload(self, parent_dir: str) -> str:
+        """Write the payload package under ``parent_dir``; its folder (a ``py_modules`` entry)."""
+        folder = os.path.join(parent_dir, self.payload_module)
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, "__init__.py"), "w", encoding="utf-8") as f:
+            f.write('"""Payload of one airflow-provider-horovod job."""\n')
+        for name, data in self.files.items():
+            if os.path.basename(name) != name:
+                raise ValueError(f"payload file name {name!r} must be a plain file name")
+            with open(os.path.join(folder, name), "wb") as f:
+                f.write(data)
+        return folder
+
+
+@dataclasses.dataclass(frozen=True)
+class JobPlan:
+    """One task run's job, checked. ``spec`` is its first attempt's; ``resources`` what it asks of
+    the cluster in all; ``driver_resources`` what its driver reserves; ``forward_aws`` (connection
+    id, seconds) when it gets short-lived AWS credentials; ``storage_root`` the ``storage_path``."""
+
+    task_run: TaskRun
+    spec: TrainingSpec | TaskSpec
+    files: dict[str, bytes] = dataclasses.field(repr=False)
+    runtime_env: dict[str, Any]
+    resources: dict[str, float]
+    storage_root: str
+    ray_conn_id: str
+    env_vars: dict[str, str] = dataclasses.field(default_factory=dict)
+    driver_resources: dict[str, Any] = dataclasses.field(default_factory=dict)
+    check_cluster_resources: bool = False
+    forward_aws: tuple[str, int] | None = None
+
+    @property
+    def kind(self) -> JobKind:
+        return JobKind.TRAIN if isinstance(self.spec, TrainingSpec) else JobKind.TASK
+
+    @property
+    def storage_uri(self) -> str:
+        return self.spec.storage_uri
+
+    def request(self, attempt: int, *, resume: bool = False, extra_files: dict[str, bytes] | None = None) -> JobRequest:
+        """The Ray request of one attempt; ``resume``: from the last checkpoint of those before it."""
+        changes: dict[str, Any] = {"submission_id": self.task_run.submission_id(attempt), "attempt": attempt}
+        if isinstance(self.spec, TrainingSpec):
+            changes["resume_from"] = [attempt_uri(self.storage_uri, n) for n in range(attempt - 1, 0, -1)] if resume \
+                else []
+        spec = dataclasses.replace(self.spec, **changes)
+        files = {**self.files, **(extra_files or {}), SPEC_FILE: spec.to_json().encode()}
+        module = payload_module(files)
+        env = dict(self.runtime_env)
+        env["py_modules"] = [provider_folder(), *(self.runtime_env.get("py_modules") or [])]
+        env["env_vars"] = {**self.env_vars, **(self.runtime_env.get("env_vars") or {})}
+        metadata = {**self.task_run.metadata(), META_KIND: self.kind.value, META_STORAGE_URI: spec.storage_uri,
+                    META_ATTEMPT: str(attempt), META_RESULT_URI: spec.result_uri,
+                    META_RESOURCES: json.dumps(self.resources, sort_keys=True)}
+        if isinstance(spec, TrainingSpec):
+            metadata[META_NUM_WORKERS] = str(spec.num_workers)
+        return JobRequest(submission_id=spec.submission_id,
+                          entrypoint=f"python -m {RUNTIME_ENTRYPOINT} {self.kind.value} {module}",
+                          runtime_env=env, metadata=metadata, payload_module=module, files=files,
+                          driver_resources={k: v for k, v in self.driver_resources.items() if v is not None})
+
+
+def training_plan(task_run: TaskRun, *, train_fn: Callable | str, train_call: tuple[Any, Any] | None,
+                  train_loop_config: Any, datasets: Any, num_workers: Any, use_gpu: Any, resources_per_worker: Any,
+                  checkpoint_num_to_keep: Any, checkpoint_score_attribute: Any, checkpoint_score_order: Any,
+                  max_failures: Any, horovod_timeout_s: Any, horovod_nics: Any, horovod_env: Any, runtime_env: Any,
+                  trainer_api: Any, forward_aws_credentials: Any, aws_conn_id: str | None,
+                  aws_credentials_ttl_seconds: Any, check_cluster_resources: Any, materialize_datasets: Any,
+                  horovod_timeline: Any, storage_path: str | None, pending_timeout_s: float | None,
+                  ray_conn_id: str) -> JobPlan:
+    """The plan of a training, every parameter checked. ``train_call``: the arguments every worker
+    calls ``train_fn`` with (``@task.horovod``); None: Ray Train's ``train_fn(config)``."""
+    env = checks.check_runtime_env(runtime_env)
+    code_ships = any(env.get(k) for k in CODE_FIELDS)
+    fn, fn_files = ship_function("train_fn", train_fn, "train_fn.pkl", code_ships=code_ships,
+                                 max_args=None if train_call else 1,
+                                 arity_fix="it must take no argument or one (`config`, from train_loop_config).")
+    dataset_refs, dataset_files = checks.check_datasets(datasets, code_ships=code_ships)
+    forward = checks.check_forwarding(forward_aws_credentials, aws_conn_id, aws_credentials_ttl_seconds)
+    root = checks.check_storage_path(storage_path or default_storage_path())
+    gpu = checks.check_bool("use_gpu", use_gpu)
+    spec = TrainingSpec(
+        submission_id=task_run.submission_id(1),
+        storage_uri=task_run.storage_uri(root),
+        python_version=python_version(),
+        train_fn=fn,
+        train_loop_config=checks.check_json("train_loop_config", train_loop_config),
+        datasets=dataset_refs,
+        num_workers=checks.check_num_workers(num_workers),
+        use_gpu=gpu,
+        resources_per_worker=checks.check_resources(resources_per_worker, gpu),
+        trainer_api=checks.check_choice("trainer_api", trainer_api, tuple(api.value for api in TrainerApi)),
+        checkpoint_num_to_keep=checks.check_positive("checkpoint_num_to_keep", checkpoint_num_to_keep, allow_none=True,
+                                                     integer=True),
+        checkpoint_score_attribute=checkpoint_score_attribute,
+        checkpoint_score_order=checks.check_choice("checkpoint_score_order", checkpoint_score_order, ("max", "min")),
+        max_failures=checks.check_max_failures(max_failures),
+        horovod_timeout_s=checks.check_positive("horovod_timeout_s", horovod_timeout_s, integer=True),
+        horovod_nics=checks.check_nics(horovod_nics),
+        horovod_env=checks.check_horovod_env(horovod_env),
+        pending_timeout_s=pending_timeout_s,
+        materialize_datasets=checks.check_bool("materialize_datasets", materialize_datasets),
+        horovod_timeline=checks.check_bool("horovod_timeline", horovod_timeline),
+        train_args=checks.check_args("op_args", train_call[0]) if train_call else None,
+        train_kwargs=checks.check_json("op_kwargs", train_call[1]) if train_call else None,
+    )
+    # Train V2 routes a worker's print() to a logger and, as Ray's workers replace sys.stdout, to
+    # stdout as well: every line would be in the job's log twice.
+    env_vars = {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0", **spec.horovod_env}
+    if spec.horovod_timeline:
+        # Every rank reads it; rank 0 writes there, and the runtime stores it beside the checkpoints.
+        env_vars["HOROVOD_TIMELINE"] = spec.timeline_local_path
+    if spec.trainer_api == TrainerApi.LEGACY.value:
+        # Ray 2.60 refuses HorovodTrainer under Train V2; the driver and the workers need the flag
+        # before ray.train is imported.
+        env_vars["RAY_TRAIN_V2_ENABLED"] = "0"
+    return JobPlan(task_run=task_run, spec=spec, files={**fn_files, **dataset_files}, runtime_env=env,
+                   resources=spec.total_resources(), storage_root=root, ray_conn_id=ray_conn_id, env_vars=env_vars,
+                   check_cluster_resources=checks.check_bool("check_cluster_resources", check_cluster_resources),
+                   forward_aws=(str(aws_conn_id), int(aws_credentials_ttl_seconds)) if forward else None)
+
+
+def task_plan(task_run: TaskRun, *, python_callable: Any, op_args: Any, op_kwargs: Any, num_cpus: Any, num_gpus: Any,
+              memory: Any, resources: Any, runtime_env: Any, storage_path: str | None, ray_conn_id: str) -> JobPlan:
+    """The plan of one function run as a Ray job, every parameter checked."""
+    env = checks.check_runtime_env(runtime_env)
+    function, files = ship_function("python_callable", python_callable, "function.pkl",
+                                    code_ships=any(env.get(k) for k in CODE_FIELDS))
+    driver = {
+        "num_cpus": checks.check_positive("num_cpus", num_cpus, allow_none=True) if num_cpus else None,
+        "num_gpus": checks.check_positive("num_gpus", num_gpus, allow_none=True) if num_gpus else None,
+        "memory": checks.check_positive("memory", memory, allow_none=True, integer=True),
+        "resources": checks.check_resources(resources, use_gpu=True, parameter="resources"),
+    }
+    root = checks.check_storage_path(storage_path or default_storage_path())
+    spec = TaskSpec(submission_id=task_run.submission_id(1), storage_uri=task_run.storage_uri(root),
+                    python_version=python_version(), function=function, args=checks.check_args("op_args", op_args),
+                    kwargs=checks.check_json("op_kwargs", op_kwargs))
+    asked = {k: v for k, v in driver.items() if v}
+    return JobPlan(task_run=task_run, spec=spec, files=files, runtime_env=env, resources=asked, storage_root=root,
+                   ray_conn_id=ray_conn_id, driver_resources=driver)
+
+
+def python_version() -> str:
+    return f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def provider_folder() -> str:
+    """The provider's own package folder: it travels with every job, so the cluster needs no install of it."""
+    import airflow_provider_horovod
+
+    return os.path.dirname(os.path.abspath(airflow_provider_horovod.__file__))
+
+
+def payload_module(files: dict[str, bytes]) -> str:
+    """Named by a hash of its content, so Ray's package cache reuses an identical upload."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + files[name])
+    return PAYLOAD_PREFIX + digest.hexdigest()[:16]

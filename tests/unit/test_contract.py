@@ -1,0 +1,288 @@
+"""The contract between the Airflow side and the cluster: the ids and storage folder of a task run
+(known before anything is submitted, the same on every try, distinct between runs and map indexes,
+safe in URLs and paths) and the layout's inverse; the job states (an unknown one is an error); the
+spec and the records as versioned JSON, read by a newer or older provider; the result a task returns."""
+
+import json
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from airflow_provider_horovod.contract import (
+    FORMAT,
+    RAY_VERSIONS,
+    JobKind,
+    JobStatus,
+    ResultRecord,
+    TaskRecord,
+    TaskRun,
+    TaskSpec,
+    TrainerApi,
+    TrainingSpec,
+    attempt_of,
+    attempt_uri,
+    check_ray_version,
+    consumed_uri,
+    default_storage_path,
+    required_positional,
+    result_uri,
+    safe_name,
+    storage_root,
+    training_result,
+)
+from airflow_provider_horovod.exceptions import UnknownJobStatusError
+
+SAFE = re.compile(r"^[A-Za-z0-9._-]+$")
+RUN = "scheduled__2026-11-01T00:00:00+00:00"
+
+
+# --- ids and the storage layout ---------------------------------------------------------------------
+
+def test_same_task_run_same_ids_on_every_call():
+    a, b = TaskRun("dag", "train", RUN), TaskRun("dag", "train", RUN)
+    assert a.submission_id(1) == b.submission_id(1)
+    assert a.storage_uri("/data") == b.storage_uri("/data")
+    assert a.submission_id(1) != a.submission_id(2)
+
+
+@pytest.mark.parametrize("other", [
+    TaskRun("dag", "train", "manual__2026-11-02T00:00:00+00:00"),
+    TaskRun("dag", "train", RUN, map_index=0),
+    TaskRun("dag", "train", RUN, map_index=1),
+    TaskRun("dag", "evaluate", RUN),
+    TaskRun("dag2", "train", RUN),
+], ids=["run", "map0", "map1", "task", "dag"])
+def test_every_other_task_run_gets_other_ids_and_storage(other):
+    base = TaskRun("dag", "train", RUN)
+    assert other.submission_id(1) != base.submission_id(1)
+    assert other.storage_uri("/data") != base.storage_uri("/data")
+
+
+def test_runs_that_sanitise_alike_still_differ():
+    # ':' and '+' both become '_': the hash keeps them apart.
+    a, b = TaskRun("d", "t", "run:1"), TaskRun("d", "t", "run+1")
+    assert safe_name("run:1") == safe_name("run+1")
+    assert a.submission_id(1) != b.submission_id(1)
+    assert a.storage_uri("s3://b/p") != b.storage_uri("s3://b/p")
+
+
+def test_ids_and_paths_use_safe_characters_only():
+    run = TaskRun("my dag/ü", "group.task:x", "manual__2026-11-01T00:00:00+00:00 #?&", map_index=3)
+    sid = run.submission_id(12)
+    assert SAFE.match(sid) and sid.startswith("ahp-") and sid.endswith("-a12")
+    uri = run.storage_uri("s3://bucket/prefix/")
+    assert uri.startswith("s3://bucket/prefix/") and "//" not in uri[len("s3://"):]
+    assert all(SAFE.match(part) for part in uri[len("s3://bucket/prefix/"):].split("/"))
+    assert uri.endswith("/map-3")
+
+
+def test_long_ids_are_bounded():
+    run = TaskRun("d" * 300, "t" * 300, "r" * 300)
+    assert len(run.submission_id(1)) < 120
+    assert all(len(part) <= 120 for part in run.storage_uri("/s").split("/"))
+
+
+def test_storage_uri_layout():
+    run = TaskRun("dag", "train", "r1")
+    uri = run.storage_uri("/data/")
+    assert re.fullmatch(r"/data/dag/train/r1-[0-9a-f]{6}", uri)
+    assert TaskRun("dag", "train", "r1", 0).storage_uri("/data") == uri + "/map-0"
+
+
+def test_of_a_task_instance():
+    ti = SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=None)
+    assert TaskRun.of(ti) == TaskRun("d", "t", "r", -1)
+    assert TaskRun.of(SimpleNamespace(dag_id="d", task_id="t", run_id="r", map_index=2)).map_index == 2
+    assert TaskRun.of(SimpleNamespace(dag_id="d", task_id="t", run_id="r")).map_index == -1
+
+
+def test_metadata_names_the_task_run_in_strings():
+    meta = TaskRun("d", "t", "r", 4).metadata()
+    assert meta == {"airflow_dag_id": "d", "airflow_task_id": "t", "airflow_run_id": "r", "airflow_map_index": "4"}
+
+
+@pytest.mark.parametrize("sid, attempt", [
+    ("ahp-dag-train-0123456789-a1", 1),
+    ("ahp-dag-train-0123456789-a12", 12),
+    ("ahp-a-b-c-a3", 3),
+    ("raysubmit_abc123", None),
+    ("ahp-dag-train-a", None),
+    ("-a3", None),
+    ("ahp-x-ab", None),
+    ("", None),
+])
+def test_attempt_of(sid, attempt):
+    assert attempt_of(sid) == attempt
+
+
+def test_attempt_of_reads_back_submission_ids():
+    run = TaskRun("a-a1", "t-a2", "r-a3")
+    assert [attempt_of(run.submission_id(n)) for n in (1, 2, 10)] == [1, 2, 10]
+
+
+def test_default_storage_path_is_under_airflow_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    assert default_storage_path() == str(tmp_path / "horovod-storage")
+
+@pytest.mark.parametrize("root", ["/data/ckpt", "s3://bucket/prefix/deeper", "/home/me/airflow/horovod-storage"])
+@pytest.mark.parametrize("task_run", [TaskRun("dag", "train", RUN), TaskRun("dag", "train", RUN, map_index=3),
+                                      TaskRun("d/a g", "t:x", "manual__2026+1")], ids=["unmapped", "mapped", "odd"])
+def test_the_storage_root_is_read_back_from_a_task_runs_folder_and_its_attempts(root, task_run):
+    folder = task_run.storage_uri(root)
+    assert storage_root(folder) == root
+    assert storage_root(attempt_uri(folder, 2)) == root
+    assert storage_root(folder + "/") == root
+
+
+# --- job states and kinds ---------------------------------------------------------------------------
+
+def test_job_status_is_a_string():
+    assert JobStatus.RUNNING == "RUNNING" and isinstance(JobStatus.FAILED, str)
+    assert json.dumps({"s": JobStatus.SUCCEEDED}) == '{"s": "SUCCEEDED"}'
+    assert {s.value for s in JobStatus} == {"PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"}
+
+
+def test_terminal_states():
+    assert {s for s in JobStatus if s.is_terminal} == {JobStatus.STOPPED, JobStatus.SUCCEEDED, JobStatus.FAILED}
+
+
+@pytest.mark.parametrize("value", ["failed", "DELETED", None, 3])
+def test_an_unknown_status_is_an_error_naming_it(value):
+    with pytest.raises(UnknownJobStatusError, match=re.escape(repr(value))):
+        JobStatus.of(value)
+    assert JobStatus.of("FAILED") is JobStatus.FAILED and JobStatus.of(JobStatus.PENDING) is JobStatus.PENDING
+
+
+def test_trainer_apis_and_job_kinds_are_strings():
+    assert [api.value for api in TrainerApi] == ["v2", "legacy"] and TrainerApi.V2 == "v2"
+    assert [kind.value for kind in JobKind] == ["train", "task"]
+
+
+@pytest.mark.parametrize("fn, count", [(lambda: 0, 0), (lambda config: 0, 1), (lambda config=None: 0, 0),
+                                        (lambda a, b, *rest, c=1, **kw: 0, 2)])
+def test_required_positional_parameters(fn, count):
+    assert required_positional(fn) == count
+
+
+# --- the documents ----------------------------------------------------------------------------------
+
+def spec(**kwargs) -> TrainingSpec:
+    values = {"submission_id": "ahp-d-t-0123456789-a1", "train_fn": {"import": "pkg.mod:fn"},
+              "storage_uri": "s3://b/p/d/t/r-abcdef"}
+    return TrainingSpec(**{**values, **kwargs})
+
+
+def record(**kwargs) -> ResultRecord:
+    values = {"submission_id": "sid-a1", "attempt": 1, "storage_uri": "/s", "run_uri": "/s/attempt-1",
+              "checkpoint_uri": "/s/attempt-1/checkpoint_000001", "best_checkpoint_uri": None,
+              "metrics": {"loss": 0.5}, "world_size": 2, "trainer_api": "v2"}
+    return ResultRecord(**{**values, **kwargs})
+
+
+def test_spec_round_trip():
+    original = spec(attempt=3, train_loop_config={"lr": 0.1, "layers": [1, 2]},
+                    datasets={"train": {"uri": "s3://b/x/", "format": "parquet"}, "gen": {"pickle": "dataset_gen.pkl"}},
+                    num_workers=4, use_gpu=True, resources_per_worker={"CPU": 2.0, "GPU": 1.0}, trainer_api="legacy",
+                    horovod_nics=["eth0"], horovod_env={"HOROVOD_CYCLE_TIME": "1"},
+                    resume_from=["s3://b/p/attempt-2"], pending_timeout_s=60.0, python_version="3.11")
+    text = original.to_json()
+    json.loads(text)
+    assert TrainingSpec.from_json(text) == original
+
+
+def test_spec_ignores_fields_it_does_not_know():
+    data = json.loads(spec().to_json())
+    data["added_by_a_newer_provider"] = {"x": 1}
+    assert TrainingSpec.from_json(json.dumps(data)) == spec()
+
+
+@pytest.mark.parametrize("version", [FORMAT + 1, None, "1"])
+def test_spec_of_another_version_is_refused(version):
+    data = json.loads(spec().to_json())
+    data["version"] = version
+    with pytest.raises(ValueError, match=f"TrainingSpec of format {version!r} is not {FORMAT}.*resubmit"):
+        TrainingSpec.from_json(json.dumps(data))
+
+
+def test_result_record_round_trip_and_version():
+    original = record(best_checkpoint_uri="/s/attempt-1/checkpoint_000000", resumed_from="/s/attempt-0/c",
+                      timings={"train_s": 1.5})
+    assert ResultRecord.from_json(original.to_json()) == original
+    data = json.loads(original.to_json())
+    data["unknown"] = 1
+    assert ResultRecord.from_json(json.dumps(data)) == original
+    data["version"] = 99
+    with pytest.raises(ValueError, match="ResultRecord of format 99"):
+        ResultRecord.from_json(json.dumps(data))
+
+
+@pytest.mark.parametrize("use_gpu, resources, per_worker", [
+    (False, None, {"CPU": 1.0}),
+    (True, None, {"GPU": 1.0}),
+    (False, {"CPU": 2}, {"CPU": 2.0}),
+    (False, {"CPU": 2, "GPU": 0, "memory": 0}, {"CPU": 2.0}),
+    (True, {"CPU": 2}, {"CPU": 2.0, "GPU": 1.0}),
+    (True, {"CPU": 1, "GPU": 2}, {"CPU": 1.0, "GPU": 2.0}),
+    (True, {"GPU": 0.5}, {"GPU": 0.5}),
+    (False, {"custom": 1}, {"custom": 1.0}),
+    (True, {"CPU": 0}, {"GPU": 1.0}),
+])
+def test_worker_resources_follow_ray_scaling_config(use_gpu, resources, per_worker):
+    assert spec(use_gpu=use_gpu, resources_per_worker=resources).worker_resources() == per_worker
+
+
+def test_total_resources_multiply_by_the_workers():
+    assert spec(num_workers=3, resources_per_worker={"CPU": 2, "GPU": 0}).total_resources() == {"CPU": 6.0}
+    assert spec(num_workers=2, use_gpu=True).total_resources() == {"GPU": 2.0}
+
+
+def test_paths_of_an_attempt():
+    s = spec(storage_uri="s3://b/p/", attempt=2)
+    assert attempt_uri("s3://b/p/", 2) == "s3://b/p/attempt-2" == s.run_uri
+    assert result_uri("s3://b/p", 2) == "s3://b/p/attempt-2/result.json" == s.result_uri
+    assert consumed_uri("/x/", 1) == "/x/attempt-1/consumed.json"
+
+
+def test_pickled_files_by_parameter():
+    s = spec(train_fn={"pickle": "train_fn.pkl"},
+             datasets={"a": {"uri": "s3://b/a"}, "b": {"pickle": "dataset_b.pkl"}, "c": {"import": "m:f"}})
+    assert s.pickled_files() == {"train_fn": "train_fn.pkl", "datasets['b']": "dataset_b.pkl"}
+    assert spec().pickled_files() == {}
+
+
+def test_task_spec_and_record():
+    task = TaskSpec(submission_id="sid-a2", function={"pickle": "function.pkl"}, storage_uri="/s", attempt=2,
+                    args=["s3://b/m"], kwargs={"t": 0.5}, python_version="3.11")
+    assert TaskSpec.from_json(task.to_json()) == task
+    assert (task.run_uri, task.result_uri) == ("/s/attempt-2", "/s/attempt-2/result.json")
+    assert task.pickled_files() == {"python_callable": "function.pkl"}
+    assert TaskSpec(submission_id="x", function={"import": "m:f"}, storage_uri="/s").pickled_files() == {}
+    record = TaskRecord(submission_id="sid-a2", attempt=2, storage_uri="/s", run_uri="/s/attempt-2",
+                        return_value={"acc": [0.9]}, timings={"total_s": 1.0})
+    data = json.loads(record.to_json())
+    data["new_field"] = 1
+    assert TaskRecord.from_json(json.dumps(data)) == record
+
+
+@pytest.mark.parametrize("version", ["2.60.0", "2.60.1", "2.60.0rc1", "2.60"])
+def test_supported_ray_versions(version):
+    assert check_ray_version(version) is None
+
+
+@pytest.mark.parametrize("version", ["2.59.0", "2.61.0", "3.0.0", "1.60.0", None, "", "nightly"])
+def test_other_ray_versions_are_refused_with_the_range_and_the_fix(version):
+    problem = check_ray_version(version)
+    (low, high) = RAY_VERSIONS
+    wanted = f">={low[0]}.{low[1]},<{high[0]}.{high[1]}"
+    assert problem is not None and f"supports Ray {wanted}" in problem
+    assert f"ray[default,train]{wanted}" in problem
+    assert (f"it runs Ray {version}," if version else "of an unknown version") in problem
+
+def test_a_training_result_is_built_from_its_record():
+    rec = record(best_checkpoint_uri=None, return_value={"loss": 0.1}, timings={"fit_s": 2.0})
+    result = training_result(rec, dashboard_url="http://ray/#/jobs/sid-a1")
+    assert result["checkpoint_uri"] == result["best_checkpoint_uri"] == rec.checkpoint_uri
+    assert result["submission_id"] == "sid-a1" and result["dashboard_url"] == "http://ray/#/jobs/sid-a1"
+    assert result["return_value"] == {"loss": 0.1} and result["world_size"] == 2 and result["attempt"] == 1
+    assert json.loads(json.dumps(result)) == result

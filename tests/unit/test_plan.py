@@ -1,0 +1,215 @@
+"""The plan of a task run's job, and the Ray request of each attempt built from it: the entrypoint,
+the runtime_env, the metadata and the payload. Pure: no cluster, no storage."""
+
+import dataclasses
+import importlib
+import json
+import os
+import sys
+
+import pytest
+
+import airflow_provider_horovod
+from airflow_provider_horovod.contract import (
+    META_ATTEMPT,
+    META_KIND,
+    META_NUM_WORKERS,
+    META_RESOURCES,
+    META_RESULT_URI,
+    META_STORAGE_URI,
+    SPEC_FILE,
+    TaskRun,
+    TaskSpec,
+    TrainingSpec,
+)
+from airflow_provider_horovod.exceptions import InvalidParameterError
+from airflow_provider_horovod.plan import JobRequest, payload_module, provider_folder, task_plan, training_plan
+
+TASK_RUN = TaskRun("dag", "train", "manual__1", -1)
+ROOT = "s3://b/p"
+PICKLE = b"\x80\x05pickled-function-bytes"
+TRAINING = {"train_fn": "json:dumps", "train_call": None, "train_loop_config": None, "datasets": None,
+            "num_workers": 3, "use_gpu": False, "resources_per_worker": {"CPU": 2}, "checkpoint_num_to_keep": None,
+            "checkpoint_score_attribute": None, "checkpoint_score_order": "max", "max_failures": 0,
+            "horovod_timeout_s": 30, "horovod_nics": None, "horovod_env": {"HOROVOD_CYCLE_TIME": "1"},
+            "runtime_env": None, "trainer_api": "v2", "forward_aws_credentials": False, "aws_conn_id": None,
+            "aws_credentials_ttl_seconds": 3600, "check_cluster_resources": True, "materialize_datasets": True,
+            "horovod_timeline": False, "storage_path": ROOT, "pending_timeout_s": 600.0, "ray_conn_id": "ray_default"}
+
+
+def plan(**kwargs):
+    made = training_plan(TASK_RUN, **{**TRAINING, **kwargs})
+    # A pickled function travels in the payload; an import path does not. Tests of the payload use one.
+    return dataclasses.replace(made, files={"train_fn.pkl": PICKLE}) if kwargs.get("pickled", True) else made
+
+
+def request(attempt=2, **kwargs):
+    return plan(**kwargs).request(attempt)
+
+
+def spec(attempt=2, **kwargs):
+    return TrainingSpec.from_json(request(attempt, **kwargs).files[SPEC_FILE].decode())
+
+
+# --- the plan ---------------------------------------------------------------------------------------
+
+def test_the_plan_holds_the_checked_spec_of_the_first_attempt_and_what_it_asks_for():
+    made = training_plan(TASK_RUN, **TRAINING)
+    assert made.spec.submission_id == TASK_RUN.submission_id(1) and made.spec.attempt == 1
+    assert made.storage_uri == TASK_RUN.storage_uri(ROOT) and made.storage_root == ROOT
+    assert made.spec.train_fn == {"import": "json:dumps"} and made.files == {}
+    assert made.resources == {"CPU": 6.0} and made.kind.value == "train" and made.check_cluster_resources
+    assert made.forward_aws is None
+
+
+@pytest.mark.parametrize("storage_path, root", [("file:///data/x/", "/data/x"), ("s3://b/p/", "s3://b/p"),
+                                                ("/data/./y", "/data/y")])
+def test_the_storage_root_is_normalised(storage_path, root):
+    assert training_plan(TASK_RUN, **{**TRAINING, "storage_path": storage_path}).storage_root == root
+
+
+@pytest.mark.parametrize("kwargs, parameter", [
+    ({"num_workers": 0}, "num_workers"), ({"trainer_api": "v3"}, "trainer_api"),
+    ({"storage_path": "relative/path"}, "storage_path"), ({"horovod_timeout_s": 0}, "horovod_timeout_s"),
+    ({"train_fn": "no_such_module_x:f"}, "train_fn"), ({"runtime_env": {"bogus": 1}}, "runtime_env"),
+    ({"forward_aws_credentials": True}, "forward_aws_credentials"),
+])
+def test_bad_parameters_raise_naming_the_parameter(kwargs, parameter):
+    with pytest.raises(InvalidParameterError) as err:
+        training_plan(TASK_RUN, **{**TRAINING, **kwargs})
+    assert err.value.parameter == parameter
+
+
+# --- the request of an attempt ------------------------------------------------------------------------
+
+def test_entrypoint_runs_the_runtime_on_the_payload():
+    made = request()
+    assert made.entrypoint == f"python -m airflow_provider_horovod.runtime.entrypoint train {made.payload_module}"
+    assert made.payload_module.startswith("ahp_payload_") and made.payload_module.isidentifier()
+    assert made.submission_id == TASK_RUN.submission_id(2)
+
+
+def test_runtime_env_puts_the_provider_first_and_keeps_the_users(tmp_path):
+    user = {"py_modules": [str(tmp_path), "gcs://_ray_pkg_x.zip"], "pip": ["pandas"],
+            "env_vars": {"MODE": "fast", "HOROVOD_CYCLE_TIME": "5"}}
+    made = request(runtime_env=user, train_fn="json:dumps")
+    env = made.runtime_env
+    assert env["py_modules"] == [provider_folder(), str(tmp_path), "gcs://_ray_pkg_x.zip"]
+    assert env["pip"] == ["pandas"]
+    # the user's value wins
+    assert env["env_vars"] == {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "HOROVOD_CYCLE_TIME": "5", "MODE": "fast"}
+    assert user["py_modules"] == [str(tmp_path), "gcs://_ray_pkg_x.zip"]  # not changed in place
+
+
+def test_the_provider_folder_is_this_package():
+    folder = provider_folder()
+    assert os.path.basename(folder) == "airflow_provider_horovod"
+    assert os.path.samefile(os.path.join(folder, "__init__.py"), airflow_provider_horovod.__file__)
+
+
+@pytest.mark.parametrize("api, flag", [("legacy", {"RAY_TRAIN_V2_ENABLED": "0"}), ("v2", {})])
+def test_horovod_env_and_the_legacy_flag(api, flag):
+    made = request(trainer_api=api)
+    # Train V2's print patch would put every line a worker prints in the job's log twice.
+    assert made.runtime_env["env_vars"] == {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "HOROVOD_CYCLE_TIME": "1", **flag}
+
+
+def test_the_print_patch_can_be_turned_back_on():
+    made = request(runtime_env={"env_vars": {"RAY_TRAIN_ENABLE_PRINT_PATCH": "1"}})
+    assert made.runtime_env["env_vars"]["RAY_TRAIN_ENABLE_PRINT_PATCH"] == "1"
+
+
+def test_metadata_names_the_task_run_and_the_attempt():
+    s = spec()
+    assert request().metadata == {
+        **TASK_RUN.metadata(),
+        META_KIND: "train",
+        META_STORAGE_URI: s.storage_uri,
+        META_ATTEMPT: "2",
+        META_RESULT_URI: s.storage_uri + "/attempt-2/result.json",
+        META_NUM_WORKERS: "3",
+        META_RESOURCES: json.dumps({"CPU": 6.0}),
+    }
+    assert all(isinstance(v, str) for v in request().metadata.values())
+
+
+def test_payload_files_include_the_spec_of_the_attempt():
+    made = request(3)
+    assert set(made.files) == {"train_fn.pkl", SPEC_FILE}
+    assert made.files["train_fn.pkl"] == PICKLE
+    sent = TrainingSpec.from_json(made.files[SPEC_FILE].decode())
+    assert sent == dataclasses.replace(plan().spec, submission_id=TASK_RUN.submission_id(3), attempt=3)
+
+
+def test_a_resumed_attempt_lists_the_earlier_attempts_newest_first():
+    made = plan().request(3, resume=True)
+    sent = TrainingSpec.from_json(made.files[SPEC_FILE].decode())
+    storage = TASK_RUN.storage_uri(ROOT)
+    assert sent.resume_from == [f"{storage}/attempt-2", f"{storage}/attempt-1"]
+    assert spec(3).resume_from == []
+
+
+def test_extra_files_travel_in_the_payload_only():
+    made = plan().request(1, extra_files={"aws_session.json": b"{}"})
+    assert made.files["aws_session.json"] == b"{}" and "aws_session.json" not in made.dry_run().split('"payload"')[0]
+
+
+def test_payload_module_name_follows_the_content():
+    files = {"a": b"1", "b": b"2"}
+    assert payload_module(files) == payload_module(dict(reversed(list(files.items()))))
+    assert payload_module(files) != payload_module({"a": b"1", "b": b"3"})
+    assert payload_module(files) != payload_module({"a": b"1", "c": b"2"})
+    assert payload_module({"ab": b""}) != payload_module({"a": b"b"})
+    assert request().payload_module == request().payload_module
+    assert request().payload_module != request(3).payload_module
+
+
+def test_dry_run_hides_env_values_and_file_bytes():
+    made = request(runtime_env={"env_vars": {"MODE": "visible-only-as-stars"}})
+    shown = made.dry_run()
+    data = json.loads(shown)
+    assert data["runtime_env"]["env_vars"] == {"RAY_TRAIN_ENABLE_PRINT_PATCH": "***", "HOROVOD_CYCLE_TIME": "***",
+                                               "MODE": "***"}
+    assert data["payload"]["train_fn.pkl"] == f"{len(PICKLE)} bytes"
+    assert data["entrypoint"] == made.entrypoint and data["metadata"] == made.metadata
+    assert "visible-only-as-stars" not in shown and "pickled-function-bytes" not in shown
+    assert "pickled-function-bytes" not in repr(made)
+
+
+def test_write_payload_writes_an_importable_package(tmp_path, monkeypatch):
+    made = request()
+    folder = made.write_payload(str(tmp_path))
+    assert folder == str(tmp_path / made.payload_module)
+    assert sorted(os.listdir(folder)) == sorted(["__init__.py", "train_fn.pkl", SPEC_FILE])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    package = importlib.import_module(made.payload_module)
+    try:
+        from importlib import resources
+
+        assert resources.files(package).joinpath("train_fn.pkl").read_bytes() == PICKLE
+    finally:
+        sys.modules.pop(made.payload_module, None)
+
+
+def test_write_payload_refuses_paths_as_file_names(tmp_path):
+    bad = JobRequest("sid", "python -m x", {}, {}, "ahp_payload_x", files={"../escape": b"x"})
+    with pytest.raises(ValueError, match="plain file name"):
+        bad.write_payload(str(tmp_path))
+    assert not (tmp_path / "escape").exists()
+
+
+def test_a_task_request_runs_the_function_in_the_driver():
+    task_run = TaskRun("dag", "evaluate", "manual__1")
+    made_plan = task_plan(task_run, python_callable="json:dumps", op_args=[1], op_kwargs=None, num_cpus=2,
+                          num_gpus=None, memory=None, resources={"accel": 1}, runtime_env={"env_vars": {"MODE": "x"}},
+                          storage_path="/s", ray_conn_id="ray_default")
+    made = made_plan.request(1)
+    assert made.entrypoint == f"python -m airflow_provider_horovod.runtime.entrypoint task {made.payload_module}"
+    assert made.driver_resources == {"num_cpus": 2, "resources": {"accel": 1.0}}
+    assert made.metadata[META_KIND] == "task"
+    assert made.metadata[META_RESULT_URI] == task_run.storage_uri("/s") + "/attempt-1/result.json"
+    assert json.loads(made.metadata[META_RESOURCES]) == {"num_cpus": 2, "resources": {"accel": 1.0}}
+    assert made.runtime_env["py_modules"] == [provider_folder()] and made.runtime_env["env_vars"] == {"MODE": "x"}
+    assert TaskSpec.from_json(made.files[SPEC_FILE].decode()) == made_plan.spec
+    assert json.loads(made.dry_run())["driver_resources"] == made.driver_resources
+    assert not made_plan.check_cluster_resources
