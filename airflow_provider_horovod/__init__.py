@@ -59,38 +59,42 @@ def get_provider_info() -> dict:
                 "conn-fields": {
                     "verify": {
                         "label": "Verify TLS",
-                        "description": "true, false, or the path of a CA bundle. Default: true.",
-                        "schema": {"type": ["string", "null"], "default": "true"},
+                        "description": "Check the dashboard's certificate (https). Default: on.",
+                        "schema": {"type": ["boolean", "null"], "default": True},
                     },
-                    "headers": {
-                        "label": "Extra HTTP headers",
-                        "description": 'JSON object sent with every request, e.g. {"X-Team": "ml"}.',
+                    "ca_bundle": {
+                        "label": "CA bundle",
+                        "description": "Path of a CA bundle file, or a folder of CA files, on the Airflow workers, "
+                                       "to verify the dashboard's certificate with.",
                         "schema": {"type": ["string", "null"]},
+                    },
+                    "shared_storage": {
+                        "label": "Local storage is shared",
+                        "description": "On when local storage paths are on a filesystem shared by every Ray node and "
+                                       "the Airflow workers (else use s3:// storage).",
+                        "schema": {"type": ["boolean", "null"], "default": False},
                     },
                     "runtime_env": {
                         "label": "Default runtime_env",
                         "description": "JSON Ray runtime_env merged under each job's own.",
                         "schema": {"type": ["string", "null"]},
                     },
-                    "shared_storage": {
-                        "label": "Local storage is shared",
-                        "description": "true when local storage paths are on a filesystem shared by every Ray "
-                                       "node and the Airflow workers (else use s3:// storage). Default: false.",
-                        "schema": {"type": ["string", "null"], "default": "false"},
+                    "headers": {
+                        "label": "Extra HTTP headers",
+                        "description": 'JSON object sent with every request, e.g. {"X-Team": "ml"}.',
+                        "schema": {"type": ["string", "null"]},
                     },
                 },
+                # The address in one field (scheme, host and port, as a URL is read), then the token:
+                # Airflow's form orders its standard fields host, token, port, scheme.
                 "ui-field-behaviour": {
-                    "hidden-fields": ["login", "extra"],
+                    "hidden-fields": ["login", "extra", "port", "schema"],
                     "relabeling": {
-                        "host": "Ray dashboard host",
-                        "port": "Dashboard port",
-                        "schema": "Scheme (http or https)",
+                        "host": "Ray dashboard address",
                         "password": "Ray auth token",
                     },
                     "placeholders": {
-                        "host": "ray-head.example.com, or 'local' for an embedded local cluster",
-                        "port": "8265",
-                        "schema": "http",
+                        "host": "https://ray-head.example.com:8265, or 'local' for an embedded local cluster",
                         "password": "contents of ~/.ray/auth_token on the head node",
                     },
                 },

@@ -1,18 +1,25 @@
 """What differs between the Airflow 3 versions the provider supports (3.1 and later), in one place.
 
 Airflow 3.3 gives a task a ``task_state_store`` that outlives a try, calls a trigger's ``on_kill``
-when the user kills a deferred task, and has async XCom calls for triggers. On older versions the
-provider falls back: no store (a retry that re-attaches streams the job's log from where Ray's log
-begins), the kill noticed from the task's state when the trigger is cancelled, and XCom calls run
-in a thread.
+when the user kills a deferred task, has async XCom calls for triggers, and a task ``retry_policy``
+that matches exception types. On older versions the provider falls back: no store (a retry that
+re-attaches streams the job's log from where Ray's log begins), the kill noticed from the task's
+state when the trigger is cancelled, XCom calls run in a thread; and on every version a failure
+that must not be retried is also an ``AirflowFailException``, which all of them know.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
+from collections.abc import Iterator
 from typing import Any
+
+from airflow.providers.common.compat.sdk import AirflowFailException
+
+from airflow_provider_horovod.exceptions import ConfigurationError, JobFailure, UserCodeError
 
 log = logging.getLogger(__name__)
 
@@ -83,3 +90,31 @@ async def task_was_killed(*, dag_id: str, task_id: str, run_id: str, map_index: 
     key = task_id if map_index < 0 else f"{task_id}_{map_index}"
     state = (states.get(run_id) or {}).get(key)
     return state is not None and str(state) != "deferred"
+
+
+class UserCodeFailed(UserCodeError, AirflowFailException):
+    """A user's error, failing the task without retries."""
+
+
+class ConfigurationFailed(ConfigurationError, AirflowFailException):
+    """A wrong configuration, failing the task without retries."""
+
+
+def without_retry(error: JobFailure) -> JobFailure:
+    """The same failure, failing the task without further retries on every supported Airflow (also an
+    ``AirflowFailException``, which Airflow 3.1 and 3.2 know, and which 3.3's retry_policy does not
+    overrule): a user's error or a wrong configuration fails the same way again."""
+    final = UserCodeFailed if isinstance(error, UserCodeError) else ConfigurationFailed
+    return final(str(error), failure=error.failure, submission_id=error.submission_id, status=error.status,
+                 error_type=error.error_type)
+
+
+@contextlib.contextmanager
+def failing_for_good(retry_on_user_error: bool) -> Iterator[None]:
+    """A user's error or a wrong configuration fails the task without retries, unless asked otherwise."""
+    try:
+        yield
+    except (UserCodeError, ConfigurationError) as err:
+        if retry_on_user_error:
+            raise
+        raise without_retry(err) from None

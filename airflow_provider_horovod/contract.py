@@ -101,9 +101,11 @@ HISTORY_FILE = "metrics_history.json"
 # task run (a user clearing a succeeded task) trains again instead of reusing it.
 CONSUMED_FILE = "consumed.json"
 
-# The lines the runtime ends a job's log with: its record (success) or its one-line reason (failure).
+# The lines the runtime ends a job's log with: its record (success), or its one-line reason and its
+# verdict on the failure (failures.Failure, JSON).
 RESULT_MARK = "AHP_RESULT "
 ERROR_MARK = "AHP_ERROR "
+FAILURE_MARK = "AHP_FAILURE "
 
 # XCom keys the provider pushes (the return value aside).
 XCOM_CHECKPOINT_URI = "checkpoint_uri"
@@ -293,6 +295,8 @@ class TrainingSpec(JobSpec):
     checkpoint_score_attribute: str | None = None
     checkpoint_score_order: str = "max"
     max_failures: int = 0
+    # A user's error fails the run at once (Ray Train restarts workers only for lost ones).
+    retry_on_user_error: bool = False
     horovod_timeout_s: int = HOROVOD_TIMEOUT_S
     horovod_nics: list[str] | None = None
     horovod_env: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -360,7 +364,9 @@ class TaskSpec(JobSpec):
 
 @dataclasses.dataclass(frozen=True)
 class TaskRecord(_Document):
-    """What an attempt left, written once, atomically, by the runtime: a task's return value (JSON)."""
+    """What an attempt left beside its checkpoints, written atomically: a task's return value (JSON);
+    for a failed attempt ``failure`` (``failures.Failure.to_dict()``, written by the runtime and
+    completed by the Airflow side with the log's last lines), so the reason outlives the cluster."""
 
     submission_id: str
     attempt: int
@@ -368,6 +374,8 @@ class TaskRecord(_Document):
     run_uri: str
     return_value: Any = None
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    failure: dict[str, Any] | None = None
+    log_tail: list[str] = dataclasses.field(default_factory=list)
     version: int = FORMAT
 
 
@@ -417,13 +425,15 @@ class TrainingResult(TypedDict):
     timings: dict[str, float]
     return_value: Any
     timeline_uri: str | None
+    # The attempts of this task run before this one: {"attempt", "submission_id", "failure_class", "summary"}.
+    attempts: list[dict[str, Any]]
 
 
-def training_result(record: ResultRecord, *, dashboard_url: str) -> TrainingResult:
+def training_result(record: ResultRecord, *, dashboard_url: str, attempts: list[dict] | None = None) -> TrainingResult:
     """The one place a training's result is built from its attempt's record."""
     return TrainingResult(
         checkpoint_uri=record.checkpoint_uri, best_checkpoint_uri=record.best_checkpoint_uri or record.checkpoint_uri,
         metrics=record.metrics, submission_id=record.submission_id, dashboard_url=dashboard_url,
         storage_uri=record.storage_uri, run_uri=record.run_uri, world_size=record.world_size, attempt=record.attempt,
         trainer_api=record.trainer_api, resumed_from=record.resumed_from, timings=record.timings,
-        return_value=record.return_value, timeline_uri=record.timeline_uri)
+        return_value=record.return_value, timeline_uri=record.timeline_uri, attempts=list(attempts or []))

@@ -47,15 +47,53 @@ class RayJobError(HorovodProviderError, RuntimeError):
         super().__init__(message)
 
 
-class RayJobPendingTimeoutError(RayJobError):
-    """A Ray job stayed PENDING longer than allowed (resources no node has)."""
-
-
 class UnknownJobStatusError(RayJobError):
     """Ray reported a job status the provider does not know (a Ray version it does not support)."""
 
 
-class TrainingResultError(HorovodProviderError, RuntimeError):
+class JobFailure(RayJobError):
+    """A failed attempt of a task run's job, of one of six classes (``failures.FailureClass``), each
+    its own subclass below, so that except clauses and Airflow 3.3's ``retry_policy`` (``RetryRule``)
+    can match them. ``failure``: the attempt's failure as a dict (class, rank, exception, the
+    traceback trimmed to the user's own frames, what to do)."""
+
+    def __init__(self, message: str, *, failure: dict | None = None, submission_id: str | None = None,
+                 status: str | None = None, error_type: str | None = None):
+        super().__init__(message, submission_id=submission_id, status=status, error_type=error_type)
+        self.failure = failure or {}
+
+
+class UserCodeError(JobFailure):
+    """The training function (or a ``@task.ray`` function) raised on some rank. Not retried."""
+
+
+class ConfigurationError(JobFailure):
+    """The job could not start because of what the task asked for (a runtime_env package that does not
+    exist, an import path that does not resolve on the cluster, a Ray or Python version). Not retried."""
+
+
+class InfrastructureError(JobFailure):
+    """A worker or a node died, the kernel's OOM killer struck, a rendezvous or a collective timed out,
+    the job's supervisor or driver was lost, or the dashboard went away. Retried."""
+
+
+class PreemptionError(JobFailure):
+    """A node was drained or preempted. Retried, without using up ``max_failures``."""
+
+
+class CapacityError(JobFailure):
+    """The workers never got their resources within ``pending_timeout_seconds``. Retried."""
+
+
+class StorageError(JobFailure):
+    """Checkpoints or the attempt's record could not be written or read. Retried."""
+
+
+class RayJobPendingTimeoutError(CapacityError):
+    """The workers ask for resources no node of the cluster has (checked before submitting)."""
+
+
+class TrainingResultError(StorageError):
     """The job succeeded but its result record or checkpoint is missing or unreadable."""
 
 

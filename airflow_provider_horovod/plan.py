@@ -136,7 +136,7 @@ def training_plan(task_run: TaskRun, *, train_fn: Callable | str, train_call: tu
                   trainer_api: Any, forward_aws_credentials: Any, aws_conn_id: str | None,
                   aws_credentials_ttl_seconds: Any, check_cluster_resources: Any, materialize_datasets: Any,
                   horovod_timeline: Any, storage_path: str | None, pending_timeout_s: float | None,
-                  ray_conn_id: str) -> JobPlan:
+                  ray_conn_id: str, retry_on_user_error: bool = False) -> JobPlan:
     """The plan of a training, every parameter checked. ``train_call``: the arguments every worker
     calls ``train_fn`` with (``@task.horovod``); None: Ray Train's ``train_fn(config)``."""
     env = checks.check_runtime_env(runtime_env)
@@ -164,6 +164,7 @@ def training_plan(task_run: TaskRun, *, train_fn: Callable | str, train_call: tu
         checkpoint_score_attribute=checkpoint_score_attribute,
         checkpoint_score_order=checks.check_choice("checkpoint_score_order", checkpoint_score_order, ("max", "min")),
         max_failures=checks.check_max_failures(max_failures),
+        retry_on_user_error=retry_on_user_error,
         horovod_timeout_s=checks.check_positive("horovod_timeout_s", horovod_timeout_s, integer=True),
         horovod_nics=checks.check_nics(horovod_nics),
         horovod_env=checks.check_horovod_env(horovod_env),

@@ -14,7 +14,7 @@ from airflow_provider_horovod.exceptions import InvalidParameterError, RayConnec
 
 DEFAULT_PORT = 8265
 LOCAL_HOSTS = frozenset({"", "local"})
-EXTRAS = ("verify", "headers", "runtime_env", "shared_storage")
+EXTRAS = ("verify", "ca_bundle", "headers", "runtime_env", "shared_storage")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,15 +156,20 @@ def endpoint_from(conn_id: str, *, host: str | None, port: Any, schema: str | No
 
     extras = read_extras(conn_id, extra)
     verify: Any = extras.get("verify", True)
-    if isinstance(verify, str) and verify.strip().lower() in ("true", "false", ""):
-        verify = verify.strip().lower() != "false"
+    if verify is None or (isinstance(verify, str) and verify.strip().lower() in ("true", "false", "")):
+        verify = verify is None or verify.strip().lower() != "false"
     if not isinstance(verify, (bool, str)):
         raise RayConnectionConfigError(
             f"Connection {conn_id!r}: extra 'verify'={verify!r} must be true, false or a CA bundle path.")
+    ca_bundle = extras.get("ca_bundle") or None
+    if ca_bundle is not None and verify is not False:
+        # The form's "CA bundle" field; a path in "verify" itself still works (connections made before it).
+        verify = ca_bundle
     if isinstance(verify, str) and not os.path.exists(verify):
+        name = "ca_bundle" if verify == ca_bundle else "verify"
         raise RayConnectionConfigError(
-            f"Connection {conn_id!r}: extra 'verify'={verify!r} is neither true/false nor an existing path; give "
-            "true, false or the path of a CA bundle (PEM file or folder) on the Airflow workers.")
+            f"Connection {conn_id!r}: extra {name!r}={verify!r} is not an existing path; give the path of a CA "
+            "bundle (PEM file or folder) on the Airflow workers, or leave it empty.")
     headers = check_headers(conn_id, _json_field(conn_id, "headers", extras.get("headers")))
     runtime_env = _json_field(conn_id, "runtime_env", extras.get("runtime_env"))
     try:

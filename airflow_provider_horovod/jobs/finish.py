@@ -1,22 +1,29 @@
-"""The finish step: a finished Ray job as the task's outcome, the verified result or a clear failure.
-The operator (both wait paths), the sensor and the decorators finish through ``finish``."""
+"""The finish step: a finished Ray job as the task's outcome, the verified result or a clear failure
+of one of six classes (``failures``), its post-mortem kept beside the attempt's checkpoints. The
+operator (both wait paths), the sensor and the decorators finish through ``finish``."""
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_horovod import failures
 from airflow_provider_horovod.contract import (
+    LOG_TAIL_LINES,
+    META_ATTEMPT,
     META_KIND,
     META_RESULT_URI,
+    META_STORAGE_URI,
     XCOM_CHECKPOINT_URI,
     JobKind,
     ResultRecord,
     TaskRecord,
+    attempt_uri,
     consumed_uri,
+    result_uri,
     training_result,
 )
-from airflow_provider_horovod.exceptions import RayJobError, TrainingResultError
+from airflow_provider_horovod.exceptions import JobFailure, TrainingResultError, UserCodeError
 
 if TYPE_CHECKING:
     from airflow_provider_horovod.jobs.wait import JobEvent
@@ -30,7 +37,8 @@ def finish(event: JobEvent, *, dashboard_url: str, storage: Storage, try_number:
     attempt's record is read (a training's checkpoint checked), and the attempt is marked consumed
     (clearing the task later runs it anew): a training's result (``TrainingResult``), or a task's
     ``{"return_value", ...}``. Any other job gives its id, status and metadata."""
-    raise_for_failure(event)
+    if not event.succeeded:
+        raise failed(event, storage)
     sid, metadata = event.submission_id, event.metadata
     if not metadata.get(META_RESULT_URI):
         status = event.job_status.value if event.job_status else None
@@ -44,7 +52,9 @@ def finish(event: JobEvent, *, dashboard_url: str, storage: Storage, try_number:
     else:
         training = read_record(storage, metadata[META_RESULT_URI], sid, ResultRecord)
         check_checkpoints(storage, training)
-        result, record = dict(training_result(training, dashboard_url=dashboard_url)), training
+        result = dict(training_result(training, dashboard_url=dashboard_url,
+                                      attempts=earlier_attempts(storage, training.storage_uri, training.attempt)))
+        record = training
     storage.write_json(consumed_uri(record.storage_uri, record.attempt), {"submission_id": sid,
                        "try_number": try_number})
     return result
@@ -57,19 +67,60 @@ def push_result(context: Any, result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def failure_message(event: JobEvent) -> str:
-    tail = "\n".join(event.log_tail[-40:]) or "(no log)"
+def failed(event: JobEvent, storage: Storage) -> JobFailure:
+    """The failure of a job that did not succeed: its class decided once (``failures.of_job``, from the
+    runtime's verdict and Ray's job info), its post-mortem kept beside the attempt's checkpoints."""
+    runtime = failures.Failure.from_dict(event.failure) if event.failure else None
+    info = {"status": event.job_status.value if event.job_status else None, "error_type": event.error_type,
+            "driver_exit_code": event.driver_exit_code, "message": event.message}
+    failure = failures.of_job(info, runtime, provider_job=bool(event.metadata.get(META_RESULT_URI)))
+    keep_post_mortem(storage, event, failure)
+    return failure.failure_class.error(failure_message(event, failure), failure=failure.to_dict(),
+                                       submission_id=event.submission_id,
+                                       status=event.job_status.value if event.job_status else None,
+                                       error_type=event.error_type)
+
+
+def failure_message(event: JobEvent, failure: failures.Failure) -> str:
+    """What the task's log ends with: how the job ended, the log's last lines where the runtime gave no
+    verdict of its own (a killed driver), then the answer: class, rank, exception, frames, what to do."""
     kind = f" ({event.error_type})" if event.error_type else ""
     status = event.job_status.value if event.job_status else "in error"
-    reason = f"\nWhy: {event.reason}" if event.reason else ""
-    return (f"Ray job {event.submission_id} ended {status}{kind}: {event.message.strip()}{reason}\n"
-            f"Last lines of the job's log:\n{tail}")
+    head = f"Ray job {event.submission_id} ended {status}{kind}: {event.message.strip() or failure.summary}"
+    if not event.failure and event.log_tail:
+        head += "\nLast lines of the job's log:\n" + "\n".join(event.log_tail[-LOG_TAIL_LINES:])
+    return f"{head}\n{failure.explain()}"
 
 
-def raise_for_failure(event: JobEvent) -> None:
-    if not event.succeeded:
-        raise RayJobError(failure_message(event), submission_id=event.submission_id,
-                          status=event.job_status.value if event.job_status else None, error_type=event.error_type)
+def keep_post_mortem(storage: Storage, event: JobEvent, failure: failures.Failure) -> None:
+    """Complete the failed attempt's record with the final class and the log's last lines (or write it,
+    when the runtime could not): a platform team reads why a run failed after the cluster is gone."""
+    uri, attempt = event.metadata.get(META_RESULT_URI), event.metadata.get(META_ATTEMPT)
+    if not uri or not attempt:
+        return
+    try:
+        written = storage.read_json(uri) or {}
+        storage_uri = event.metadata.get(META_STORAGE_URI) or ""
+        record = {"submission_id": event.submission_id, "attempt": int(attempt), "storage_uri": storage_uri,
+                  "run_uri": attempt_uri(storage_uri, int(attempt)), **written, "failure": failure.to_dict(),
+                  "log_tail": list(event.log_tail[-LOG_TAIL_LINES:])}
+        storage.write_json(uri, record)
+    except Exception as err:  # the failure itself is what the task must say
+        log.warning("Could not keep the failed attempt's record at %s: %s", uri, err)
+
+
+def earlier_attempts(storage: Storage, storage_uri: str, attempt: int) -> list[dict[str, Any]]:
+    """The attempts of the task run before ``attempt``, with why each failed (their records)."""
+    found = []
+    for number in range(1, attempt):
+        try:
+            record = storage.read_json(result_uri(storage_uri, number)) or {}
+        except Exception:  # an earlier attempt's record only informs; it never fails the task
+            record = {}
+        failure = record.get("failure") or {}
+        found.append({"attempt": number, "submission_id": record.get("submission_id"),
+                      "failure_class": failure.get("failure_class"), "summary": failure.get("summary")})
+    return found
 
 
 def read_record(storage: Storage, record_uri: str, submission_id: str, record_class: type[Any]) -> Any:
@@ -81,9 +132,9 @@ def read_record(storage: Storage, record_uri: str, submission_id: str, record_cl
             "checkpoint URI was pushed. Once the storage answers again, retry the task: it reuses the finished job."
         ) from err
     if text is None:
-        raise TrainingResultError(
+        raise UserCodeError(
             f"Ray job {submission_id} succeeded but wrote no result record at {record_uri}. The training function "
-            "may have ended without ray.train.report(...).")
+            "may have ended without ray.train.report(...).", submission_id=submission_id)
     return record_class.from_json(text)
 
 
@@ -91,9 +142,9 @@ def check_checkpoints(storage: Storage, record: ResultRecord) -> None:
     """Every checkpoint the record names exists and holds files, or the task fails (no dangling URI)."""
     sid = record.submission_id
     if not record.checkpoint_uri:
-        raise TrainingResultError(
+        raise UserCodeError(
             f"Ray job {sid} succeeded without a checkpoint: call ray.train.report(metrics, "
-            "checkpoint=Checkpoint.from_directory(...)) on rank 0 at least once.")
+            "checkpoint=Checkpoint.from_directory(...)) on rank 0 at least once.", submission_id=sid)
     for uri in dict.fromkeys([record.checkpoint_uri, record.best_checkpoint_uri or record.checkpoint_uri]):
         try:
             present = storage.folder_has_files(uri)

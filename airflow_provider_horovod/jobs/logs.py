@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
+import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_horovod.contract import LOG_TAIL_LINES
+from airflow_provider_horovod.contract import FAILURE_MARK, LOG_TAIL_LINES
 from airflow_provider_horovod.exceptions import HorovodProviderError
 
 if TYPE_CHECKING:
@@ -41,6 +43,9 @@ MIN_WINDOW = 2 * TAIL_LINES
 # at most 1/QUIET_READ_POLLS of that per poll (bench figure 4).
 QUIET_READ_S = 30.0
 QUIET_READ_POLLS = 6
+
+# Where a line of the job's log goes: the task log, at a level (logging's).
+Write = Callable[[int, str], None]
 
 
 def digest(line: str) -> str:
@@ -134,7 +139,7 @@ class LogReader:
     read next, and the log's last lines (a failure's message shows them); the cursor is what travels
     between tries. ``write``: where its own notices go (the task log)."""
 
-    def __init__(self, submission_id: str, poll_interval_s: float, write: Callable[[str], None]) -> None:
+    def __init__(self, submission_id: str, poll_interval_s: float, write: Write) -> None:
         self.submission_id = submission_id
         self.poll_interval_s = poll_interval_s
         self.write = write
@@ -165,8 +170,8 @@ class LogReader:
                 lines = await self._window(hook, info, cursor, final=ended)
             except HorovodProviderError as err:
                 self.gap = str(err)
-                self.write(f"The job's log cannot be read from line {cursor.lines + 1} on ({err}); its rest is "
-                           "read once the job ends.")
+                self.write(logging.WARNING, f"The job's log cannot be read from line {cursor.lines + 1} on ({err}); "
+                                            "its rest is read once the job ends.")
         if self.gap is not None and ended:
             lines = await self._whole(hook, cursor)
         self._schedule(len(lines), now)
@@ -190,7 +195,7 @@ class LogReader:
         try:
             text = await hook.a_get_job_logs(self.submission_id)
         except HorovodProviderError as err:
-            self.write(f"The job's log from line {cursor.lines + 1} on cannot be read: {err}")
+            self.write(logging.WARNING, f"The job's log from line {cursor.lines + 1} on cannot be read: {err}")
             return []
         self.last_lines = text.splitlines()[-LOG_TAIL_LINES:]
         return lines_after(text, cursor.lines)
@@ -222,3 +227,47 @@ class LogReader:
         self.window = max(MIN_WINDOW, 2 * (len(new) + TAIL_LINES))
         self.last_lines = (window.lines + ([window.partial] if window.partial else []))[-LOG_TAIL_LINES:]
         return new
+
+
+# --- what of the job's log is the user's ---------------------------------------------------------------
+
+# The "(RayTrainWorker pid=123, ip=10.0.0.2)" Ray puts before the lines of an actor or a task.
+_SOURCE = re.compile(r"^\([\w.:-]+ pid=\d+(?:, ip=[\d.:a-f]+)?\) ")
+_GLOG = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ ([DIWEF]) \d+ \d+\] ")
+_RAY_PYTHON_LOG = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\t(DEBUG|INFO|WARNING|ERROR|CRITICAL) \S+\.py:\d+ -- ")
+_GLOG_LEVELS = {"D": logging.DEBUG, "I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR, "F": logging.CRITICAL}
+# What Ray's own libraries (not the user's code) print: Ray Data's notices and warnings, a native
+# stack dump after a crash (abseil's failure signal handler, glog's), Python's fatal error report.
+_RAY_OWN = re.compile(
+    r"/site-packages/ray/.*: \w*Warning: |^\s+warnings\.warn\(|tqdm is not installed|"
+    r"ExecutionOptions\.\w+ is deprecated|^\*\*\* (SIG\w+ received|Aborted at|Check failure)|^PC: @ |"
+    r"^\s+@\s+0x[0-9a-f]+ |^Fatal Python error: |^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\)|"
+    r"^Extension modules: ")
+
+
+def ray_level(line: str) -> int | None:
+    """The level of a line Ray's own code printed (folded in the task log); None for the user's."""
+    text = _SOURCE.sub("", line)
+    if found := _GLOG.match(text):
+        return _GLOG_LEVELS[found[1]]
+    if found := _RAY_PYTHON_LOG.match(text):
+        return getattr(logging, found[1])
+    if FAILURE_MARK in text:
+        return logging.DEBUG  # the runtime's verdict, for the Airflow side: the task's error tells it
+    return logging.INFO if _RAY_OWN.search(text) else None
+
+
+def task_log(lines: Sequence[str]) -> list[tuple[int, str]]:
+    """The job's lines as the task log gets them: the user's at INFO; runs of Ray's own lines in a
+    group that Airflow's log view folds (``::group::``), each at its own level."""
+    out: list[tuple[int, str]] = []
+    folded = False
+    for line in lines:
+        level = ray_level(line)
+        if (level is not None) != folded:
+            out.append((logging.INFO, "::group::Ray's own output" if not folded else "::endgroup::"))
+            folded = not folded
+        out.append((logging.INFO if level is None else level, f"[ray] {line}"))
+    if folded:
+        out.append((logging.INFO, "::endgroup::"))
+    return out

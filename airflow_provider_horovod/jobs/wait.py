@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_horovod import checks
+from airflow_provider_horovod import checks, failures
 from airflow_provider_horovod.contract import (
     ERROR_MARK,
     META_RESOURCES,
@@ -28,7 +28,7 @@ from airflow_provider_horovod.contract import (
     JobStatus,
 )
 from airflow_provider_horovod.exceptions import HorovodProviderError, RayJobError
-from airflow_provider_horovod.jobs.logs import LogCursor, LogReader
+from airflow_provider_horovod.jobs.logs import LogCursor, LogReader, Write, task_log
 
 if TYPE_CHECKING:
     from airflow_provider_horovod.jobs.api import RayJobsApi
@@ -85,6 +85,10 @@ class JobEvent:
     log_cursor: dict[str, Any] = dataclasses.field(default_factory=dict)
     # The runtime's one-line reason (its AHP_ERROR line), wherever it is in the log.
     reason: str = ""
+    # Why it failed, as far as the wait knows: the runtime's verdict (its AHP_FAILURE line), or the
+    # wait's own (a timeout, a job gone); ``failures.Failure.to_dict()``.
+    failure: dict[str, Any] = dataclasses.field(default_factory=dict)
+    driver_exit_code: int | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -92,24 +96,26 @@ class JobEvent:
 
     @classmethod
     def from_info(cls, submission_id: str, info: dict, *, log_tail: list[str] | None = None,
-                  log_cursor: dict | None = None, reason: str = "") -> JobEvent:
+                  log_cursor: dict | None = None, reason: str = "", failure: dict | None = None) -> JobEvent:
         """The event of a job in a terminal state, from its job info."""
         status = JobStatus.of(info.get("status"))
         return cls(outcome=Outcome.SUCCESS if status is JobStatus.SUCCEEDED else Outcome.ERROR,
                    submission_id=submission_id, job_status=status, error_type=info.get("error_type"),
                    message=info.get("message") or "", metadata=dict(info.get("metadata") or {}),
-                   log_tail=list(log_tail or []), log_cursor=dict(log_cursor or {}), reason=reason)
+                   log_tail=list(log_tail or []), log_cursor=dict(log_cursor or {}), reason=reason,
+                   failure=dict(failure or {}), driver_exit_code=info.get("driver_exit_code"))
 
     @classmethod
-    def error(cls, submission_id: str, message: str, *, info: dict | None = None,
-              log_cursor: dict | None = None) -> JobEvent:
+    def error(cls, submission_id: str, message: str, *, info: dict | None = None, log_cursor: dict | None = None,
+              failure_class: failures.FailureClass = failures.FailureClass.INFRASTRUCTURE) -> JobEvent:
         """A wait that ended without the job succeeding: missing, timed out, unreachable."""
         info = info or {}
         status = info.get("status")
+        failure = failures.Failure(failure_class, failures.first_line_of(message), message=message)
         return cls(outcome=Outcome.ERROR, submission_id=submission_id,
                    job_status=JobStatus(status) if status in JobStatus._value2member_map_ else None,
                    error_type=info.get("error_type"), message=message, metadata=dict(info.get("metadata") or {}),
-                   log_cursor=dict(log_cursor or {}))
+                   log_cursor=dict(log_cursor or {}), failure=failure.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -134,6 +140,14 @@ def reason_in(lines: list[str], reason: str = "") -> str:
     return reason
 
 
+def failure_in(lines: list[str], failure: dict | None = None) -> dict:
+    """The runtime's last verdict on its failure among ``lines`` (else ``failure``)."""
+    for line in lines:
+        if (found := failures.of_line(line)) is not None:
+            failure = found.to_dict()
+    return dict(failure or {})
+
+
 # --- the step ----------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +161,7 @@ class Poll:
     lines: list[str] = dataclasses.field(default_factory=list)
     tail: list[str] = dataclasses.field(default_factory=list)
     reason: str = ""
+    failure: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,9 +177,14 @@ class Timeout:
     stalled: bool = False
 
     def event(self, cluster: dict | None, cursor: LogCursor) -> JobEvent:
-        message = (stall_message(self.submission_id, self.waited_s) if self.stalled else
-                   pending_timeout_message(self.submission_id, self.status, self.waited_s, self.asked, cluster))
-        return JobEvent.error(self.submission_id, message, info=self.info, log_cursor=cursor.to_dict())
+        if self.stalled:
+            message = stall_message(self.submission_id, self.waited_s)
+            failure_class = failures.FailureClass.INFRASTRUCTURE
+        else:
+            message = pending_timeout_message(self.submission_id, self.status, self.waited_s, self.asked, cluster)
+            failure_class = failures.FailureClass.CAPACITY
+        return JobEvent.error(self.submission_id, message, info=self.info, log_cursor=cursor.to_dict(),
+                              failure_class=failure_class)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,11 +208,13 @@ def step(policy: WaitPolicy, cursor: LogCursor, poll: Poll) -> Step:
     try:
         status = JobStatus.of(info.get("status"))
     except HorovodProviderError as err:
-        return Step(cursor, poll.lines, JobEvent.error(sid, str(err), info=info, log_cursor=cursor.to_dict()))
+        return Step(cursor, poll.lines, JobEvent.error(sid, str(err), info=info, log_cursor=cursor.to_dict(),
+                                                       failure_class=failures.FailureClass.CONFIGURATION))
     if status.is_terminal:
         failure_tail = list(poll.tail) if status is not JobStatus.SUCCEEDED else []
         event = JobEvent.from_info(sid, info, log_tail=failure_tail, log_cursor=cursor.to_dict(),
-                                   reason=reason_in(failure_tail, poll.reason))
+                                   reason=reason_in(failure_tail, poll.reason),
+                                   failure=failure_in(failure_tail, poll.failure))
         return Step(cursor, poll.lines, event)
     if status is JobStatus.PENDING and policy.pending_timeout_s:
         waited = poll.now - (info.get("start_time") or poll.now * 1000) / 1000
@@ -234,9 +256,10 @@ def stall_message(submission_id: str, quiet_s: float) -> str:
 # --- the loop -------------------------------------------------------------------------------------
 
 async def follow(hook: RayJobsApi, submission_id: str, *, policy: WaitPolicy, cursor: LogCursor,
-                 write: Callable[[str], None], save_cursor: Callable[[LogCursor], Awaitable[None]],
+                 write: Write, save_cursor: Callable[[LogCursor], Awaitable[None]],
                  stream_logs: bool = True, stopped: Callable[[], bool] = lambda: False) -> JobEvent:
-    """Wait for the job to end, writing its log after ``cursor`` with ``write``; its final event.
+    """Wait for the job to end, writing its log after ``cursor`` with ``write`` (``jobs.logs.task_log``:
+    the user's lines, and Ray's own folded); its final event.
 
     ``save_cursor`` is awaited before new lines are written: a crash in between may skip a batch of
     lines in the task log, never repeat one. ``stopped``: the task was killed; the wait raises.
@@ -248,12 +271,13 @@ async def follow(hook: RayJobsApi, submission_id: str, *, policy: WaitPolicy, cu
 
 
 async def follow_until(hook: RayJobsApi, submission_id: str, *, policy: WaitPolicy, cursor: LogCursor,
-                       write: Callable[[str], None], save_cursor: Callable[[LogCursor], Awaitable[None]],
+                       write: Write, save_cursor: Callable[[LogCursor], Awaitable[None]],
                        stream_logs: bool = True, stopped: Callable[[], bool] = lambda: False,
                        within_s: float | None = None) -> JobEvent | None:
     """``follow``; with ``within_s``, None when the job has not ended that many seconds on."""
     reader = LogReader(submission_id, policy.poll_interval_s, write)
     reason = ""
+    failure: dict[str, Any] = {}
     deadline = None if within_s is None else time.monotonic() + within_s
     while True:
         info = await hook.a_get_job_info(submission_id)
@@ -269,12 +293,12 @@ async def follow_until(hook: RayJobsApi, submission_id: str, *, policy: WaitPoli
             fresh = await reader.new_lines(hook, info, cursor, ended=ended, now=now)
         elif ended and status is not JobStatus.SUCCEEDED:
             await reader.read_last(hook, info)
-        reason = reason_in(fresh, reason)
-        result = step(policy, cursor, Poll(info, now, fresh, tail=reader.last_lines, reason=reason))
+        reason, failure = reason_in(fresh, reason), failure_in(fresh, failure)
+        result = step(policy, cursor, Poll(info, now, fresh, tail=reader.last_lines, reason=reason, failure=failure))
         if result.lines:
             await save_cursor(result.cursor)
-            for line in result.lines:
-                write(f"[ray] {line}")
+            for level, line in task_log(result.lines):
+                write(level, line)
         cursor = result.cursor
         if result.timeout is not None:
             await hook.a_stop_job(submission_id)
@@ -296,7 +320,7 @@ async def follow_until(hook: RayJobsApi, submission_id: str, *, policy: WaitPoli
 
 
 def wait(hook: RayJobsApi, submission_id: str, *, policy: WaitPolicy, cursor: LogCursor,
-         write: Callable[[str], None], save_cursor: Callable[[LogCursor], None],
+         write: Write, save_cursor: Callable[[LogCursor], None],
          stopped: Callable[[], bool] = lambda: False, within_s: float | None = None) -> JobEvent | None:
     """``follow`` in an event loop of this thread's own (the operator's synchronous wait); with
     ``within_s``, None when the job has not ended that many seconds on (polled at least every 0.5 s)."""

@@ -64,7 +64,7 @@ class HorovodTrainOperator(BaseRayJobOperator):
         False: stream them while the workers train, for datasets bigger than the object store (give
         Ray Data CPUs of its own then: a cluster whose CPUs all go to workers cannot read).
     :param storage_path, aws_conn_id, ray_conn_id, deferrable, wait_for_completion, poll_interval_seconds,
-        pending_timeout_seconds, stall_timeout_seconds: see
+        pending_timeout_seconds, stall_timeout_seconds, retry_on_user_error: see
         :class:`~airflow_provider_horovod.operators.ray.BaseRayJobOperator`
         (``storage_path`` holds the checkpoints and the result record).
     """
@@ -148,7 +148,8 @@ class HorovodTrainOperator(BaseRayJobOperator):
             aws_credentials_ttl_seconds=self.aws_credentials_ttl_seconds,
             check_cluster_resources=self.check_cluster_resources, materialize_datasets=self.materialize_datasets,
             horovod_timeline=self.horovod_timeline, storage_path=self.storage_path,
-            pending_timeout_s=policy.pending_timeout_s, ray_conn_id=self.ray_conn_id)
+            pending_timeout_s=policy.pending_timeout_s, ray_conn_id=self.ray_conn_id,
+            retry_on_user_error=self.retry_on_user_error)
 
     def task_result(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
         from airflow_provider_horovod.jobs.finish import push_result

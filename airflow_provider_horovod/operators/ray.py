@@ -61,6 +61,11 @@ class BaseRayJobOperator(BaseOperator):
         Default: ``$AIRFLOW_HOME/horovod-storage``.
     :param aws_conn_id: AWS connection (Amazon provider) the Airflow side reads S3 storage with;
         None: the worker's own AWS environment (templated).
+    :param retry_on_user_error: False (default): a failure in the user's function
+        (``UserCodeError``) or in what the task asks for (``ConfigurationError``) fails the task at
+        once, whatever ``retries`` says, and Ray Train does not restart the workers for it either;
+        lost workers, nodes, capacity and storage are retried. True: those are retried too (and an
+        Airflow 3.3 ``retry_policy`` decides them).
     """
 
     template_fields: Sequence[str] = ("ray_conn_id", "storage_path", "aws_conn_id")
@@ -72,8 +77,10 @@ class BaseRayJobOperator(BaseOperator):
                  wait_for_completion: bool = True, poll_interval_seconds: float = POLL_INTERVAL_S,
                  pending_timeout_seconds: float | None = PENDING_TIMEOUT_S,
                  stall_timeout_seconds: float | None = STALL_TIMEOUT_S,
-                 storage_path: str | None = None, aws_conn_id: str | None = None, **kwargs) -> None:
+                 storage_path: str | None = None, aws_conn_id: str | None = None,
+                 retry_on_user_error: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.retry_on_user_error = retry_on_user_error
         self.ray_conn_id = ray_conn_id
         self.storage_path = storage_path
         self.aws_conn_id = aws_conn_id
@@ -123,6 +130,7 @@ class BaseRayJobOperator(BaseOperator):
         check_ray_conn_id(self.ray_conn_id)
         check_bool("deferrable", self.deferrable)
         check_bool("wait_for_completion", self.wait_for_completion)
+        check_bool("retry_on_user_error", self.retry_on_user_error)
         plan = self.plan(task_run, policy)
         # A missing AWS connection would otherwise show only after the job ended, when reading its result.
         check_aws_conn_id(self.aws_conn_id)
@@ -175,7 +183,7 @@ class BaseRayJobOperator(BaseOperator):
             seen(latest)
 
         killed = self._killed
-        return wait(self.hook, sid, policy=policy, cursor=cursor, write=self.log.info, save_cursor=save,
+        return wait(self.hook, sid, policy=policy, cursor=cursor, write=self.log.log, save_cursor=save,
                     stopped=killed.is_set if killed else lambda: False, within_s=within_s)
 
     def execute_complete(self, context: Context, event: dict) -> Any:
@@ -192,8 +200,9 @@ class BaseRayJobOperator(BaseOperator):
     def complete(self, context: Context, event: JobEvent) -> Any:
         from airflow_provider_horovod.jobs.finish import finish
 
-        result = finish(event, dashboard_url=self.hook.get_job_url(event.submission_id), storage=self.storage,
-                        try_number=getattr(context["ti"], "try_number", None))
+        with compat.failing_for_good(self.retry_on_user_error):
+            result = finish(event, dashboard_url=self.hook.get_job_url(event.submission_id), storage=self.storage,
+                            try_number=getattr(context["ti"], "try_number", None))
         return self.task_result(context, result)
 
     def on_kill(self) -> None:

@@ -4,35 +4,32 @@
 It reads the payload, checks that it can run here (the cluster's Ray, the Python of pickled code),
 runs the training (``trainers.run``) or the function (in the job's driver, with the resources the
 job asked for), writes the attempt's record and prints it as one ``AHP_RESULT`` line. On failure it
-prints one ``AHP_ERROR`` line (what failed, and what to do) and exits 1, so the job ends FAILED and
-the Airflow task says why.
+classifies what it caught (``failures.of_error``), prints one ``AHP_ERROR`` line (the class and
+what failed) and its verdict as one ``AHP_FAILURE`` line, writes the failed attempt's record beside
+its checkpoints, and exits 1, so the job ends FAILED and the Airflow task says why.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 import traceback
+from typing import Any
 
+from airflow_provider_horovod import failures
 from airflow_provider_horovod.contract import (
     ERROR_MARK,
     RESULT_MARK,
     JobKind,
     JobSpec,
+    ResultRecord,
     TaskRecord,
     TaskSpec,
     TrainingSpec,
     check_ray_version,
 )
-
-WORKER_DIED_HINT = (
-    "a training worker died (process killed, out of memory, or node lost). Raise max_failures to "
-    "let Ray Train restart the workers from the last checkpoint, or give the workers more memory."
-)
-DIED_ERRORS = ("ActorDiedError", "RayActorError", "WorkerCrashedError", "ActorUnavailableError", "NodeDiedError",
-               "WorkerHealthCheckFailedError")
+from airflow_provider_horovod.failures import Failure, FailureClass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     spec: JobSpec
     spec, folder = read_payload(argv[1], TrainingSpec if JobKind(argv[0]) is JobKind.TRAIN else TaskSpec)
     if problem := preflight(spec):
-        print(f"{ERROR_MARK}{problem}", flush=True)
+        report_failure(spec, Failure(FailureClass.CONFIGURATION, problem), started_at)
         return 1
     print(banner(spec), flush=True)
     try:
@@ -59,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             record = run_task(spec, folder, started_at)
     except Exception as err:  # the job must end FAILED with a readable reason
         traceback.print_exc()
-        print(f"{ERROR_MARK}{describe(err)}", flush=True)
+        report_failure(spec, failures.of_error(err, user_code=isinstance(spec, TaskSpec)), started_at)
         return 1
     print(f"{RESULT_MARK}{record.to_json().replace(chr(10), '')}", flush=True)
     return 0
@@ -86,7 +83,8 @@ def run_task(spec: TaskSpec, folder: str, started_at: float) -> TaskRecord:
     from airflow_provider_horovod.runtime.storage import load_callable, route_uploads, write_record
 
     route_uploads()  # a checkpoint read with ray.train.Checkpoint comes down at S3's speed
-    value = load_callable(spec.function, folder)(*spec.args, **spec.kwargs)
+    function = load_callable(spec.function, folder)
+    value = function(*spec.args, **spec.kwargs)
     try:
         json.dumps(value)
     except (TypeError, ValueError) as err:
@@ -128,43 +126,27 @@ def python_mismatch(airflow_python: str, pickled: dict[str, str]) -> str | None:
             "py_modules/working_dir), or run Airflow and the Ray cluster on the same Python minor version.")
 
 
-# --- the one error line ---------------------------------------------------------------------------
+# --- the one error line -----------------------------------------------------------------------------
 
-def error_chain(err: BaseException | None) -> list[BaseException]:
-    """The error, its causes, and (Train V2) the errors of the workers behind a WorkerGroupError."""
-    chain: list[BaseException] = []
-    todo, seen = [err], set()
-    while todo:
-        err = todo.pop(0)
-        if err is None or id(err) in seen:
-            continue
-        seen.add(id(err))
-        chain.append(err)
-        todo += [err.__cause__ or err.__context__, *(getattr(err, "worker_failures", None) or {}).values()]
-    return chain
+def report_failure(spec: JobSpec, failure: Failure, started_at: float) -> None:
+    """Say why the attempt failed, in the job's log and in the attempt's record beside its checkpoints."""
+    print(f"{ERROR_MARK}{failure.failure_class.value}: {failure.summary}", flush=True)
+    print(failure.line(), flush=True)
+    from airflow_provider_horovod.runtime.storage import read_json, write_record
 
-
-def summary(err: BaseException) -> str:
-    """The first line of an error's message; for an actor that failed in its constructor (Ray
-    Train's controller when the storage cannot be reached, say), also the constructor's own error,
-    which Ray puts on the message's last line."""
-    lines = [line for line in re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines() if line.strip()]
-    if not lines:
-        return ""
-    if getattr(err, "actor_init_failed", False) and len(lines) > 1:
-        return f"{lines[0].strip()} ... {lines[-1].strip()}"
-    return lines[0].strip()
-
-
-def describe(err: BaseException) -> str:
-    """One line for the task log: the error type, its message, and a hint when a worker died."""
-    chain = error_chain(err)
-    text = " <- ".join(f"{type(e).__name__}: {summary(e)}" for e in chain)
-    # Train V1 wraps the death in a class named like "RayTaskError(ActorDiedError)". An actor whose
-    # constructor raised did not die under load: its own error says what is wrong.
-    died = any(name in DIED_ERRORS for e in chain if not getattr(e, "actor_init_failed", False)
-               for name in re.findall(r"\w+", type(e).__name__))
-    return f"{text} -- {WORKER_DIED_HINT}" if died else text
+    timings = {"started_at": started_at, "finished_at": time.time(), "total_s": round(time.time() - started_at, 3)}
+    fields: dict[str, Any] = {"submission_id": spec.submission_id, "attempt": spec.attempt,
+                              "storage_uri": spec.storage_uri, "run_uri": spec.run_uri, "timings": timings,
+                              "failure": failure.to_dict()}
+    try:
+        if isinstance(spec, TrainingSpec):
+            record: TaskRecord = ResultRecord(**fields, world_size=spec.num_workers, trainer_api=spec.trainer_api,
+                                              history=read_json(spec.history_uri) or [])
+        else:
+            record = TaskRecord(**fields)
+        write_record(spec.result_uri, record)
+    except Exception as err:  # the storage itself may be what failed; the log still says why
+        print(f"The failed attempt's record could not be written to {spec.result_uri}: {err}", flush=True)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ def load_callable(ref: dict[str, str], folder: str) -> Callable:
         module, _, attr = ref["import"].partition(":")
         target: Any = importlib.import_module(module)
         for part in attr.split("."):
+            if not hasattr(target, part):  # an import path that does not resolve here: configuration
+                raise ImportError(f"{ref['import']} does not resolve on the cluster: {module} has no {part!r}")
             target = getattr(target, part)
         return target
     import cloudpickle

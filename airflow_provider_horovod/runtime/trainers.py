@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from airflow_provider_horovod import failures
 from airflow_provider_horovod.contract import ResultRecord, TrainerApi, TrainingSpec, required_positional
 from airflow_provider_horovod.runtime.storage import (
     HISTORY,
@@ -98,27 +99,67 @@ def per_worker(spec: TrainingSpec, fn: Callable) -> Callable:
     """What Ray Train runs on every worker: the user's function, called as the spec says (with
     ``config``, or with the arguments of a ``@task.horovod`` call), its rank 0 return value kept.
     Ray passes ``config`` only to a function with one parameter, so each wrapper has the right number.
-    Each also routes the worker's checkpoint copies through boto3 and records rank 0's reports."""
+    Each also routes the worker's checkpoint copies through boto3, records rank 0's reports, and
+    marks what the function raised as the user's (``failures.mark_user_error``)."""
     if spec.train_args is not None:
         args, kwargs = list(spec.train_args), dict(spec.train_kwargs or {})
 
         def called_with_arguments():
             worker_started(spec)
-            worker_finished(spec, fn(*args, **kwargs))
+            worker_finished(spec, call(fn, *args, **kwargs))
 
         return called_with_arguments
     if takes_config(fn):
         def called_with_config(config):
             worker_started(spec)
-            worker_finished(spec, fn(config))
+            worker_finished(spec, call(fn, config))
 
         return called_with_config
 
     def called_bare():
         worker_started(spec)
-        worker_finished(spec, fn())
+        worker_finished(spec, call(fn))
 
     return called_bare
+
+
+def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except Exception as err:
+        import ray.train
+
+        failures.mark_user_error(err, ray.train.get_context().get_world_rank())
+        raise
+
+
+class FailFastOnUserErrors:
+    """Ray Train V2's failure policy, except that a user's error (or a module the cluster lacks) fails
+    the run at once: restarting every worker would fail the same way. Lost workers and nodes still
+    go through Ray Train's own policy (``max_failures``; preemptions ``max_preemption_failures``)."""
+
+    def __init__(self, failure_config: Any) -> None:
+        from ray.train.v2._internal.execution.failure_handling import create_failure_policy
+
+        self.default = create_failure_policy(failure_config)
+
+    def make_decision(self, training_failed_error: BaseException) -> Any:
+        from ray.train.v2._internal.execution.failure_handling import FailureDecision
+
+        if not failures.of_error(training_failed_error, user_code=False).failure_class.retryable:
+            return FailureDecision.RAISE
+        return self.default.make_decision(training_failed_error)
+
+
+def fail_fast_on_user_errors(trainer: Any) -> Any:
+    """The V2 trainer, its controller given ``FailFastOnUserErrors`` instead of Ray Train's default."""
+    start = trainer._initialize_and_run_controller
+
+    def started(**kwargs: Any) -> Any:
+        return start(**{**kwargs, "failure_policy": FailFastOnUserErrors(trainer.run_config.failure_config)})
+
+    trainer._initialize_and_run_controller = started
+    return trainer
 
 
 def load_datasets(spec: TrainingSpec, folder: str, s3_fs=None) -> dict:
@@ -232,7 +273,7 @@ def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, res
     # Wait as long as the operator's pending timeout instead (the driver's value reaches the controller).
     os.environ.setdefault(WORKER_GROUP_START_TIMEOUT_ENV, str(worker_group_start_timeout_s(spec)))
 
-    return build(
+    trainer = build(
         train_fn,
         train_loop_config=spec.train_loop_config if takes_config(train_fn) else None,
         datasets=datasets or None,
@@ -245,6 +286,7 @@ def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, res
         timeout_s=spec.horovod_timeout_s,
         nics=list(spec.horovod_nics) if spec.horovod_nics else None,
     )
+    return trainer if spec.retry_on_user_error else fail_fast_on_user_errors(trainer)
 
 
 def scaling_config(spec: TrainingSpec):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
-from airflow_provider_horovod import checks
+from airflow_provider_horovod import checks, compat
 from airflow_provider_horovod.contract import DEFERRABLE, LOG_TAIL_LINES
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError
 from airflow_provider_horovod.links.ray import RayJobLink
@@ -35,6 +35,8 @@ class RayJobSensor(BaseSensorOperator):
     :param deferrable: wait in the triggerer (``poke_interval`` is the poll interval there); default True,
         whatever Airflow's ``[operators] default_deferrable`` says, as the provider's operators.
     :param pending_timeout_seconds: fail when the job stays PENDING longer than this.
+    :param retry_on_user_error: a job that failed in the user's code or its configuration fails the
+        sensor without retries (False, default), as the operators do; True retries it.
     """
 
     template_fields: Sequence[str] = ("submission_id", "ray_conn_id", "aws_conn_id")
@@ -42,7 +44,7 @@ class RayJobSensor(BaseSensorOperator):
 
     def __init__(self, *, submission_id: str, ray_conn_id: str = "ray_default", aws_conn_id: str | None = None,
                  deferrable: bool = DEFERRABLE,
-                 pending_timeout_seconds: float | None = None, **kwargs) -> None:
+                 pending_timeout_seconds: float | None = None, retry_on_user_error: bool = False, **kwargs) -> None:
         # BaseSensorOperator refuses these here already (at parse time), in words that show neither
         # the value nor the task; the same check, with a message like the provider's others.
         for name in ("poke_interval", "timeout"):
@@ -54,6 +56,7 @@ class RayJobSensor(BaseSensorOperator):
         self.aws_conn_id = aws_conn_id
         self.deferrable = deferrable
         self.pending_timeout_seconds = pending_timeout_seconds
+        self.retry_on_user_error = retry_on_user_error
         self.dashboard_url: str | None = None  # the "Ray job" link, once known
 
     @cached_property
@@ -79,6 +82,7 @@ class RayJobSensor(BaseSensorOperator):
         sid = checks.check_submission_id(self.submission_id)
         checks.check_ray_conn_id(self.ray_conn_id)
         checks.check_bool("deferrable", self.deferrable)
+        checks.check_bool("retry_on_user_error", self.retry_on_user_error)
         policy = self.wait_policy()
         # A missing AWS connection would otherwise show only after the job ended, when reading its result.
         check_aws_conn_id(self.aws_conn_id)
@@ -132,6 +136,7 @@ class RayJobSensor(BaseSensorOperator):
 
         job_event = JobEvent.from_dict(event)
         self.dashboard_url = self.hook.get_job_url(job_event.submission_id)
-        result = finish(job_event, dashboard_url=self.dashboard_url, storage=Storage(self.aws_conn_id),
-                        try_number=getattr(context["ti"], "try_number", None))
+        with compat.failing_for_good(self.retry_on_user_error):
+            result = finish(job_event, dashboard_url=self.dashboard_url, storage=Storage(self.aws_conn_id),
+                            try_number=getattr(context["ti"], "try_number", None))
         return push_result(context, result)

@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_horovod import compat
+from airflow_provider_horovod import compat, failures
 from airflow_provider_horovod.contract import XCOM_LOG_CURSOR
 from airflow_provider_horovod.exceptions import HorovodProviderError, InvalidParameterError
 from airflow_provider_horovod.jobs.logs import LogCursor
@@ -99,10 +99,11 @@ class RayJobTrigger(BaseTrigger):
 
         async with self._hook() as hook:
             try:
-                return await follow(hook, sid, policy=self.policy, cursor=latest[0], write=self.log.info,
+                return await follow(hook, sid, policy=self.policy, cursor=latest[0], write=self.log.log,
                                     save_cursor=save, stream_logs=self.stream_logs)
             except HorovodProviderError as err:
-                return JobEvent.error(sid, str(err), log_cursor=latest[0].to_dict())
+                return JobEvent.error(sid, str(err), log_cursor=latest[0].to_dict(),
+                                      failure_class=failures.class_of_provider_error(err))
             except asyncio.CancelledError:
                 # Before Airflow 3.3 no on_kill is called: a cancel whose task is no longer deferred is a kill.
                 if not compat.trigger_on_kill_supported() and (ids := self._task_ids()) is not None:

@@ -231,7 +231,9 @@ def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(ray_cluster, moto_se
     from the failed attempt's last checkpoint (the same steps on both APIs: the attempt's folder is
     found by the operator, its checkpoint by the runtime). On S3: the checkpoint went up in parallel
     parts and comes back bit-identical."""
-    from airflow_provider_horovod.exceptions import RayJobError
+    from airflow.providers.common.compat.sdk import AirflowFailException
+
+    from airflow_provider_horovod.exceptions import InfrastructureError
 
     progress_dir = tmp_path / "progress"
     progress_dir.mkdir()
@@ -242,12 +244,16 @@ def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(ray_cluster, moto_se
     thread, outcome = run_in_thread(op, {"ti": ti})
     kill_rank1_at_epoch_2(progress_dir / "rank1.json", outcome)
     thread.join(300)
-    assert isinstance(outcome.get("error"), RayJobError), outcome
-    assert "a training worker died" in str(outcome["error"])
+    error = outcome.get("error")
+    assert isinstance(error, InfrastructureError) and not isinstance(error, AirflowFailException), outcome
+    assert "infrastructure:" in str(error) and error.failure["failure_class"] == "infrastructure"
 
     ti.try_number = 2
     result = op.execute({"ti": ti})
     assert result["attempt"] == 2 and result["submission_id"].endswith("-a2")
+    (first,) = result["attempts"]  # the failed attempt before it, with its class
+    assert (first["attempt"], first["failure_class"]) == (1, "infrastructure")
+    assert first["submission_id"].endswith("-a1")
     metrics = result["metrics"]
     assert (metrics["restored_epoch"], metrics["start_epoch"], metrics["epoch"]) == (2, 3, 5)
     assert metrics["restored_intact"] is True

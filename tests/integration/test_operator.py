@@ -16,7 +16,7 @@ import structlog.testing
 from support.airflow_cli import dags_test, tagged_json
 from support.tasks import FakeTI, StateStore, jobs_of, run_in_thread, slow_train, wait_for_status
 
-from airflow_provider_horovod.exceptions import RayJobError
+from airflow_provider_horovod.exceptions import InfrastructureError, RayJobError
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
 
 pytestmark = pytest.mark.integration
@@ -76,17 +76,18 @@ def test_on_kill_stops_the_job(ray_hook, tmp_path, quick_jobs):
     assert isinstance(outcome.get("error"), RayJobError)
 
 
-def test_a_failed_job_fails_the_task_with_its_error_and_log(ray_hook, tmp_path, quick_jobs):
+def test_a_failed_job_fails_the_task_with_its_class_and_what_to_do(ray_hook, tmp_path, quick_jobs):
     ti = FakeTI(f"fail-{uuid.uuid4().hex[:6]}")
-    op = make_operator(tmp_path, train_loop_config={"quick_lines": 60, "quick_fail": "boom-in-training"})
-    with pytest.raises(RayJobError) as err:
+    op = make_operator(tmp_path, train_loop_config={"quick_lines": 60, "quick_fail": "boom-in-training",
+                                                    "quick_fail_class": "infrastructure"})
+    with pytest.raises(InfrastructureError) as err:
         op.execute({"ti": ti})
     message = str(err.value)
-    # Ray's error type, the job's own error line and the end of its log (not all of it).
+    # Ray's error type, then the runtime's verdict: the class, what failed, what to do.
     assert "ended FAILED (JOB_ENTRYPOINT_COMMAND_ERROR)" in message, message
-    assert "AHP_ERROR QuickJobError: boom-in-training" in message
-    assert "Last lines of the job's log" in message and "quick-line-0059" in message
-    assert "quick-line-0001" not in message
+    assert "infrastructure: QuickJobError: boom-in-training" in message
+    assert message.splitlines()[-1].startswith("What to do: nothing in the task")
+    assert "quick-line-0001" not in message  # the log is in the task log already, not in the answer
     assert err.value.status == "FAILED" and "checkpoint_uri" not in ti.xcoms
 
 

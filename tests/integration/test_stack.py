@@ -103,17 +103,22 @@ def page(stack):
             browser.close()
 
 
-def test_the_connection_form_shows_the_ray_fields(stack, page):
+def test_the_connection_form_shows_the_ray_fields_in_reading_order_with_switches(stack, page):
     page.goto(f"{stack.url}/connections", wait_until="networkidle")
     page.get_by_role("button", name=re.compile("Add Connection", re.I)).click()
     page.get_by_role("combobox").first.click()
     page.get_by_text("Ray", exact=True).first.click()
-    for label in ("Ray dashboard host", "Ray auth token", "Dashboard port", "Scheme (http or https)"):
-        assert page.get_by_text(label, exact=True).first.is_visible(), label
+    address, token = page.get_by_text("Ray dashboard address", exact=True), page.get_by_text("Ray auth token", exact=True)
+    assert address.first.is_visible() and token.first.is_visible()
+    assert address.first.bounding_box()["y"] < token.first.bounding_box()["y"]  # the address, then the token
+    for hidden in ("Port", "Schema", "Login"):
+        assert not page.get_by_text(hidden, exact=True).is_visible(), hidden
     assert page.get_by_placeholder("contents of ~/.ray/auth_token on the head node").is_visible()
     page.get_by_text("Extra Fields", exact=True).click()  # the connection's extras, from the provider info
-    for label in ("Verify TLS", "Extra HTTP headers", "Default runtime_env", "Local storage is shared"):
+    for label in ("Verify TLS", "CA bundle", "Local storage is shared", "Default runtime_env", "Extra HTTP headers"):
         page.get_by_text(label, exact=True).first.wait_for(timeout=10_000)
+    # The two booleans are switches, not text boxes holding "true".
+    assert page.locator("[data-scope='switch'], [role='switch'], input[type='checkbox']").count() >= 2
     page.screenshot(path=str(SCREENSHOTS / "connection-form.png"), full_page=True)
 
 

@@ -29,7 +29,7 @@ import pytest
 from support.tasks import FakeTI, defer, jobs_of, trigger_event
 
 from airflow_provider_horovod.contract import META_RESULT_URI, XCOM_CHECKPOINT_URI, XCOM_SUBMISSION_ID
-from airflow_provider_horovod.exceptions import RayJobError, TrainingResultError
+from airflow_provider_horovod.exceptions import StorageError, TrainingResultError
 from airflow_provider_horovod.storage import Storage, StorageUnavailableError, split_uri
 
 from .test_operator import make_operator
@@ -165,11 +165,11 @@ def test_s3_down_after_submission_fails_the_job_and_the_task(flaky_s3, ray_hook)
     flaky_s3.down()  # before the job's driver has even started
     event = trigger_event(deferred)
     assert event["outcome"] == "error" and event["job_status"] == "FAILED", event
-    with pytest.raises(RayJobError) as err:
+    with pytest.raises(StorageError) as err:
         complete(lambda: tiny_operator(f"s3://{flaky_s3.bucket}/runs", run_id, **kwargs), ti, deferred, event)
     message = str(err.value)
     # The job's own words: it could not reach the bucket.
-    assert flaky_s3.bucket in message and "connect" in message.lower(), message
+    assert "storage:" in message and flaky_s3.bucket in message and "connect" in message.lower(), message
     assert no_result_pushed(ti)
     assert [j["submission_id"] for j in jobs_of(ray_hook, run_id)] == [deferred.trigger.submission_id]
 

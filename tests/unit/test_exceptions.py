@@ -22,5 +22,6 @@ def test_an_invalid_parameter_names_the_value_and_the_fix():
 
 
 def test_a_job_error_keeps_the_job():
-    err = RayJobError("Ray job x ended FAILED", submission_id="x", status="FAILED", error_type="JOB_ENTRYPOINT_COMMAND_ERROR")
+    err = RayJobError("Ray job x ended FAILED", submission_id="x", status="FAILED",
+                      error_type="JOB_ENTRYPOINT_COMMAND_ERROR")
     assert (err.submission_id, err.status, err.error_type) == ("x", "FAILED", "JOB_ENTRYPOINT_COMMAND_ERROR")

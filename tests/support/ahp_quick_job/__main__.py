@@ -2,13 +2,23 @@ import json
 import sys
 import time
 
+from airflow_provider_horovod import failures
 from airflow_provider_horovod.contract import ResultRecord, TrainingSpec
+from airflow_provider_horovod.runtime.entrypoint import report_failure
 from airflow_provider_horovod.runtime.storage import _fs, read_payload, write_record
 
 
 def main(payload: str) -> int:
     started = time.time()
     spec, _ = read_payload(payload, TrainingSpec)
+    try:
+        return run(spec, started)
+    except Exception as err:  # says why as the runtime does: its verdict and the attempt's record
+        report_failure(spec, failures.of_error(err, user_code=False), started)
+        return 1
+
+
+def run(spec: TrainingSpec, started: float) -> int:
     config = spec.train_loop_config
     print(f"quick job {spec.submission_id}, attempt {spec.attempt}, resume from {spec.resume_from}", flush=True)
     for i in range(int(config.get("quick_lines", 3))):
@@ -17,7 +27,8 @@ def main(payload: str) -> int:
     if config.get("quick_stall_s") and spec.attempt == 1:
         time.sleep(float(config["quick_stall_s"]))  # quiet: no line, no report
     if config.get("quick_fail"):
-        print(f"AHP_ERROR QuickJobError: {config['quick_fail']}", flush=True)
+        failure_class = failures.FailureClass(config.get("quick_fail_class", "user_code"))
+        report_failure(spec, failures.Failure(failure_class, f"QuickJobError: {config['quick_fail']}"), started)
         return 1
     checkpoint = f"{spec.run_uri}/checkpoint_000000"
     fs, path = _fs(checkpoint)

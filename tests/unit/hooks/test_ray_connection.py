@@ -114,7 +114,7 @@ def test_verify_a_ca_bundle_path(tmp_path):
 
 
 @pytest.mark.parametrize("verify, fragment", [
-    ("/no/such/ca.pem", "'verify'='/no/such/ca.pem' is neither true/false nor an existing path"),
+    ("/no/such/ca.pem", "'verify'='/no/such/ca.pem' is not an existing path"),
     ("yes", "'verify'='yes'"),
     (5, "'verify'=5 must be true, false or a CA bundle path"),
 ])
@@ -141,8 +141,8 @@ def test_bad_headers_never_show_their_values(headers, fragment):
 
 
 @pytest.mark.parametrize("extra, fragment", [
-    ({"verfy": False}, "unknown extra ['verfy']; the Ray connection takes 'verify', 'headers', 'runtime_env', "
-                       "'shared_storage'"),
+    ({"verfy": False}, "unknown extra ['verfy']; the Ray connection takes 'verify', 'ca_bundle', 'headers', "
+                       "'runtime_env', 'shared_storage'"),
     ({"token": TOKEN}, "unknown extra ['token']"),
     ("{verify: true", "extra is not valid JSON"),
     ("[1, 2]", "extra must be a JSON object, got list"),

@@ -8,14 +8,23 @@ import os
 import pytest
 
 from airflow_provider_horovod.contract import (
+    META_ATTEMPT,
     META_KIND,
     META_RESULT_URI,
+    META_STORAGE_URI,
     XCOM_CHECKPOINT_URI,
     ResultRecord,
     consumed_uri,
     result_uri,
 )
-from airflow_provider_horovod.exceptions import RayJobError, TrainingResultError
+from airflow_provider_horovod.exceptions import (
+    CapacityError,
+    ConfigurationError,
+    InfrastructureError,
+    TrainingResultError,
+    UserCodeError,
+)
+from airflow_provider_horovod.failures import Failure, FailureClass
 from airflow_provider_horovod.jobs.finish import finish, push_result
 from airflow_provider_horovod.jobs.wait import JobEvent
 from airflow_provider_horovod.storage import Storage
@@ -79,7 +88,7 @@ def test_success_returns_the_documented_dict_and_marks_the_attempt_consumed(tmp_
         "timings": {"train_s": 3.5}, "timeline_uri": None,  # no Horovod timeline was asked for
     }
     assert {k: result[k] for k in expected} == expected
-    assert set(result) - set(expected) <= {"return_value"}
+    assert set(result) - set(expected) <= {"return_value", "attempts"} and result["attempts"] == []
     json.dumps(result)
     assert run.marker() == {"submission_id": SID, "try_number": 3}
 
@@ -90,32 +99,102 @@ def test_best_checkpoint_defaults_to_the_last(tmp_path):
     assert done(run)["best_checkpoint_uri"] == run.checkpoint
 
 
-@pytest.mark.parametrize("status, error_type", [("FAILED", "JOB_ENTRYPOINT_COMMAND_ERROR"), ("STOPPED", None)])
-def test_a_failed_job_raises_with_its_status_type_and_log_tail(tmp_path, status, error_type):
+def failed_event(run, status="FAILED", *, error_type="JOB_ENTRYPOINT_COMMAND_ERROR", exit_code=1, tail=(),
+                 verdict=None):
+    metadata = {META_RESULT_URI: result_uri(run.storage_uri, 1), META_ATTEMPT: "1", META_STORAGE_URI: run.storage_uri}
+    return JobEvent.from_info(SID, {"status": status, "error_type": error_type, "message": "driver exited 1 ",
+                                    "driver_exit_code": exit_code, "metadata": metadata},
+                              log_tail=list(tail), failure=verdict.to_dict() if verdict else None)
+
+
+USER_BUG = Failure(FailureClass.USER_CODE, "ZeroDivisionError: division by zero", rank=1,
+                   error_type="ZeroDivisionError", message="division by zero",
+                   traceback='Traceback (the function\'s own frames):\n  File "/dags/train.py", line 7, in train\n'
+                             '    return 1 / 0\n')
+
+
+def test_a_users_error_ends_the_log_with_the_class_rank_exception_frames_and_what_to_do(tmp_path):
     run = Run(tmp_path)
-    event = JobEvent.from_info(SID, {"status": status, "error_type": error_type, "message": "driver exited 1 ",
-                                     "metadata": {META_RESULT_URI: result_uri(run.storage_uri, 1)}},
-                               log_tail=["Traceback:", "ValueError: bad shape"])
-    with pytest.raises(RayJobError) as err:
+    event = failed_event(run, tail=["Traceback ...", "ray.train.WorkerGroupError: ..."], verdict=USER_BUG)
+    with pytest.raises(UserCodeError) as err:
         finish(event, dashboard_url=URL, storage=Storage(), try_number=1)
     message = str(err.value)
-    assert f"Ray job {SID} ended {status}" in message and "driver exited 1\n" in message
-    assert message.endswith("Last lines of the job's log:\nTraceback:\nValueError: bad shape")
-    assert (err.value.status, err.value.error_type, err.value.submission_id) == (status, error_type, SID)
-    if error_type:
-        assert f"({error_type})" in message
+    assert message.startswith(f"Ray job {SID} ended FAILED (JOB_ENTRYPOINT_COMMAND_ERROR): driver exited 1\n")
+    lines = message.splitlines()
+    assert lines[1] == "user code, rank 1: ZeroDivisionError: division by zero"
+    assert 'File "/dags/train.py", line 7, in train' in message and "return 1 / 0" in message
+    assert lines[-1].startswith("What to do: fix the function")
+    assert "WorkerGroupError" not in message  # Ray's wrapping is the streamed log's, not the answer's
+    assert (err.value.status, err.value.error_type) == ("FAILED", "JOB_ENTRYPOINT_COMMAND_ERROR")
+    assert err.value.submission_id == SID
+    assert err.value.failure["failure_class"] == "user_code" and not os.path.exists(run.consumed)
+
+
+@pytest.mark.parametrize("status, exit_code, error_type, expected", [
+    ("FAILED", -9, "JOB_ENTRYPOINT_COMMAND_ERROR", InfrastructureError),  # the driver killed (OOM)
+    ("FAILED", 137, "JOB_ENTRYPOINT_COMMAND_ERROR", InfrastructureError),
+    ("FAILED", None, "RUNTIME_ENV_SETUP_FAILURE", ConfigurationError),
+    ("FAILED", None, "JOB_SUPERVISOR_ACTOR_DIED", InfrastructureError),
+    ("STOPPED", None, None, InfrastructureError),
+])
+def test_without_the_runtimes_verdict_rays_job_info_decides_and_the_log_tail_comes_first(tmp_path, status, exit_code,
+                                                                                       error_type, expected):
+    run = Run(tmp_path)
+    event = failed_event(run, status, error_type=error_type, exit_code=exit_code, tail=["Traceback:", "Killed"])
+    with pytest.raises(expected) as err:
+        finish(event, dashboard_url=URL, storage=Storage(), try_number=1)
+    message = str(err.value)
+    assert f"Ray job {SID} ended {status}" in message
+    assert "Last lines of the job's log:\nTraceback:\nKilled\n" in message
+    assert message.splitlines()[-1].startswith("What to do: ")
     assert not os.path.exists(run.consumed)
 
 
-def test_an_error_event_without_a_status(tmp_path):
-    with pytest.raises(RayJobError, match=r"ended in error: .*gone.*\n.*\n\(no log\)") as err:
-        finish(JobEvent.error(SID, "gone"), dashboard_url=URL, storage=Storage(), try_number=1)
-    assert err.value.status is None
+def test_the_failed_attempts_record_is_completed_with_the_final_class_and_the_logs_last_lines(tmp_path):
+    run = Run(tmp_path)
+    # What the runtime wrote (its history so far, its timings), before the Airflow side completes it.
+    Storage().write_json(result_uri(run.storage_uri, 1), {
+        "submission_id": SID, "attempt": 1, "storage_uri": run.storage_uri, "run_uri": run.run_uri,
+        "history": [{"report": 1, "metrics": {"loss": 1.0}}], "timings": {"total_s": 4.0},
+        "failure": USER_BUG.to_dict()})
+    with pytest.raises(UserCodeError):
+        finish(failed_event(run, tail=["a", "b"], verdict=USER_BUG), dashboard_url=URL, storage=Storage(), try_number=1)
+    record = ResultRecord.from_json(open(result_uri(run.storage_uri, 1)).read())
+    assert record.failure["failure_class"] == "user_code" and record.failure["rank"] == 1
+    assert record.log_tail == ["a", "b"] and record.history[0]["metrics"] == {"loss": 1.0}
+
+    # A killed driver wrote nothing: the Airflow side writes the post-mortem itself.
+    other = Run(tmp_path / "other")
+    with pytest.raises(InfrastructureError):
+        finish(failed_event(other, exit_code=-9, tail=["Killed"]), dashboard_url=URL, storage=Storage(),
+               try_number=1)
+    written = json.loads(open(result_uri(other.storage_uri, 1)).read())
+    assert written["failure"]["failure_class"] == "infrastructure" and written["log_tail"] == ["Killed"]
+
+
+def test_a_success_after_failed_attempts_lists_them_with_their_classes(tmp_path):
+    run = Run(tmp_path, attempt=3)
+    for number, failure in ((1, Failure(FailureClass.INFRASTRUCTURE, "a worker died")),
+                            (2, Failure(FailureClass.PREEMPTION, "node drained"))):
+        Storage().write_json(result_uri(run.storage_uri, number),
+                             {"submission_id": f"ahp-x-a{number}", "failure": failure.to_dict()})
+    run.write()
+    result = done(run)
+    assert result["attempts"] == [
+        {"attempt": 1, "submission_id": "ahp-x-a1", "failure_class": "infrastructure", "summary": "a worker died"},
+        {"attempt": 2, "submission_id": "ahp-x-a2", "failure_class": "preemption", "summary": "node drained"}]
+
+
+def test_an_error_event_of_the_wait_keeps_its_class(tmp_path):
+    event = JobEvent.error(SID, "Ray job x stayed PENDING for 700 s", failure_class=FailureClass.CAPACITY)
+    with pytest.raises(CapacityError) as err:
+        finish(event, dashboard_url=URL, storage=Storage(), try_number=1)
+    assert err.value.status is None and "capacity: Ray job x stayed PENDING for 700 s" in str(err.value)
 
 
 def test_a_missing_record(tmp_path):
     run = Run(tmp_path)
-    with pytest.raises(TrainingResultError) as err:
+    with pytest.raises(UserCodeError) as err:
         done(run)
     assert f"wrote no result record at {result_uri(run.storage_uri, 1)}" in str(err.value)
     assert not os.path.exists(run.consumed)
@@ -124,7 +203,7 @@ def test_a_missing_record(tmp_path):
 def test_a_record_without_a_checkpoint(tmp_path):
     run = Run(tmp_path)
     run.write(run.record(checkpoint_uri=None, best_checkpoint_uri=None), checkpoints=())
-    with pytest.raises(TrainingResultError, match="succeeded without a checkpoint.*ray.train.report"):
+    with pytest.raises(UserCodeError, match="succeeded without a checkpoint.*ray.train.report"):
         done(run)
     assert not os.path.exists(run.consumed)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import re
 
@@ -23,6 +24,8 @@ from airflow_provider_horovod.jobs.logs import (
     digest,
     lines_after,
     place,
+    ray_level,
+    task_log,
 )
 from unit.fakes import NODE, log_tail
 
@@ -316,7 +319,7 @@ class Follower:
 
     def __init__(self, log: LogFile, cursor: LogCursor | None = None):
         self.notices: list[str] = []
-        self.log, self.reader = log, LogReader(SID, 1.0, self.notices.append)
+        self.log, self.reader = log, LogReader(SID, 1.0, lambda level, notice: self.notices.append(notice))
         self.cursor = cursor or LogCursor(SID)
         self.streamed: list[str] = []
         self.asked_per_poll: list[list[int]] = []
@@ -497,3 +500,48 @@ def test_the_last_lines_for_a_failure_include_the_unterminated_one():
     assert follower.log.asked[-1] == LOG_TAIL_LINES
     assert last(LogFile(exists=False)) == []
     assert last(LogFile("only line\n")) == ["only line"]
+
+
+# --- what of the log is the user's ---------------------------------------------------------------------
+
+# Lines as Ray 2.60's jobs print them: the user's (some through a worker's prefix) and Ray's own.
+USERS = ["epoch 3: loss 0.25", "(RayTrainWorker pid=4711) rank 1: batch 20 of 40",
+         "(RayTrainWorker pid=4711, ip=10.77.0.2) Traceback (most recent call last):", "AHP_ERROR user_code: ..."]
+RAYS = [
+    ("[2026-11-24 10:01:02,345 E 4711 4722] core_worker.cc:585: :info_message: Attempting to recover 1 lost objects",
+     logging.ERROR),
+    ("(TrainController pid=42) [2026-11-24 10:01:02,345 W 42 42] gcs_client.cc:12: GCS is slow", logging.WARNING),
+    ("2026-11-24 10:01:03,000\tINFO worker_group.py:433 -- Started training worker group of size 2:",
+     logging.INFO),
+    ("/venv/lib/python3.11/site-packages/ray/data/_internal/execution/interfaces/execution_options.py:352: "
+     "UserWarning: ExecutionOptions.exclude_resources is deprecated", logging.INFO),
+    ("(SplitCoordinator pid=99) tqdm is not installed, progress bars are disabled", logging.INFO),
+    ("*** SIGABRT received at time=1795521210 on cpu 1 ***", logging.INFO),
+    ("PC: @     0x7f3a1b2c3d4e  (unknown)  pthread_kill", logging.INFO),
+    ("    @     0x7f3a1b2c3d4e        192  (unknown)", logging.INFO),
+    ("Fatal Python error: Aborted", logging.INFO),
+    ('AHP_FAILURE {"failure_class": "user_code"}', logging.DEBUG),
+]
+
+
+@pytest.mark.parametrize("line", USERS)
+def test_the_users_lines_are_the_users(line):
+    assert ray_level(line) is None
+
+
+@pytest.mark.parametrize("line, level", RAYS, ids=[line[:40] for line, _ in RAYS])
+def test_rays_own_lines_are_known_with_their_level(line, level):
+    assert ray_level(line) == level
+
+
+def test_runs_of_rays_own_lines_are_folded_each_at_its_level():
+    lines = ["epoch 1", RAYS[0][0], RAYS[1][0], "epoch 2", RAYS[4][0]]
+    assert task_log(lines) == [
+        (logging.INFO, "[ray] epoch 1"),
+        (logging.INFO, "::group::Ray's own output"),
+        (logging.ERROR, f"[ray] {RAYS[0][0]}"), (logging.WARNING, f"[ray] {RAYS[1][0]}"),
+        (logging.INFO, "::endgroup::"),
+        (logging.INFO, "[ray] epoch 2"),
+        (logging.INFO, "::group::Ray's own output"), (logging.INFO, f"[ray] {RAYS[4][0]}"),
+        (logging.INFO, "::endgroup::"),
+    ]

@@ -230,7 +230,7 @@ class Run:
 
         self.event = asyncio.run(follow(
             ray, SID, policy=dataclasses.replace(policy, poll_interval_s=TINY), cursor=cursor or LogCursor(SID),
-            write=lambda line: self.order.append(("write", line)), save_cursor=save, stream_logs=stream_logs,
+            write=lambda level, line: self.order.append(("write", line)), save_cursor=save, stream_logs=stream_logs,
             stopped=stopped))
 
     @property
@@ -419,7 +419,7 @@ def test_it_sleeps_the_poll_interval_between_polls(monkeypatch):
     async def save(cursor):
         pass
 
-    event = asyncio.run(follow(ray, SID, policy=WaitPolicy(poll_interval_s=2.5), cursor=LogCursor(SID), write=print,
+    event = asyncio.run(follow(ray, SID, policy=WaitPolicy(poll_interval_s=2.5), cursor=LogCursor(SID), write=lambda level, line: None,
                                save_cursor=save))
     assert event.succeeded and slept == [2.5, 2.5, 2.5]
 
@@ -452,7 +452,8 @@ def follow_at(ray: FakeRay, interval: float, clock: Clock, policy: WaitPolicy = 
         pass
 
     event = asyncio.run(follow(ray, SID, policy=dataclasses.replace(policy, poll_interval_s=interval),
-                               cursor=LogCursor(SID), write=lambda line: streamed.append(line[len("[ray] "):]),
+                               cursor=LogCursor(SID),
+                               write=lambda level, line: streamed.append(line[len("[ray] "):]),
                                save_cursor=save))
     return event, streamed, read_at
 
@@ -508,7 +509,8 @@ def test_at_a_short_poll_interval_a_quiet_log_is_read_every_30_s_at_most(monkeyp
 def test_the_synchronous_wait_runs_follow_and_closes_the_hook():
     ray = FakeRay({SID: [job("RUNNING"), job("SUCCEEDED")]}, logs={SID: ["", "a\nb\n"]})
     saved, written = [], []
-    event = wait(ray, SID, policy=WaitPolicy(poll_interval_s=TINY), cursor=LogCursor(SID), write=written.append,
+    event = wait(ray, SID, policy=WaitPolicy(poll_interval_s=TINY), cursor=LogCursor(SID),
+                 write=lambda level, line: written.append(line),
                  save_cursor=saved.append)
     assert event.succeeded and written == ["[ray] a", "[ray] b"] and saved[-1].lines == 2
     assert ray.calls[-1] == "aclose"

@@ -16,6 +16,7 @@ import time
 
 import cloudpickle
 import pytest
+from airflow.providers.common.compat.sdk import AirflowFailException
 
 from airflow_provider_horovod import checks, functions, plan
 from airflow_provider_horovod.contract import (
@@ -29,7 +30,14 @@ from airflow_provider_horovod.contract import (
     TrainingSpec,
     attempt_uri,
 )
-from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError, RayJobPendingTimeoutError
+from airflow_provider_horovod.exceptions import (
+    InfrastructureError,
+    InvalidParameterError,
+    RayJobError,
+    RayJobPendingTimeoutError,
+    UserCodeError,
+)
+from airflow_provider_horovod.failures import Failure, FailureClass
 from airflow_provider_horovod.hooks.ray import RayHook
 from airflow_provider_horovod.jobs.logs import LogCursor
 from airflow_provider_horovod.jobs.wait import JobEvent
@@ -279,7 +287,7 @@ def test_shared_or_s3_storage_passes_that_check(serve, storage_path, shared):
 # --- a whole task run against the stand-in dashboard, through the real hook -------------------------
 
 
-def cluster_that_trains(*, ends="SUCCEEDED", log=("epoch 0", "epoch 1", "done")):
+def cluster_that_trains(*, ends="SUCCEEDED", log=("epoch 0", "epoch 1", "done"), exit_code=1):
     """Plays the Ray job of a submission: two polls RUNNING, then ``ends``; on success it leaves a
     checkpoint and the result record where the runtime would."""
 
@@ -291,7 +299,8 @@ def cluster_that_trains(*, ends="SUCCEEDED", log=("epoch 0", "epoch 1", "done"))
         ray.set_job(spec.submission_id, {"status": "RUNNING", "metadata": meta},
                     {"status": "RUNNING", "metadata": meta},
                     {"status": ends, "metadata": meta, "message": f"job {ends.lower()}",
-                     "error_type": None if ends == "SUCCEEDED" else "JOB_ENTRYPOINT_COMMAND_ERROR"})
+                     "error_type": None if ends == "SUCCEEDED" else "JOB_ENTRYPOINT_COMMAND_ERROR",
+                     "driver_exit_code": 0 if ends == "SUCCEEDED" else exit_code})
         text = "".join(f"{line}\n" for line in log)
         ray.logs[spec.submission_id] = [text[: len(text) // 2], text]
 
@@ -362,14 +371,17 @@ def test_clearing_a_succeeded_task_trains_again(serve, tmp_path):
     assert [c["submission_id"] for c in ray.submitted] == [TASK_RUN.submission_id(1), TASK_RUN.submission_id(2)]
 
 
-def test_a_failed_job_fails_the_try_and_the_retry_resumes(serve, tmp_path):
-    ray = FakeRay(on_submit=cluster_that_trains(ends="FAILED", log=("Traceback", "ValueError: nan loss")))
+def test_a_lost_job_fails_the_try_as_infrastructure_and_the_retry_resumes(serve, tmp_path):
+    # The driver was killed (no verdict of the runtime's in its log): Ray's job info decides.
+    ray = FakeRay(on_submit=cluster_that_trains(ends="FAILED", log=("epoch 3", "Killed"), exit_code=-9))
     serve(ray)
-    op = train_op(tmp_path)
-    with pytest.raises(RayJobError) as err:
+    op = train_op(tmp_path, retries=2)
+    with pytest.raises(InfrastructureError) as err:
         op.execute(context())
-    assert "ended FAILED (JOB_ENTRYPOINT_COMMAND_ERROR)" in str(err.value)
-    assert str(err.value).endswith("Traceback\nValueError: nan loss")
+    message = str(err.value)
+    assert "ended FAILED (JOB_ENTRYPOINT_COMMAND_ERROR)" in message
+    assert "Last lines of the job's log:\nepoch 3\nKilled\ninfrastructure: the job's driver was killed" in message
+    assert not isinstance(err.value, AirflowFailException)  # Airflow retries it
 
     ray.on_submit = cluster_that_trains()
     retry = train_op(tmp_path)
@@ -378,6 +390,19 @@ def test_a_failed_job_fails_the_try_and_the_retry_resumes(serve, tmp_path):
     spec = TrainingSpec.from_json(ray.submitted[1]["payload"][SPEC_FILE].decode())
     assert spec.resume_from == [attempt_uri(TASK_RUN.storage_uri(str(tmp_path)), 1)]
     assert result["resumed_from"] == spec.resume_from[0]
+
+
+def test_a_users_error_fails_the_task_without_retries_unless_asked(serve, tmp_path):
+    verdict = Failure(FailureClass.USER_CODE, "ZeroDivisionError: division by zero", rank=1)
+    ray = FakeRay(on_submit=cluster_that_trains(ends="FAILED", log=("epoch 0", verdict.line())))
+    serve(ray)
+    with pytest.raises(UserCodeError) as err:
+        train_op(tmp_path, retries=3).execute(context())
+    assert isinstance(err.value, AirflowFailException)  # not retried, whatever retries says
+    assert str(err.value).splitlines()[1] == "user code, rank 1: ZeroDivisionError: division by zero"
+    with pytest.raises(UserCodeError) as err:
+        train_op(tmp_path, retries=3, retry_on_user_error=True).execute(context(try_number=2))
+    assert not isinstance(err.value, AirflowFailException)
 
 
 def test_a_retry_reattaches_and_repeats_no_log_line(serve, tmp_path, capsys):

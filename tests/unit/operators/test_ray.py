@@ -21,7 +21,8 @@ from airflow_provider_horovod.contract import (
     TaskRun,
     TaskSpec,
 )
-from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError
+from airflow_provider_horovod.exceptions import InvalidParameterError, UserCodeError
+from airflow_provider_horovod.failures import Failure, FailureClass
 from airflow_provider_horovod.hooks.ray import RayHook
 from airflow_provider_horovod.jobs.wait import WaitPolicy
 from airflow_provider_horovod.operators.ray import BaseRayJobOperator, RayTaskOperator
@@ -135,7 +136,9 @@ def cluster_that_runs(*, ends="SUCCEEDED"):
                                 run_uri=spec.run_uri, return_value=fn(*spec.args, **spec.kwargs))
             Storage().write_bytes(spec.result_uri, record.to_json().encode())
         ray.set_job(spec.submission_id, {"status": ends, "metadata": call["metadata"], "message": ends.lower()})
-        ray.logs[spec.submission_id] = ["evaluating\nAHP_ERROR boom\n" if ends == "FAILED" else "evaluating\n"]
+        verdict = Failure(FailureClass.USER_CODE, "ValueError: boom").line()
+        ray.logs[spec.submission_id] = [f"evaluating\nAHP_ERROR user_code: boom\n{verdict}\n" if ends == "FAILED"
+                                        else "evaluating\n"]
 
     return on_submit
 
@@ -157,12 +160,11 @@ def test_a_task_run_returns_the_functions_value(serve, tmp_path):
     assert os.path.exists(f"{TASK_RUN.storage_uri(str(tmp_path))}/attempt-1/consumed.json")
 
 
-def test_a_failed_task_job_fails_and_the_retry_runs_it_again(serve, tmp_path):
+def test_a_failed_task_job_fails_for_good_and_clearing_runs_it_again(serve, tmp_path):
     ray = FakeRay(on_submit=cluster_that_runs(ends="FAILED"))
     serve(ray)
     op = operator(storage_path=str(tmp_path), op_args=["u"], poll_interval_seconds=0.001)
-    with pytest.raises(RayJobError, match="ended FAILED: failed\nWhy: boom\nLast lines of the job's log:\nevaluating\n"
-                                          "AHP_ERROR boom"):
+    with pytest.raises(UserCodeError, match="ended FAILED: failed\nuser code: ValueError: boom\nWhat to do: fix the"):
         op.execute(context(task_id="evaluate"))
     ray.on_submit = cluster_that_runs()
     retry = operator(storage_path=str(tmp_path), op_args=["u"], poll_interval_seconds=0.001)

@@ -3,15 +3,15 @@ runs (the cluster's Ray, pickled code's Python), a task's function run and its J
 attempt's record, and a failure's one AHP_ERROR line (its chain of causes, a hint when a worker died)."""
 
 import json
-import os
 import sys
 
 import pytest
 
+from airflow_provider_horovod import failures
 from airflow_provider_horovod.contract import TaskRecord, TaskRun, TaskSpec, TrainingSpec
+from airflow_provider_horovod.failures import FailureClass
 from airflow_provider_horovod.plan import task_plan
 from airflow_provider_horovod.runtime import entrypoint
-from airflow_provider_horovod.runtime.entrypoint import WORKER_DIED_HINT, describe
 
 HERE = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
@@ -57,7 +57,7 @@ def test_failures_end_the_job_with_one_line_saying_why(tmp_path, monkeypatch, ca
         assert code == 0 and json.loads(open(spec.result_uri).read())["return_value"]
         return
     assert code == 1 and "AHP_ERROR" in out and fragment in out
-    assert not os.path.exists(spec.result_uri)  # no record: the Airflow side sees the failure
+    assert TaskRecord.from_json(open(spec.result_uri).read()).failure  # the failed attempt's record
 
 
 def test_a_wrong_command_line_says_how_to_call_it(capsys):
@@ -105,70 +105,108 @@ def test_a_task_job_names_its_callable():
     assert "python_callable travelled pickled" in entrypoint.preflight(spec)
 
 
-# --- the one error line -----------------------------------------------------------------------------
+# --- what a failure was: Ray's own errors, as the runtime catches them -----------------------------------
 
-class ActorDiedError(RuntimeError):
-    pass
-
-
-class WorkerGroupError(RuntimeError):
-    def __init__(self, message, worker_failures):
-        super().__init__(message)
-        self.worker_failures = worker_failures
-
-
-def test_a_dead_worker_behind_a_train_v2_worker_group_error_gets_the_hint():
-    err = WorkerGroupError("Training failed due to worker errors:\nrank 1 ...", {1: ActorDiedError("gone")})
-    line = describe(err)
-    assert line.startswith("WorkerGroupError: Training failed due to worker errors: <- ActorDiedError: gone")
-    assert line.endswith(WORKER_DIED_HINT)
-
-
-def test_an_error_in_the_training_function_gets_no_hint():
+def users(rank):
+    """An error out of the user's function, marked in its worker as Ray Train's wrapper does."""
     try:
-        try:
-            raise ValueError("bad shape")
-        except ValueError as inner:
-            raise RuntimeError("fit failed") from inner
-    except RuntimeError as err:
-        assert describe(err) == "RuntimeError: fit failed <- ValueError: bad shape"
+        {}["lr"]
+    except KeyError as err:
+        failures.mark_user_error(err, rank)
+        return err
 
 
-def test_a_dead_worker_behind_a_train_v1_task_error_gets_the_hint():
-    """Train V1 (legacy) raises TrainingFailedError from Ray's own RayTaskError(ActorDiedError)."""
-    from ray.exceptions import ActorDiedError as RayActorDied
-    from ray.exceptions import RayTaskError
-
-    cause = RayTaskError("_Inner.train", "traceback", RayActorDied()).as_instanceof_cause()
+def failed_run(cause):
+    """Ray Train's fit() failing from ``cause``, as the driver catches it."""
     try:
         try:
             raise cause
-        except RayTaskError as inner:
+        except Exception as inner:
             raise RuntimeError("The Ray Train run failed.") from inner
     except RuntimeError as err:
-        line = describe(err)
-    assert "<- RayTaskError(ActorDiedError)" in line
-    assert line.endswith(WORKER_DIED_HINT)
+        return err
 
 
-def test_an_actor_that_failed_in_its_constructor_gets_no_hint_and_shows_its_error():
-    """Train V2's controller raises in its constructor when the storage cannot be reached: that is
-    no dead worker, and raising max_failures would not help."""
-    from ray.exceptions import ActorDiedError as RayActorDied
-    from ray.exceptions import RayTaskError
+def v2_errors():
+    from ray.exceptions import ActorDiedError, RayTaskError
+    from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError, WorkerHealthCheckFailedError
+    from ray.train.v2.api.exceptions import ControllerError, PreemptionError, WorkerGroupError
+    from ray.train.v2.api.preemption import PreemptionInfo
 
-    traceback = ('Traceback (most recent call last):\n  File "controller.py", line 1, in __init__\n'
-                 "OSError: When creating bucket 'b': AWS Error NETWORK_CONNECTION: Could not connect to server")
-    init_error = RayTaskError("TrainController.__init__", traceback, OSError("Could not connect to server"))
-    died = RayActorDied(cause=init_error)
-    assert died.actor_init_failed
-    try:
-        try:
-            raise died
-        except RayActorDied as inner:
-            raise RuntimeError("The Ray Train run failed.") from inner
-    except RuntimeError as err:
-        line = describe(err)
-    assert WORKER_DIED_HINT not in line
-    assert "ActorDiedError: The actor died because of an error raised in its creation task" in line
-    assert line.endswith("AWS Error NETWORK_CONNECTION: Could not connect to server")
+    died = WorkerHealthCheckFailedError("worker 1 unreachable", failure=ActorDiedError())
+    preempted = ActorDiedError()
+    preempted._preempted = True
+    init_error = RayTaskError("TrainController.__init__", "OSError: When creating bucket 'b': AWS Error "
+                              "NETWORK_CONNECTION: Could not connect to server", OSError("Could not connect to server"))
+    return {
+        "user code on rank 1": (WorkerGroupError("rank 1 failed", {
+            0: RuntimeError("Horovod has been shut down: Gloo connection reset"), 1: users(1)}),
+            FailureClass.USER_CODE),
+        "a dead worker": (WorkerGroupError("rank 1 died", {1: died}), FailureClass.INFRASTRUCTURE),
+        "a collective aborted by a dead peer": (
+            WorkerGroupError("ranks failed", {0: RuntimeError("Gloo connectFullMesh failed: Connection refused"),
+                                              1: died}), FailureClass.INFRASTRUCTURE),
+        "a preempted node": (WorkerGroupError("rank 0 died", {0: preempted}), FailureClass.PREEMPTION),
+        "a drained node": (PreemptionError(PreemptionInfo(deadline_ms=None, preempted_node_to_ranks={"n1": [1]})),
+                           FailureClass.PREEMPTION),
+        "workers that never started": (ControllerError(WorkerGroupStartupTimeoutError(2)), FailureClass.CAPACITY),
+        "storage gone at the controller's start": (ActorDiedError(cause=init_error), FailureClass.STORAGE),
+        "a module the cluster lacks": (ModuleNotFoundError("No module named 'transformers'"),
+                                       FailureClass.CONFIGURATION),
+    }
+
+
+@pytest.mark.parametrize("name", list(v2_errors()))
+def test_ray_train_v2_errors_get_their_class(name):
+    cause, expected = v2_errors()[name]
+    verdict = failures.of_error(failed_run(cause), user_code=False)
+    assert verdict.failure_class is expected, verdict
+    if expected is FailureClass.USER_CODE:
+        assert (verdict.rank, verdict.error_type) == (1, "KeyError") and "{}[\"lr\"]" in verdict.traceback
+
+
+def test_ray_train_v1_errors_get_their_class():
+    """Train V1 (legacy) raises from Ray's own RayTaskError around the worker's error."""
+    from ray.exceptions import ActorDiedError, RayTaskError
+
+    died = RayTaskError("_Inner.train", "traceback", ActorDiedError()).as_instanceof_cause()
+    assert failures.of_error(failed_run(died), user_code=False).failure_class is FailureClass.INFRASTRUCTURE
+    bug = RayTaskError("_Inner.train", "traceback", users(0))
+    verdict = failures.of_error(failed_run(bug), user_code=False)
+    assert (verdict.failure_class, verdict.rank) == (FailureClass.USER_CODE, 0)
+
+
+def test_the_v2_policy_fails_a_users_error_at_once_and_leaves_the_rest_to_ray_train():
+    from ray.train import FailureConfig
+    from ray.train.v2._internal.execution.failure_handling import FailureDecision
+    from ray.train.v2.api.exceptions import WorkerGroupError
+
+    from airflow_provider_horovod.runtime.trainers import FailFastOnUserErrors
+
+    policy = FailFastOnUserErrors(FailureConfig(max_failures=2))
+    assert policy.make_decision(WorkerGroupError("bug", {1: users(1)})) is FailureDecision.RAISE
+    cause, _ = v2_errors()["a dead worker"]
+    assert [policy.make_decision(cause) for _ in range(3)] == [FailureDecision.RETRY] * 2 + [FailureDecision.RAISE]
+
+
+def test_a_failed_task_job_leaves_its_verdict_in_the_log_and_its_record(tmp_path, monkeypatch, capsys):
+    spec, code = run_payload(tmp_path, monkeypatch, "math:sqrt", args=[-1])
+    out = capsys.readouterr().out
+    verdict = next(f for line in out.splitlines() if (f := failures.of_line(line)) is not None)
+    assert code == 1 and verdict.failure_class is FailureClass.USER_CODE and verdict.error_type == "ValueError"
+    assert "AHP_ERROR user_code: ValueError: math domain error" in out
+    record = TaskRecord.from_json(open(spec.result_uri).read())
+    assert record.failure["failure_class"] == "user_code" and record.return_value is None
+
+
+def test_a_function_that_does_not_load_on_the_cluster_is_configuration(tmp_path, monkeypatch, capsys):
+    payload = tmp_path / "ahp_payload_noload"
+    payload.mkdir()
+    (payload / "__init__.py").write_text("")
+    spec = TaskSpec(submission_id="ahp-d-t-x-a1", storage_uri=str(tmp_path / "storage"),
+                    function={"import": "json:no_such_function"})  # the Airflow side could not look it up
+    (payload / "spec.json").write_text(spec.to_json())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = entrypoint.main(["task", payload.name])
+    verdict = failures.of_line(next(line for line in capsys.readouterr().out.splitlines() if "AHP_FAILURE" in line))
+    assert code == 1 and verdict.failure_class is FailureClass.CONFIGURATION

@@ -8,6 +8,7 @@ import os
 import time
 
 import pytest
+from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.sdk import PokeReturnValue
 
 from airflow_provider_horovod.contract import (
@@ -18,7 +19,7 @@ from airflow_provider_horovod.contract import (
     ResultRecord,
     result_uri,
 )
-from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError
+from airflow_provider_horovod.exceptions import InfrastructureError, InvalidParameterError, RayJobError, UserCodeError
 from airflow_provider_horovod.links.ray import RayJobLink
 from airflow_provider_horovod.sensors.ray import RayJobSensor
 from airflow_provider_horovod.storage import Storage
@@ -102,17 +103,19 @@ def test_a_succeeded_job_of_anyone_gives_the_generic_dict(poke):
     assert ctx["ti"].xcoms == {}
 
 
-@pytest.mark.parametrize("status", ["FAILED", "STOPPED"])
-def test_a_failed_job_raises_with_the_tail_of_its_log(poke, status):
+@pytest.mark.parametrize("status, failure", [("FAILED", UserCodeError), ("STOPPED", InfrastructureError)])
+def test_a_failed_job_raises_its_class_with_the_tail_of_its_log(poke, status, failure):
     log = "".join(f"step {i}\n" for i in range(60)) + "RuntimeError: CUDA out of memory\n"
-    ray = FakeRay({SID: {"status": status, "message": "driver failed", "error_type": "JOB_ENTRYPOINT_COMMAND_ERROR"}},
-                  logs={SID: log})
-    with pytest.raises(RayJobError) as err:
+    error_type = "JOB_ENTRYPOINT_COMMAND_ERROR" if status == "FAILED" else None
+    ray = FakeRay({SID: {"status": status, "message": "driver failed", "error_type": error_type}}, logs={SID: log})
+    with pytest.raises(failure) as err:
         poke(sensor(), ray)
     message = str(err.value)
-    assert f"Ray job {SID} ended {status} (JOB_ENTRYPOINT_COMMAND_ERROR): driver failed" in message
-    assert message.endswith("step 59\nRuntimeError: CUDA out of memory") and "step 20\n" not in message
-    assert err.value.status == status
+    assert f"Ray job {SID} ended {status}" in message and ": driver failed" in message
+    assert "step 59\nRuntimeError: CUDA out of memory\n" in message and "step 20\n" not in message
+    assert message.splitlines()[-1].startswith("What to do: ") and err.value.status == status
+    # A job not of the provider's that failed in its entrypoint failed in its own code: not retried.
+    assert isinstance(err.value, AirflowFailException) is (failure is UserCodeError)
 
 
 def test_a_missing_job(poke):

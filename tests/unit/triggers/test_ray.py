@@ -191,7 +191,7 @@ def test_the_cursor_is_saved_before_the_lines_it_counts_are_written(run, monkeyp
     xcoms = XComs()
     trigger = with_task(RayJobTrigger(submission_id=SID, policy=FAST), monkeypatch, xcoms)
     order = []
-    monkeypatch.setattr(trigger.log, "info", lambda line, *args: order.append(("write", line)))
+    monkeypatch.setattr(trigger.log, "log", lambda level, line, *args: order.append(("write", line)))
     real_set = xcoms.set
 
     async def recorded_set(key, value, **ids):

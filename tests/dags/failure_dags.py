@@ -1,0 +1,66 @@
+"""DAGs of the failure tests (``tests/integration/test_failures.py``), run with ``airflow dags test``:
+a user's bug on one rank under generous retries, and a lost driver under an Airflow 3.3 retry_policy
+that says not to retry it. Storage comes from dag_run.conf."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import dag
+
+from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
+from airflow_provider_horovod.operators.ray import RayTaskOperator
+
+STORAGE = "{{ dag_run.conf.get('storage_path', '') }}"
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
+
+
+def bug_on_rank_1(config):
+    """Rank 1 divides by zero after the first allreduce; rank 0 goes on until it is stopped."""
+    import time
+
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    ranks = hvd.allreduce(torch.tensor(1.0), op=hvd.Sum, name="ranks").item()
+    if hvd.rank() == 1:
+        return config["steps"] / (ranks - 2)
+    time.sleep(300)
+
+
+@dag(schedule=None, start_date=START, catchup=False, default_args={"retries": 3, "retry_delay": timedelta(seconds=1)})
+def ahp_bug_on_one_rank():
+    HorovodTrainOperator(task_id="train", train_fn=bug_on_rank_1, train_loop_config={"steps": 10}, num_workers=2,
+                         max_failures=2, storage_path=STORAGE, poll_interval_seconds=0.5)
+
+
+ahp_bug_on_one_rank()
+
+
+def killed_driver():
+    """The job's driver killed under it, as the kernel's OOM killer does."""
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+try:
+    from airflow.sdk.definitions.retry_policy import ExceptionRetryPolicy, RetryAction, RetryRule
+except ImportError:  # Airflow 3.1 and 3.2 have no retry_policy
+    ExceptionRetryPolicy = None
+
+if ExceptionRetryPolicy is not None:
+
+    @dag(schedule=None, start_date=START, catchup=False)
+    def ahp_retry_policy():
+        RayTaskOperator(
+            task_id="lost", python_callable=killed_driver, storage_path=STORAGE, poll_interval_seconds=0.5,
+            retries=2, retry_delay=timedelta(seconds=1),
+            retry_policy=ExceptionRetryPolicy(rules=[RetryRule(
+                exception="airflow_provider_horovod.exceptions.InfrastructureError", action=RetryAction.FAIL,
+                reason="this team retries lost nodes by hand")]))
+
+    ahp_retry_policy()

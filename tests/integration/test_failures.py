@@ -1,0 +1,112 @@
+"""Why did the 2 a.m. retraining fail: each failed attempt gets its class, a user's bug fails once (by
+Airflow and by Ray Train), a lost driver is retried unless the task's Airflow 3.3 retry_policy says
+otherwise, and the reason outlives the cluster. Real Ray heads, real Horovod over Gloo, Airflow's
+own retries through ``airflow dags test``."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from support import cluster
+from support.airflow_cli import dags_test
+from support.tasks import FakeTI
+
+from airflow_provider_horovod.contract import ResultRecord, TaskRun, result_uri
+
+pytestmark = pytest.mark.integration
+
+DAG_FILE = Path(__file__).resolve().parents[1] / "dags" / "failure_dags.py"
+
+
+def task_instances(dag_id: str) -> list[tuple[str, str, int]]:
+    """(task id, state, try number) of the DAG's task instances in Airflow's database."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.query(TaskInstance.task_id, TaskInstance.state, TaskInstance.try_number).filter(
+            TaskInstance.dag_id == dag_id).all()
+    return [(task, str(state), tries) for task, state, tries in rows]
+
+
+def jobs_of_dag(hook, dag_id: str) -> list[dict]:
+    return [j for j in hook.list_jobs() if (j.get("metadata") or {}).get("airflow_dag_id") == dag_id]
+
+
+def test_a_users_bug_on_one_rank_runs_one_job_one_worker_group_and_fails_after_one_try(airflow_db, ray_cluster,
+                                                                                       ray_hook, tmp_path):
+    dag_id = "ahp_bug_on_one_rank"
+    run = dags_test(dag_id, conf={"storage_path": str(tmp_path)}, timeout=400)
+    output = run.stdout + run.stderr
+    assert run.returncode != 0, output[-3000:]
+    assert task_instances(dag_id) == [("train", "failed", 1)]  # retries=3, max_failures=2: one try
+    (job,) = jobs_of_dag(ray_hook, dag_id)
+    log = ray_hook.get_job_logs(job["submission_id"])
+    assert log.count("Started training worker group") == 1, log[-3000:]  # Ray Train restarted nothing
+    # The task log ends with the answer: the class, the rank, the user's exception and own line.
+    answer = output[output.rindex("user code, rank 1: ZeroDivisionError"):]
+    assert f'File "{DAG_FILE}"' in answer and "in bug_on_rank_1" in answer
+    assert "return config[\"steps\"] / (ranks - 2)" in answer and "What to do: fix the function" in answer
+    assert "UserCodeFailed" in output  # an AirflowFailException: Airflow does not retry it
+    record = json.loads(open(result_uri(job["metadata"]["ahp_storage_uri"], 1)).read())
+    assert record["failure"]["failure_class"] == "user_code" and record["failure"]["rank"] == 1
+
+
+def test_a_runtime_env_package_that_does_not_exist_is_configuration_and_fails_once(ray_hook, tmp_path):
+    from airflow.providers.common.compat.sdk import AirflowFailException
+
+    from airflow_provider_horovod.exceptions import ConfigurationError
+    from airflow_provider_horovod.operators.ray import RayTaskOperator
+
+    package = f"ahp-no-such-package-{uuid.uuid4().hex[:8]}"
+    op = RayTaskOperator(task_id="train", python_callable="platform:python_version", deferrable=False,
+                         storage_path=str(tmp_path), runtime_env={"pip": [package]}, poll_interval_seconds=0.5)
+    ti = FakeTI(f"noenv-{uuid.uuid4().hex[:6]}")
+    with pytest.raises(ConfigurationError) as err:
+        op.execute({"ti": ti})
+    assert isinstance(err.value, AirflowFailException)  # not retried
+    message = str(err.value)
+    assert "RUNTIME_ENV_SETUP_FAILURE" in message and package in message, message
+    assert message.splitlines()[-1].startswith("What to do: fix what the task asks for")
+
+
+@pytest.fixture
+def own_head(tmp_path_factory, moto_server):
+    """A Ray head of the test's own, to tear down while the test goes on."""
+    state = str(tmp_path_factory.mktemp("own-head"))
+    head = cluster.start_head(state, num_cpus=2)
+    yield state, head
+    cluster.down(state)
+
+
+def test_a_retry_policy_on_the_infrastructure_class_is_honoured_and_the_reason_outlives_the_cluster(
+        airflow_db, own_head, tmp_path):
+    pytest.importorskip("airflow.sdk.definitions.retry_policy", reason="Airflow 3.3 has retry_policy")
+    state, head = own_head
+    dag_id = "ahp_retry_policy"
+    env = {"AIRFLOW_CONN_RAY_DEFAULT": cluster.connection(head)}
+    run = dags_test(dag_id, conf={"storage_path": str(tmp_path)}, env=env, timeout=300)
+    output = run.stdout + run.stderr
+    assert run.returncode != 0, output[-3000:]
+    # Without the policy the killed driver (infrastructure) would be retried twice more.
+    assert task_instances(dag_id) == [("lost", "failed", 1)], output[-3000:]
+    assert "this team retries lost nodes by hand" in output
+    (job,) = [j for j in _jobs(head) if j["metadata"].get("airflow_dag_id") == dag_id]
+    storage_uri = job["metadata"]["ahp_storage_uri"]
+
+    cluster.down(state)  # the cluster is torn down; the post-mortem stays beside the checkpoints
+    record = ResultRecord.from_json(open(result_uri(storage_uri, 1)).read())
+    assert record.failure["failure_class"] == "infrastructure"
+    assert "driver was killed" in record.failure["summary"] and record.submission_id == job["submission_id"]
+    assert storage_uri == TaskRun(dag_id, "lost", job["metadata"]["airflow_run_id"]).storage_uri(str(tmp_path))
+
+
+def _jobs(head: dict) -> list[dict]:
+    import httpx
+
+    response = httpx.get(f"{head['dashboard_url']}/api/jobs/", headers={"Authorization": f"Bearer {head['token']}"})
+    response.raise_for_status()
+    return response.json()

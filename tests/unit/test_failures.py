@@ -1,0 +1,132 @@
+"""Why an attempt failed, decided in one place: the runtime's verdict on what it caught, and the class
+of a job from Ray's job info when the runtime could say nothing. Job infos here are as Ray 2.60
+answers them for such jobs; Ray's own exception types are classified in
+``tests/unit/runtime/test_entrypoint.py``, where Ray is installed."""
+
+import json
+
+import pytest
+
+from airflow_provider_horovod import exceptions, failures
+from airflow_provider_horovod.contract import FAILURE_MARK
+from airflow_provider_horovod.failures import Failure, FailureClass, of_error, of_job, of_line
+
+
+def raise_in_user_code():
+    def train(config):
+        return config["lr"] / 0
+
+    try:
+        train({"lr": 0.1})
+    except ZeroDivisionError as err:
+        return err
+
+
+@pytest.mark.parametrize("failure_class", list(FailureClass))
+def test_each_class_has_its_own_error_type_under_one_base(failure_class):
+    error = failure_class.error
+    assert issubclass(error, exceptions.JobFailure) and issubclass(error, exceptions.HorovodProviderError)
+    assert failure_class.retryable is (failure_class not in (FailureClass.USER_CODE, FailureClass.CONFIGURATION))
+    assert len({c.error for c in FailureClass}) == len(FailureClass)
+
+
+def test_a_verdict_travels_as_one_line_and_comes_back_whole():
+    verdict = Failure(FailureClass.USER_CODE, "ZeroDivisionError: division by zero", rank=1,
+                      error_type="ZeroDivisionError", message="division by zero", traceback="Traceback ...\n")
+    line = verdict.line()
+    assert line.startswith(FAILURE_MARK) and "\n" not in line
+    assert of_line(f"(TrainController pid=4) {line}") == verdict
+    assert of_line("epoch 3: loss 0.1") is None and of_line(FAILURE_MARK + "{not json") is None
+    assert json.loads(line[len(FAILURE_MARK):])["hint"] == verdict.hint
+
+
+def test_the_answer_names_the_class_rank_exception_and_frames_then_what_to_do():
+    verdict = failures.user_failure(raise_in_user_code(), rank=1)
+    text = verdict.explain().splitlines()
+    assert text[0] == "user code, rank 1: ZeroDivisionError: float division by zero"
+    assert text[1] == "Traceback (the function's own frames):"
+    assert any(f'File "{__file__}"' in line and "in train" in line for line in text)
+    assert "return config[\"lr\"] / 0" in verdict.traceback
+    assert text[-1].startswith("What to do: fix the function")
+
+
+def test_frames_of_libraries_python_and_the_provider_are_trimmed():
+    assert failures._users("/home/me/dags/train.py")
+    assert failures._users("/tmp/ray/session_x/runtime_resources/py_modules_files/_ray_pkg_ab/airflow_provider_horovod/"
+                           "examples/retraining.py")
+    for library in ("/venv/lib/python3.11/site-packages/ray/train/_internal/utils.py",
+                    "/usr/lib/python3.11/json/decoder.py", "<string>",
+                    "/opt/x/airflow_provider_horovod/runtime/trainers.py"):
+        assert not failures._users(library), library
+
+
+def test_an_error_out_of_a_task_function_is_the_users_and_a_missing_module_is_configuration():
+    assert of_error(raise_in_user_code(), user_code=True).failure_class is FailureClass.USER_CODE
+    try:
+        import no_such_module_for_the_test  # noqa: F401
+    except ImportError as err:
+        assert of_error(err, user_code=True).failure_class is FailureClass.CONFIGURATION
+
+
+def test_a_workers_error_marked_in_the_worker_keeps_its_rank_after_a_pickle():
+    import pickle
+
+    error = raise_in_user_code()
+    failures.mark_user_error(error, rank=3)
+    back = pickle.loads(pickle.dumps(error))  # as Ray carries it from the worker to the driver
+
+    class WorkerGroupError(Exception):
+        def __init__(self, worker_failures):
+            super().__init__("Training failed due to worker errors")
+            self.worker_failures = worker_failures
+
+    verdict = of_error(WorkerGroupError({3: back}), user_code=False)
+    assert (verdict.failure_class, verdict.rank, verdict.error_type) == (FailureClass.USER_CODE, 3, "ZeroDivisionError")
+    assert "in train" in verdict.traceback
+
+
+def test_a_communication_error_in_the_users_function_is_no_bug_of_the_users():
+    error = RuntimeError("Gloo all-reduce failed: Connection reset by peer")
+    failures.mark_user_error(error, rank=0)
+    assert not hasattr(error, "ahp_user_error")
+    assert of_error(error, user_code=False).failure_class is FailureClass.INFRASTRUCTURE
+
+
+# Ray 2.60's job info of jobs whose runtime said nothing (its driver never ran, or was killed).
+JOB_INFOS = [
+    ({"status": "FAILED", "error_type": "RUNTIME_ENV_SETUP_FAILURE", "driver_exit_code": None,
+      "message": "Failed to set up runtime environment.\nCould not install packages due to an OSError: ... "
+                 "No matching distribution found for ahp-no-such-package-0000"}, FailureClass.CONFIGURATION),
+    ({"status": "FAILED", "error_type": "JOB_ENTRYPOINT_COMMAND_ERROR", "driver_exit_code": -9,
+      "message": "Job entrypoint command failed with exit code -9, last available logs ..."},
+     FailureClass.INFRASTRUCTURE),
+    ({"status": "FAILED", "error_type": "JOB_ENTRYPOINT_COMMAND_ERROR", "driver_exit_code": 137, "message": "..."},
+     FailureClass.INFRASTRUCTURE),
+    ({"status": "FAILED", "error_type": "JOB_SUPERVISOR_ACTOR_DIED", "driver_exit_code": None,
+      "message": "Job supervisor actor died: The actor died unexpectedly before finishing this task."},
+     FailureClass.INFRASTRUCTURE),
+    ({"status": "FAILED", "error_type": "JOB_SUPERVISOR_ACTOR_START_TIMEOUT", "driver_exit_code": None,
+      "message": "Job supervisor actor could not be scheduled: ..."}, FailureClass.CAPACITY),
+    ({"status": "STOPPED", "error_type": None, "driver_exit_code": None, "message": "Job was intentionally stopped."},
+     FailureClass.INFRASTRUCTURE),
+]
+
+
+@pytest.mark.parametrize("info, expected", JOB_INFOS, ids=[i["error_type"] or i["status"] for i, _ in JOB_INFOS])
+def test_rays_job_info_decides_when_the_runtime_said_nothing(info, expected):
+    failure = of_job(info, None)
+    assert failure.failure_class is expected and failure.summary and failure.rank is None
+
+
+def test_the_runtimes_verdict_wins_and_a_foreign_jobs_failing_entrypoint_is_its_own_code():
+    verdict = Failure(FailureClass.STORAGE, "OSError: AWS Error NETWORK_CONNECTION")
+    info = {"status": "FAILED", "error_type": "JOB_ENTRYPOINT_COMMAND_ERROR", "driver_exit_code": 1}
+    assert of_job(info, verdict) is verdict
+    assert of_job(info, None).failure_class is FailureClass.INFRASTRUCTURE  # ours, yet said nothing
+    assert of_job(info, None, provider_job=False).failure_class is FailureClass.USER_CODE
+
+
+def test_errors_of_the_provider_that_end_a_wait():
+    assert failures.class_of_provider_error(exceptions.RayAuthenticationError("401")) is FailureClass.CONFIGURATION
+    assert failures.class_of_provider_error(exceptions.RayClusterUnreachableError("down")) is \
+        FailureClass.INFRASTRUCTURE
