@@ -17,10 +17,12 @@ PYTEST := -p no:cacheprovider --durations=15
 
 setup:
 	@scripts/setup_cluster_env.sh
+	@scripts/build_ui.sh
 
 setup-test: setup
 	@scripts/setup_browser.sh
-	@scripts/setup_airflow_env.sh $(AIRFLOW_VENV) $(PYTHON_AIRFLOW) $(AIRFLOW) amazon,test
+	@scripts/setup_mlflow_server.sh
+	@scripts/setup_airflow_env.sh $(AIRFLOW_VENV) $(PYTHON_AIRFLOW) $(AIRFLOW) amazon,openlineage,test
 	@scripts/setup_airflow_env.sh $(OLDEST_VENV) $(PYTHON_AIRFLOW_OLDEST) $(AIRFLOW_OLDEST) test
 
 demo: setup

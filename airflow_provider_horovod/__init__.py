@@ -46,7 +46,10 @@ def get_provider_info() -> dict:
         "triggers": [
             {"integration-name": "Ray", "python-modules": ["airflow_provider_horovod.triggers.ray"]}
         ],
-        "extra-links": ["airflow_provider_horovod.links.ray.RayJobLink"],
+        "extra-links": [
+            "airflow_provider_horovod.links.ray.RayJobLink",
+            "airflow_provider_horovod.links.mlflow.MlflowRunLink",
+        ],
         "task-decorators": [
             {"name": "horovod", "class-name": "airflow_provider_horovod.decorators.horovod.horovod_task"},
             {"name": "ray", "class-name": "airflow_provider_horovod.decorators.ray.ray_task"},
@@ -82,6 +85,13 @@ def get_provider_info() -> dict:
                     "headers": {
                         "label": "Extra HTTP headers",
                         "description": 'JSON object sent with every request, e.g. {"X-Team": "ml"}.',
+                        "schema": {"type": ["string", "null"]},
+                    },
+                    "prices": {
+                        "label": "Prices",
+                        "description": 'JSON prices of the cluster\'s resources, which turn a task\'s cost into an '
+                                       'amount (a task\'s own prices win), e.g. {"cpu_hour": 0.048, '
+                                       '"gpu_hour": 2.45, "currency": "USD"}.',
                         "schema": {"type": ["string", "null"]},
                     },
                 },

@@ -39,12 +39,26 @@ RUNTIME_DEPS = ("cffi", "cloudpickle", "psutil", "pyyaml", "packaging")
 BUILD_DEPS = ("cmake", "wheel", "setuptools")
 TORCH_FIX = "pip install 'airflow-provider-horovod[cluster]' (or pip install torch)"
 
-# (file, what 0.28.1 has, what it must have): C++17 for Horovod, its torch extension and its bundled Gloo.
+# Where Horovod 0.28.1 sets up the Gloo device of a process set (every hvd.init() makes process set 0).
+PROCESS_SET_DEVICE = ("  device_attr.iface = gloo_iface_;\n  device_attr.ai_family = AF_UNSPEC;\n"
+                      "  auto dev = CreateDevice(device_attr);\n\n  global_ctx = global_context.ctx;")
+# The text the fix below puts into the built library; the runtime (runtime/horovod_v2.py) looks for it
+# to know whether the installed Horovod has the fix.
+PROCESS_SET_IFACE_MARKER = "Gloo process set device on interface"
+# (file, what 0.28.1 has, what it must have): C++17 for Horovod, its torch extension and its bundled Gloo;
+# and process sets bound to HOROVOD_GLOO_IFACE like the global context: 0.28.1 reads the process set's own
+# gloo_iface_, never set, so Gloo falls back to the host name's address (127.0.1.1 on Debian hosts).
 REPLACEMENTS = (
     ("CMakeLists.txt", "set(CMAKE_CXX_STANDARD 14)", "set(CMAKE_CXX_STANDARD 17)"),
     ("horovod/torch/CMakeLists.txt", "set(CMAKE_CXX_STANDARD 14)", "set(CMAKE_CXX_STANDARD 17)"),
     ("third_party/gloo/CMakeLists.txt", "-std=c++11", "-std=c++17"),
+    ("horovod/common/gloo/gloo_context.cc", PROCESS_SET_DEVICE,
+     "  // Process sets on HOROVOD_GLOO_IFACE too: 0.28.1 read this set's own gloo_iface_, never set.\n"
+     "  gloo_iface_ = global_context.gloo_iface_;\n"
+     f"  LOG(DEBUG) << \"{PROCESS_SET_IFACE_MARKER} '\" << gloo_iface_ << \"'\";\n" + PROCESS_SET_DEVICE),
 )
+# Changes whenever the edits do, so a wheel built with older edits is never taken from the cache.
+EDITS_VERSION = "iface1"
 # (file, include added before its first #include): GCC 13 no longer includes these through other headers.
 INCLUDES = (
     ("horovod/common/group_table.h", "#include <string>"),
@@ -79,7 +93,7 @@ def default_cache_root(env: Mapping[str, str]) -> Path:
 def cache_key(torch_version: str, py_tag: str, gpu_operations: str = "") -> str:
     """The wheel's cache key, the same as scripts/build_horovod.sh used, so its wheels are reused."""
     variant = f"gpu-{gpu_operations}" if gpu_operations else "cpu"
-    return f"horovod-{HOROVOD_VERSION}-torch-{torch_version}-{py_tag}-{variant}"
+    return f"horovod-{HOROVOD_VERSION}-{EDITS_VERSION}-torch-{torch_version}-{py_tag}-{variant}"
 
 
 def wheel_dir(cache_root: Path, torch_version: str, py_tag: str, gpu_operations: str = "") -> Path:
@@ -93,7 +107,7 @@ def cached_wheel(directory: Path) -> Path | None:
 
 
 def patch_sources(src_dir: Path) -> None:
-    """Apply the C++17 and GCC 13 edits to Horovod's unpacked sdist, and verify each one landed.
+    """Apply the C++17, GCC 13 and process-set edits to Horovod's unpacked sdist; verify each one landed.
 
     Raises SourceChanged if a file or the line an edit replaces is not there (Horovod's source is not
     0.28.1's). Applying it twice changes nothing.
@@ -102,6 +116,9 @@ def patch_sources(src_dir: Path) -> None:
     for rel, old, new in REPLACEMENTS:
         path = _source_file(src_dir, rel)
         text = path.read_text()
+        # Applied already: the new text is there and holds the old (an edit that adds lines before it).
+        if old in new and new in text:
+            continue
         if old in text:
             path.write_text(text.replace(old, new))
         elif new not in text:
@@ -213,8 +230,21 @@ def torch_and_py_tag(py: str) -> tuple[str, str]:
     return torch_version, py_tag
 
 
+# Run in the target interpreter: exit 0 when its Horovod imports and its library holds the marker.
+HAS_EDITS = """\
+import glob, os, sys, horovod.torch
+libs = glob.glob(os.path.join(os.path.dirname(horovod.torch.__file__), "mpi_lib_v2*.so"))
+sys.exit(0 if libs and open(libs[0], "rb").read().find(sys.argv[1].encode()) != -1 else 3)
+"""
+
+
 def horovod_installed(py: str) -> bool:
-    return subprocess.run([py, "-c", "import horovod.torch"], capture_output=True).returncode == 0
+    """Whether py's Horovod imports and was built with this module's edits (one built before the
+    process-set fix is rebuilt)."""
+    proc = subprocess.run([py, "-c", HAS_EDITS, PROCESS_SET_IFACE_MARKER], capture_output=True)
+    if proc.returncode == 3:
+        _say(f"the installed horovod lacks the edits of {EDITS_VERSION}; installing the one built with them")
+    return proc.returncode == 0
 
 
 def build_wheel(py: str, torch_version: str, gpu_operations: str, out_dir: Path) -> Path:
@@ -235,7 +265,7 @@ def build_wheel(py: str, torch_version: str, gpu_operations: str, out_dir: Path)
             else:
                 tar.extractall(work)  # Pythons before 3.10.12 have no filter
         src = work / f"horovod-{HOROVOD_VERSION}"
-        _say("  applying the C++17 and GCC 13 edits")
+        _say("  applying the C++17, GCC 13 and process-set edits")
         patch_sources(src)
 
         nccl_include = nccl_lib = None
@@ -274,7 +304,8 @@ def build_wheel(py: str, torch_version: str, gpu_operations: str, out_dir: Path)
 
 def install(py: str, wheel: Path) -> None:
     _say(f"installing {wheel.name}")
-    _run([py, "-m", "pip", "install", "--no-deps", wheel], "installing Horovod's wheel")
+    # --force-reinstall: the same version may be installed, built without the edits.
+    _run([py, "-m", "pip", "install", "--no-deps", "--force-reinstall", wheel], "installing Horovod's wheel")
     # Horovod's own runtime dependencies (the wheel was installed without them).
     _run([py, "-m", "pip", "install", "-q", *RUNTIME_DEPS], "installing Horovod's runtime dependencies")
 

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlparse
 
+from airflow_provider_horovod.contract import META_PREFIX, RESERVED_META_KEYS
 from airflow_provider_horovod.exceptions import InvalidParameterError
 
 STORAGE_SCHEMES = ("", "file", "s3")
@@ -24,10 +25,41 @@ RUNTIME_ENV_FIELDS = ("conda", "config", "container", "env_vars", "excludes", "i
 URI_SCHEMES = ("gcs", "s3", "gs", "https", "http", "file", "azure", "abfss")
 
 
-def check_num_workers(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidParameterError("num_workers", value, "give a whole number of Horovod workers, 1 or more (e.g. 2).")
+NUM_WORKERS_FIX = ("give a whole number of Horovod workers, 1 or more (e.g. 2), or an elastic range [min, max] of "
+                   "whole numbers with 1 <= min <= max (e.g. [2, 4]).")
+
+
+def check_num_workers(value: Any, trainer_api: Any = None) -> int | list[int]:
+    """A number of workers, or an elastic ``[min, max]`` (a tuple or a two-element list; a rendered
+    template's JSON text such as ``"[2, 4]"`` or ``"4"`` means the same). ``[n, n]`` is ``n``.
+    Ray's HorovodTrainer (``trainer_api="legacy"``) takes a number only."""
+    checked = _num_workers(value)
+    if isinstance(checked, list) and trainer_api == "legacy":
+        raise InvalidParameterError("num_workers", value, "trainer_api='legacy' (Ray's HorovodTrainer) has no elastic "
+                                    "training: give a number of workers, or use trainer_api='v2' for a range.")
+    return checked
+
+
+def _num_workers(value: Any) -> int | list[int]:
+    given = value
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise InvalidParameterError("num_workers", given, NUM_WORKERS_FIX) from None
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(_whole(n) for n in value):
+        low, high = value
+        if not 1 <= low <= high:
+            raise InvalidParameterError("num_workers", given, f"min {low} must be at least 1 and at most max {high}; "
+                                        + NUM_WORKERS_FIX)
+        return low if low == high else [low, high]
+    if not _whole(value) or value < 1:
+        raise InvalidParameterError("num_workers", given, NUM_WORKERS_FIX)
     return value
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def check_storage_path(value: Any) -> str:
@@ -161,9 +193,11 @@ def check_nics(value: Any) -> list[str] | None:
         return None
     if isinstance(value, str):
         value = [value]
-    if not isinstance(value, (list, tuple, set)) or not all(isinstance(n, str) and n for n in value):
-        raise InvalidParameterError("horovod_nics", value, 'give a list of interface names, e.g. ["eth0"].')
-    return sorted(value)
+    # A list, not a set: the order matters (each host uses the first of them it has).
+    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(n, str) and n for n in value):
+        raise InvalidParameterError("horovod_nics", value, 'give a list of interface names in order of preference, '
+                                    'e.g. ["eth0"] or ["ens5", "eth0"]: each host uses the first of them it has.')
+    return list(dict.fromkeys(value))
 
 
 def masked(runtime_env: Mapping) -> dict:
@@ -323,3 +357,103 @@ def check_forwarding(forward: Any, aws_conn_id: str | None, ttl_s: Any) -> bool:
                                     f"give whole seconds from {MIN_CREDENTIALS_TTL_S} to {MAX_CREDENTIALS_TTL_S} "
                                     "(what STS accepts).")
     return True
+
+
+TAGS_EXAMPLE = '{"team": "ranking", "model": "ctr", "cost_centre": "cc-4711"}'
+PRICE_KEYS = ("cpu_hour", "gpu_hour", "currency")
+
+
+def check_job_tags(value: Any) -> dict[str, str]:
+    """The user's job tags: strings to strings (Ray's job metadata), none on the provider's or Ray's keys."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidParameterError("job_tags", value, f"give a dict of strings, e.g. {TAGS_EXAMPLE}.")
+    for key, text in value.items():
+        if not isinstance(key, str) or not key.strip():
+            raise InvalidParameterError("job_tags", value, f"tag name {key!r} must be a non-empty string.")
+        if not isinstance(text, str):
+            raise InvalidParameterError("job_tags", value, f"tag {key!r} has the {type(text).__name__} {text!r}: "
+                                        f"Ray's job metadata holds strings only; give it as {str(text)!r}.")
+        if key.startswith(META_PREFIX) or key in RESERVED_META_KEYS:
+            raise InvalidParameterError(
+                "job_tags", value, f"tag {key!r} is reserved: the provider names its own metadata {META_PREFIX}* and "
+                f"{', '.join(RESERVED_META_KEYS[:-1])} (and Ray {RESERVED_META_KEYS[-1]}); rename the tag.")
+    return dict(value)
+
+
+def check_prices(value: Any) -> dict[str, Any] | None:
+    """Prices per CPU-hour and GPU-hour (and their currency), which turn the cost's seconds into an amount."""
+    if value is None:
+        return None
+    example = '{"cpu_hour": 0.048, "gpu_hour": 2.45, "currency": "USD"}'
+    if not isinstance(value, Mapping) or not value:
+        raise InvalidParameterError("prices", value, f"give a dict such as {example}, or None.")
+    if unknown := sorted(set(value) - set(PRICE_KEYS)):
+        raise InvalidParameterError("prices", value, f"unknown key(s) {unknown}; it takes {', '.join(PRICE_KEYS)}.")
+    for key in PRICE_KEYS[:2]:
+        price = value.get(key, 0)
+        if isinstance(price, bool) or not isinstance(price, (int, float)) or not math.isfinite(price) or price < 0:
+            raise InvalidParameterError("prices", value, f"{key} must be a number, 0 or more, e.g. {example}.")
+    if not isinstance(value.get("currency", ""), str):
+        raise InvalidParameterError("prices", value, f"currency must be a string, e.g. {example}.")
+    return {key: value[key] for key in PRICE_KEYS if key in value}
+
+
+MLFLOW_SCHEMES = ("http", "https", "databricks")
+MLFLOW_URI_FIX = ("give the address of an MLflow tracking server that the Ray cluster reaches, e.g. "
+                  "'http://mlflow:5000' (or 'databricks'), or None for no tracking.")
+
+
+def check_mlflow(tracking_uri: Any, conn_id: Any) -> None:
+    """One of ``mlflow_tracking_uri`` and ``mlflow_conn_id`` at most (the connection holds the URI)."""
+    if tracking_uri and conn_id:
+        raise InvalidParameterError("mlflow_conn_id", conn_id, "give either mlflow_tracking_uri or mlflow_conn_id "
+                                    "(whose host is the tracking URI), not both.")
+    if conn_id is not None:
+        check_conn_id("mlflow_conn_id", conn_id, "give the id of a connection whose host is the MLflow tracking URI, "
+                      "or None.")
+
+
+def check_mlflow_tracking_uri(value: Any, parameter: str = "mlflow_tracking_uri") -> str | None:
+    """An MLflow tracking URI without credentials in it (they would show in the rendered field and the
+    job's payload list); None or empty: no tracking."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and value.strip() == "databricks":  # the workspace of the default profile
+        return "databricks"
+    parts = urlparse(value.strip()) if isinstance(value, str) else None
+    if parts is None or parts.scheme not in MLFLOW_SCHEMES or (parts.scheme != "databricks" and not parts.hostname):
+        raise InvalidParameterError(parameter, value, MLFLOW_URI_FIX)
+    if parts.username or parts.password:
+        raise InvalidParameterError(parameter, "<a URI with credentials>", "keep credentials out of the URI: put the "
+                                    "server's address in an MLflow connection (host; login and password, or a token "
+                                    "as password) and give mlflow_conn_id.")
+    return value.strip()
+
+
+def check_mlflow_experiment_name(value: Any, default: str) -> str:
+    if value is None:
+        return default
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidParameterError("mlflow_experiment_name", value, "give the name of an MLflow experiment (created "
+                                    "when missing), or None for the DAG's id.")
+    return value.strip()
+
+
+def mlflow_connection(conn_id: str, conn: Any) -> tuple[str, dict[str, str]]:
+    """(tracking URI, credentials) of an MLflow connection: its host is the URI (``http://mlflow:5000``),
+    or a host name with ``port`` and ``schema`` (``http``, the default, or ``https``); ``login`` and
+    ``password`` are basic auth, a ``password`` alone a token."""
+    host = (getattr(conn, "host", None) or "").strip()
+    if not host:
+        raise InvalidParameterError("mlflow_conn_id", conn_id, "its connection has no host: set the host to the "
+                                    "MLflow tracking URI, e.g. http://mlflow:5000.")
+    if "://" not in host and host != "databricks":
+        port = f":{conn.port}" if getattr(conn, "port", None) else ""
+        host = f"{getattr(conn, 'schema', None) or 'http'}://{host}{port}"
+    uri = check_mlflow_tracking_uri(host, parameter=f"mlflow_conn_id {conn_id!r}: the host")
+    login, password = getattr(conn, "login", None), getattr(conn, "password", None)
+    if login and password:
+        return str(uri), {"username": login, "password": password}
+    return str(uri), {"token": password} if password else {}

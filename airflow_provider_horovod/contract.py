@@ -34,11 +34,16 @@ DEFERRABLE = True
 # A deferred task first follows its job this long in the worker: a job that ends within its first
 # seconds then never goes through a deferral (whose resume Airflow can lose, apache/airflow#67287).
 SYNC_WAIT_BEFORE_DEFER_S = 15.0
+# A trigger holds its event until this long after the deferral: Airflow 3.3.2 fails a task whose
+# resume it queues before it has seen the deferring worker exit (apache/airflow#67287).
+RESUME_GUARD_S = 10.0
 PENDING_TIMEOUT_S: float | None = 600.0
 STALL_TIMEOUT_S: float | None = None
 # Horovod's Gloo rendezvous and collective timeout (Horovod's own default).
 HOROVOD_TIMEOUT_S = 30
 NUM_WORKERS = 2
+# Ray Train's default for ScalingConfig(elastic_resize_monitor_interval_s).
+ELASTIC_RESIZE_MONITOR_INTERVAL_S = 60.0
 # How many of a failed job's last log lines its error shows.
 LOG_TAIL_LINES = 40
 # The Ray versions the runtime supports, [min, max): it uses Train V2's backend API, which moves
@@ -90,6 +95,8 @@ class JobKind(str, enum.Enum):
 # In the job's payload package.
 SPEC_FILE = "spec.json"
 SESSION_FILE = "aws_session.json"
+# An MLflow connection's credentials (runtime.tracking.AUTH_ENV's keys), never in the runtime_env.
+MLFLOW_AUTH_FILE = "mlflow_auth.json"
 PAYLOAD_PREFIX = "ahp_payload_"
 # In an attempt's storage folder.
 ATTEMPT_PREFIX = "attempt-"
@@ -97,6 +104,9 @@ RESULT_FILE = "result.json"
 RETURN_VALUE_FILE = "return_value.json"
 TIMELINE_FILE = "horovod_timeline.json"
 HISTORY_FILE = "metrics_history.json"
+# Rank 0 adds a line at every start of the attempt's worker group: when its workers held their
+# resources, and how many (the cost's worker-seconds start there).
+WORKER_GROUPS_FILE = "worker_groups.json"
 # Written by the Airflow side once a task try has taken an attempt's result: a later try of the same
 # task run (a user clearing a succeeded task) trains again instead of reusing it.
 CONSUMED_FILE = "consumed.json"
@@ -107,10 +117,18 @@ RESULT_MARK = "AHP_RESULT "
 ERROR_MARK = "AHP_ERROR "
 FAILURE_MARK = "AHP_FAILURE "
 
+# Why a run's worker group (re)started at its size, in ResultRecord.segments.
+SEGMENT_START, SEGMENT_GROW, SEGMENT_SHRINK, SEGMENT_NODE_LOST, SEGMENT_FAILURE = (
+    "start", "grow", "shrink", "node lost", "failure")
+SEGMENT_REASONS = (SEGMENT_START, SEGMENT_GROW, SEGMENT_SHRINK, SEGMENT_NODE_LOST, SEGMENT_FAILURE)
+# The runtime's backend tells each worker of a group the reason, for rank 0's note of it.
+WORKER_GROUP_REASON_ENV = "AHP_WORKER_GROUP_REASON"
+
 # XCom keys the provider pushes (the return value aside).
 XCOM_CHECKPOINT_URI = "checkpoint_uri"
 XCOM_SUBMISSION_ID = "submission_id"
 XCOM_JOB = "ray_job"  # the SubmittedJob, pushed at submission
+XCOM_COST = "cost"  # a @task.ray job's Cost (a training's is in its return value)
 # How far the job's log is in the task log (the task_state_store key, and the XCom a trigger reads).
 XCOM_LOG_CURSOR = "ray_log_cursor"
 
@@ -122,6 +140,14 @@ META_ATTEMPT = f"{META_PREFIX}attempt"
 META_RESULT_URI = f"{META_PREFIX}result_uri"
 META_NUM_WORKERS = f"{META_PREFIX}num_workers"
 META_RESOURCES = f"{META_PREFIX}resources"
+# What one worker holds (a task job: its driver), JSON: the cost's CPU- and GPU-seconds follow it.
+META_WORKER_RESOURCES = f"{META_PREFIX}worker_resources"
+# The names of the user's job_tags among the metadata (JSON list), so they come back apart from ours.
+META_TAGS = f"{META_PREFIX}tags"
+# The prices the cost is reckoned at (JSON: cpu_hour, gpu_hour, currency), when given.
+META_PRICES = f"{META_PREFIX}prices"
+# Metadata keys a user's job_tags cannot take: the provider's (the prefix above, a task run's ids) and Ray's own.
+RESERVED_META_KEYS = ("airflow_dag_id", "airflow_task_id", "airflow_run_id", "airflow_map_index", "job_submission_id")
 
 
 # --- Ids and the storage layout --------------------------------------------------------------------
@@ -193,6 +219,19 @@ def attempt_uri(storage_uri: str, attempt: int) -> str:
 
 def result_uri(storage_uri: str, attempt: int) -> str:
     return f"{attempt_uri(storage_uri, attempt)}/{RESULT_FILE}"
+
+
+def worker_groups_uri(run_uri: str) -> str:
+    return f"{run_uri.rstrip('/')}/{WORKER_GROUPS_FILE}"
+
+
+def job_tags_of(metadata: dict[str, str]) -> dict[str, str]:
+    """The user's ``job_tags`` among a job's metadata (none for a job the provider did not submit)."""
+    try:
+        names = json.loads(metadata.get(META_TAGS) or "[]")
+    except ValueError:
+        return {}
+    return {name: metadata[name] for name in names if name in metadata}
 
 
 def consumed_uri(storage_uri: str, attempt: int) -> str:
@@ -287,7 +326,10 @@ class TrainingSpec(JobSpec):
     train_fn: dict[str, str] = dataclasses.field(default_factory=dict)
     train_loop_config: dict[str, Any] = dataclasses.field(default_factory=dict)
     datasets: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
-    num_workers: int = NUM_WORKERS
+    # A number of workers, or an elastic [min, max] (checks.check_num_workers).
+    num_workers: int | list[int] = NUM_WORKERS
+    # Elastic runs: how often Ray Train looks for room to grow (its ScalingConfig's interval).
+    elastic_resize_monitor_interval_s: float = ELASTIC_RESIZE_MONITOR_INTERVAL_S
     use_gpu: bool = False
     resources_per_worker: dict[str, float] | None = None
     trainer_api: str = TrainerApi.V2.value
@@ -310,10 +352,17 @@ class TrainingSpec(JobSpec):
     # ``@task.horovod``: every worker calls ``train_fn(*train_args, **train_kwargs)`` (no config).
     train_args: list[Any] | None = None
     train_kwargs: dict[str, Any] | None = None
+    # MLflow tracking (plan.tracking_settings): tracking_uri, experiment_name, run_name, run_key (the tag a
+    # retry finds the run by), tags; the driver adds run_id, experiment_id, run_url, step_offset.
+    tracking: dict[str, Any] | None = None
 
     @property
     def history_uri(self) -> str:
         return f"{self.run_uri}/{HISTORY_FILE}"
+
+    @property
+    def worker_groups_uri(self) -> str:
+        return worker_groups_uri(self.run_uri)
 
     @property
     def timeline_uri(self) -> str:
@@ -329,6 +378,19 @@ class TrainingSpec(JobSpec):
         """Where rank 0 leaves what the training function returned, for the record."""
         return f"{self.run_uri}/{RETURN_VALUE_FILE}"
 
+    @property
+    def elastic(self) -> bool:
+        return isinstance(self.num_workers, list)
+
+    @property
+    def min_workers(self) -> int:
+        """The workers a run needs to start: what the resource check and the pending timeout count."""
+        return self.num_workers[0] if isinstance(self.num_workers, list) else self.num_workers
+
+    @property
+    def max_workers(self) -> int:
+        return self.num_workers[1] if isinstance(self.num_workers, list) else self.num_workers
+
     def worker_resources(self) -> dict[str, float]:
         """What Ray Train asks for each worker (its ScalingConfig rule): the given resources, else 1 CPU
         or 1 GPU; with use_gpu, 1 GPU unless the resources say otherwise."""
@@ -341,8 +403,8 @@ class TrainingSpec(JobSpec):
         return per_worker
 
     def total_resources(self) -> dict[str, float]:
-        """What all the workers ask of the cluster together."""
-        return {name: amount * self.num_workers for name, amount in self.worker_resources().items() if amount}
+        """What all the workers ask of the cluster together (an elastic run starts with its minimum)."""
+        return {name: amount * self.min_workers for name, amount in self.worker_resources().items() if amount}
 
     def pickled_files(self) -> dict[str, str]:
         refs = {"train_fn": self.train_fn, **{f"datasets[{name!r}]": ref for name, ref in self.datasets.items()}}
@@ -376,6 +438,9 @@ class TaskRecord(_Document):
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
     failure: dict[str, Any] | None = None
     log_tail: list[str] = dataclasses.field(default_factory=list)
+    # What the task run cost up to this attempt (``Cost``), added by the Airflow side once the job
+    # ended: Ray's own end time is known only then.
+    cost: dict[str, Any] | None = None
     version: int = FORMAT
 
 
@@ -394,6 +459,12 @@ class ResultRecord(TaskRecord):
     # Horovod's timeline (Chrome tracing JSON) of rank 0, when it was recorded.
     timeline_uri: str | None = None
     history: list[dict] = dataclasses.field(default_factory=list)
+    # The worker groups the run trained with, in order: {"started_at", "world_size", "reason"}, reason
+    # one of SEGMENT_REASONS. world_size above is the last one's.
+    segments: list[dict] = dataclasses.field(default_factory=list)
+    checkpoint_score_attribute: str | None = None
+    # The MLflow run the training logged to: {"run_id", "experiment_id", "run_url"}; None without one.
+    tracking: dict[str, Any] | None = None
 
 
 # --- What a task returns (its XCom) ---------------------------------------------------------------
@@ -406,6 +477,11 @@ class SubmittedJob(TypedDict):
     storage_uri: str | None
     attempt: int
     kind: str
+    # For the Training view: which metric ranks the checkpoints, and how the storage is read.
+    checkpoint_score_attribute: str | None
+    aws_conn_id: str | None
+    # The task's job_tags (the job's metadata holds them too).
+    job_tags: dict[str, str]
 
 
 class TrainingResult(TypedDict):
@@ -425,15 +501,61 @@ class TrainingResult(TypedDict):
     timings: dict[str, float]
     return_value: Any
     timeline_uri: str | None
+    checkpoint_score_attribute: str | None
+    # The worker groups of the attempt (ResultRecord.segments).
+    segments: list[dict[str, Any]]
     # The attempts of this task run before this one: {"attempt", "submission_id", "failure_class", "summary"}.
     attempts: list[dict[str, Any]]
+    # What the task run's attempts cost, failed ones included (``Cost``).
+    cost: Cost | None
+    # The task's job_tags, as they travelled in the Ray job's metadata.
+    job_tags: dict[str, str]
+    # The MLflow run (ResultRecord.tracking), with mlflow_tracking_uri or mlflow_conn_id; else None.
+    mlflow: dict[str, Any] | None
 
 
-def training_result(record: ResultRecord, *, dashboard_url: str, attempts: list[dict] | None = None) -> TrainingResult:
+class AttemptCost(TypedDict):
+    """What one attempt (one Ray job) held, from Ray's timestamps and the worker groups' starts.
+    ``wall_s``: submission to end (Ray's ``start_time``/``end_time``); ``queued_s``: submission until
+    the workers held their resources (the whole attempt when they never did); ``held_s``: the
+    workers' time; ``worker_s``: worker-seconds, the sum over worker groups of size x duration;
+    ``cpu_s``/``gpu_s``: worker-seconds x what one worker holds; ``amount``: at ``Cost.prices``, or None."""
+
+    attempt: int
+    submission_id: str | None
+    failed: bool
+    submitted_at: float | None
+    workers_started_at: float | None
+    ended_at: float | None
+    wall_s: float
+    queued_s: float
+    held_s: float
+    world_size: int
+    worker_s: float
+    cpu_s: float
+    gpu_s: float
+    amount: float | None
+
+
+class Cost(TypedDict):
+    """A task run's cost: each attempt's, and the ``total`` of the same figures over all of them
+    (failed attempts included; their share again as ``failed_worker_s``, ``failed_amount``)."""
+
+    attempts: list[AttemptCost]
+    total: dict[str, Any]
+    resources_per_worker: dict[str, float]
+    prices: dict[str, Any] | None
+
+
+def training_result(record: ResultRecord, *, dashboard_url: str, attempts: list[dict] | None = None,
+                    cost: Cost | None = None, job_tags: dict[str, str] | None = None) -> TrainingResult:
     """The one place a training's result is built from its attempt's record."""
     return TrainingResult(
         checkpoint_uri=record.checkpoint_uri, best_checkpoint_uri=record.best_checkpoint_uri or record.checkpoint_uri,
         metrics=record.metrics, submission_id=record.submission_id, dashboard_url=dashboard_url,
         storage_uri=record.storage_uri, run_uri=record.run_uri, world_size=record.world_size, attempt=record.attempt,
         trainer_api=record.trainer_api, resumed_from=record.resumed_from, timings=record.timings,
-        return_value=record.return_value, timeline_uri=record.timeline_uri, attempts=list(attempts or []))
+        return_value=record.return_value, timeline_uri=record.timeline_uri,
+        checkpoint_score_attribute=record.checkpoint_score_attribute, segments=list(record.segments),
+        attempts=list(attempts or []), cost=cost,
+        job_tags=dict(job_tags or {}), mlflow=record.tracking)

@@ -16,6 +16,7 @@ import enum
 import json
 import re
 import traceback
+from collections.abc import Sequence
 from typing import Any
 
 from airflow_provider_horovod import exceptions
@@ -142,6 +143,10 @@ def of_error(error: BaseException, *, user_code: bool = True) -> Failure:
     if any(getattr(e, "preempted", False) for e in [*chain, *ranked.values()]) or \
             any(type(e).__name__ == "PreemptionError" for e in chain):
         return _failure(FailureClass.PREEMPTION, error, chain)
+    # The backend's own check before hvd.init(): its whole message names every connection that failed.
+    if network := [e for e in [*chain, *_controller_failures(chain)] if type(e).__name__ == "HorovodNetworkError"]:
+        return Failure(FailureClass.INFRASTRUCTURE, str(network[0]).strip(), error_type="HorovodNetworkError",
+                       message=str(network[0]).strip())
     if any(type(e).__name__ in STARTUP_TIMEOUT for e in [*chain, *_controller_failures(chain)]):
         return _failure(FailureClass.CAPACITY, error, chain)
     for rank in sorted(ranked):
@@ -284,6 +289,28 @@ def of_job(info: dict | None, runtime: Failure | None, *, provider_job: bool = T
     if not provider_job and error_type == "JOB_ENTRYPOINT_COMMAND_ERROR":
         return Failure(FailureClass.USER_CODE, summary, message=text)
     return Failure(FailureClass.INFRASTRUCTURE, summary, message=text)
+
+
+# Gloo's reason, in the line a worker's abort leaves ("[.../gloo/transport/tcp/pair.cc:799] connect
+# [127.0.1.1]:4492: Connection refused /path/lib.so(+0x..)"): the one line of a C++ dump worth reading.
+GLOO_REASON = re.compile(r"\[\S*gloo/\S+\.(?:cc|h):\d+\] (?P<reason>.+?)\s*(?= /\S+\.so|$)")
+NETWORK_HINT = ("Horovod's ranks could not reach each other: check that the nodes reach each other on the "
+                "interfaces chosen (horovod_nics), that no firewall drops Gloo's ports, and horovod_timeout_s "
+                "(docs/multi-node.md).")
+
+
+def network_reason(lines: Sequence[str]) -> str | None:
+    """Gloo's reason in a job's log lines (the last one), or None."""
+    return next((found["reason"] for line in reversed(lines) if (found := GLOO_REASON.search(line))), None)
+
+
+def with_network_reason(failure: Failure, lines: Sequence[str]) -> Failure:
+    """An infrastructure failure whose log shows Gloo's reason (a worker aborted in C++, seen by Ray
+    only as a dead actor): the reason and what to check, instead of a bare death."""
+    reason = network_reason(lines) if failure.failure_class is FailureClass.INFRASTRUCTURE else None
+    if reason is None or reason in failure.summary:
+        return failure
+    return dataclasses.replace(failure, summary=f"{NETWORK_HINT} Gloo: {reason}. ({failure.summary})")
 
 
 def first_line_of(text: str) -> str:

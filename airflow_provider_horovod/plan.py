@@ -15,12 +15,17 @@ from typing import Any
 
 from airflow_provider_horovod import checks
 from airflow_provider_horovod.contract import (
+    ELASTIC_RESIZE_MONITOR_INTERVAL_S,
     META_ATTEMPT,
     META_KIND,
     META_NUM_WORKERS,
+    META_PRICES,
     META_RESOURCES,
     META_RESULT_URI,
     META_STORAGE_URI,
+    META_TAGS,
+    META_WORKER_RESOURCES,
+    MLFLOW_AUTH_FILE,
     PAYLOAD_PREFIX,
     SPEC_FILE,
     JobKind,
@@ -97,6 +102,10 @@ class JobPlan:
     driver_resources: dict[str, Any] = dataclasses.field(default_factory=dict)
     check_cluster_resources: bool = False
     forward_aws: tuple[str, int] | None = None
+    # What one worker holds (a task job: its driver), for the cost; the user's tags; the prices.
+    worker_resources: dict[str, float] = dataclasses.field(default_factory=dict)
+    job_tags: dict[str, str] = dataclasses.field(default_factory=dict)
+    prices: dict[str, Any] | None = None
 
     @property
     def kind(self) -> JobKind:
@@ -118,11 +127,19 @@ class JobPlan:
         env = dict(self.runtime_env)
         env["py_modules"] = [provider_folder(), *(self.runtime_env.get("py_modules") or [])]
         env["env_vars"] = {**self.env_vars, **(self.runtime_env.get("env_vars") or {})}
-        metadata = {**self.task_run.metadata(), META_KIND: self.kind.value, META_STORAGE_URI: spec.storage_uri,
-                    META_ATTEMPT: str(attempt), META_RESULT_URI: spec.result_uri,
-                    META_RESOURCES: json.dumps(self.resources, sort_keys=True)}
+        # The user's tags first: checks.check_job_tags keeps them off the provider's keys.
+        metadata = {**self.job_tags, **self.task_run.metadata(), META_KIND: self.kind.value,
+                    META_STORAGE_URI: spec.storage_uri, META_ATTEMPT: str(attempt), META_RESULT_URI: spec.result_uri,
+                    META_RESOURCES: json.dumps(self.resources, sort_keys=True),
+                    META_WORKER_RESOURCES: json.dumps(self.worker_resources, sort_keys=True)}
+        if self.job_tags:
+            metadata[META_TAGS] = json.dumps(sorted(self.job_tags))
+        if self.prices:
+            metadata[META_PRICES] = json.dumps(self.prices, sort_keys=True)
         if isinstance(spec, TrainingSpec):
-            metadata[META_NUM_WORKERS] = str(spec.num_workers)
+            # An elastic run as "min-max" (its resources above count min: what it needs to start).
+            metadata[META_NUM_WORKERS] = f"{spec.min_workers}-{spec.max_workers}" if spec.elastic \
+                else str(spec.num_workers)
         return JobRequest(submission_id=spec.submission_id,
                           entrypoint=f"python -m {RUNTIME_ENTRYPOINT} {self.kind.value} {module}",
                           runtime_env=env, metadata=metadata, payload_module=module, files=files,
@@ -136,7 +153,11 @@ def training_plan(task_run: TaskRun, *, train_fn: Callable | str, train_call: tu
                   trainer_api: Any, forward_aws_credentials: Any, aws_conn_id: str | None,
                   aws_credentials_ttl_seconds: Any, check_cluster_resources: Any, materialize_datasets: Any,
                   horovod_timeline: Any, storage_path: str | None, pending_timeout_s: float | None,
-                  ray_conn_id: str, retry_on_user_error: bool = False) -> JobPlan:
+                  ray_conn_id: str, retry_on_user_error: bool = False, job_tags: Any = None,
+                  prices: Any = None,
+                  elastic_resize_monitor_interval_s: Any = ELASTIC_RESIZE_MONITOR_INTERVAL_S,
+                  mlflow_tracking_uri: Any = None, mlflow_experiment_name: Any = None,
+                  mlflow_auth: dict[str, str] | None = None, try_number: int | None = None) -> JobPlan:
     """The plan of a training, every parameter checked. ``train_call``: the arguments every worker
     calls ``train_fn`` with (``@task.horovod``); None: Ray Train's ``train_fn(config)``."""
     env = checks.check_runtime_env(runtime_env)
@@ -155,7 +176,9 @@ def training_plan(task_run: TaskRun, *, train_fn: Callable | str, train_call: tu
         train_fn=fn,
         train_loop_config=checks.check_json("train_loop_config", train_loop_config),
         datasets=dataset_refs,
-        num_workers=checks.check_num_workers(num_workers),
+        num_workers=checks.check_num_workers(num_workers, trainer_api=trainer_api),
+        elastic_resize_monitor_interval_s=checks.check_positive("elastic_resize_monitor_interval_s",
+                                                                elastic_resize_monitor_interval_s),
         use_gpu=gpu,
         resources_per_worker=checks.check_resources(resources_per_worker, gpu),
         trainer_api=checks.check_choice("trainer_api", trainer_api, tuple(api.value for api in TrainerApi)),
@@ -173,6 +196,8 @@ def training_plan(task_run: TaskRun, *, train_fn: Callable | str, train_call: tu
         horovod_timeline=checks.check_bool("horovod_timeline", horovod_timeline),
         train_args=checks.check_args("op_args", train_call[0]) if train_call else None,
         train_kwargs=checks.check_json("op_kwargs", train_call[1]) if train_call else None,
+        tracking=tracking_settings(task_run, checks.check_mlflow_tracking_uri(mlflow_tracking_uri),
+                                   mlflow_experiment_name, try_number),
     )
     # Train V2 routes a worker's print() to a logger and, as Ray's workers replace sys.stdout, to
     # stdout as well: every line would be in the job's log twice.
@@ -184,14 +209,20 @@ def training_plan(task_run: TaskRun, *, train_fn: Callable | str, train_call: tu
         # Ray 2.60 refuses HorovodTrainer under Train V2; the driver and the workers need the flag
         # before ray.train is imported.
         env_vars["RAY_TRAIN_V2_ENABLED"] = "0"
-    return JobPlan(task_run=task_run, spec=spec, files={**fn_files, **dataset_files}, runtime_env=env,
+    # An MLflow connection's credentials travel with the job's code, never in its runtime_env.
+    tracking_files = {MLFLOW_AUTH_FILE: json.dumps(mlflow_auth).encode()} if spec.tracking and mlflow_auth else {}
+    files = {**fn_files, **dataset_files, **tracking_files}
+    return JobPlan(task_run=task_run, spec=spec, files=files, runtime_env=env,
                    resources=spec.total_resources(), storage_root=root, ray_conn_id=ray_conn_id, env_vars=env_vars,
                    check_cluster_resources=checks.check_bool("check_cluster_resources", check_cluster_resources),
-                   forward_aws=(str(aws_conn_id), int(aws_credentials_ttl_seconds)) if forward else None)
+                   forward_aws=(str(aws_conn_id), int(aws_credentials_ttl_seconds)) if forward else None,
+                   worker_resources=spec.worker_resources(), job_tags=checks.check_job_tags(job_tags),
+                   prices=checks.check_prices(prices))
 
 
 def task_plan(task_run: TaskRun, *, python_callable: Any, op_args: Any, op_kwargs: Any, num_cpus: Any, num_gpus: Any,
-              memory: Any, resources: Any, runtime_env: Any, storage_path: str | None, ray_conn_id: str) -> JobPlan:
+              memory: Any, resources: Any, runtime_env: Any, storage_path: str | None, ray_conn_id: str,
+              job_tags: Any = None, prices: Any = None) -> JobPlan:
     """The plan of one function run as a Ray job, every parameter checked."""
     env = checks.check_runtime_env(runtime_env)
     function, files = ship_function("python_callable", python_callable, "function.pkl",
@@ -207,8 +238,30 @@ def task_plan(task_run: TaskRun, *, python_callable: Any, op_args: Any, op_kwarg
                     python_version=python_version(), function=function, args=checks.check_args("op_args", op_args),
                     kwargs=checks.check_json("op_kwargs", op_kwargs))
     asked = {k: v for k, v in driver.items() if v}
+    # The driver holds what the job asked for (Ray's entrypoint_num_cpus); the function needs no more.
+    held = {"CPU": float(driver["num_cpus"] or 0), "GPU": float(driver["num_gpus"] or 0)}
     return JobPlan(task_run=task_run, spec=spec, files=files, runtime_env=env, resources=asked, storage_root=root,
-                   ray_conn_id=ray_conn_id, driver_resources=driver)
+                   ray_conn_id=ray_conn_id, driver_resources=driver,
+                   worker_resources={k: v for k, v in held.items() if v}, job_tags=checks.check_job_tags(job_tags),
+                   prices=checks.check_prices(prices))
+
+
+def tracking_settings(task_run: TaskRun, tracking_uri: str | None, experiment_name: Any,
+                      try_number: int | None) -> dict[str, Any] | None:
+    """``TrainingSpec.tracking``: where the training logs (the experiment defaults to the DAG's id), the
+    run's name, the key a retry finds the run by, and the Airflow identifiers as tags; None: no tracking."""
+    if tracking_uri is None:
+        return None
+    map_part = f"[{task_run.map_index}]" if task_run.map_index >= 0 else ""
+    return {
+        "tracking_uri": tracking_uri,
+        "experiment_name": checks.check_mlflow_experiment_name(experiment_name, task_run.dag_id),
+        "run_name": f"{task_run.task_id}{map_part} {task_run.run_id}",
+        "run_key": task_run.base_id,
+        "tags": {"airflow.dag_id": task_run.dag_id, "airflow.task_id": task_run.task_id,
+                 "airflow.run_id": task_run.run_id, "airflow.map_index": str(task_run.map_index),
+                 **({"airflow.try_number": str(try_number)} if try_number is not None else {})},
+    }
 
 
 def python_version() -> str:

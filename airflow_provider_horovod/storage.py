@@ -210,6 +210,27 @@ class Storage:
             return any(not obj["Key"].endswith("/")
                        for page in pages for obj in page.get("Contents", []))
 
+    def folders_with_files(self, uri: str) -> set[str]:
+        """Names of the folders directly in ``uri`` that hold at least one file (the checkpoints Ray
+        has kept), in one listing however many there are."""
+        scheme, path = split_uri(uri)
+        if scheme == "":
+            try:
+                entries = list(os.scandir(path))
+            except FileNotFoundError:
+                return set()
+            return {e.name for e in entries if e.is_dir() and any(files for _, _, files in os.walk(e.path))}
+        bucket, _, prefix = path.partition("/")
+        prefix = prefix.rstrip("/") + "/"
+        names = set()
+        with self._request(uri):
+            for page in self._s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+                for obj in page.get("Contents", []):
+                    rest = obj["Key"][len(prefix):]
+                    if "/" in rest and not rest.endswith("/"):
+                        names.add(rest.split("/", 1)[0])
+        return names
+
     def download_file(self, uri: str, dest: str) -> str:
         """A local file with the content of ``uri``: local paths as they are, S3 copied to ``dest``."""
         scheme, path = split_uri(uri)

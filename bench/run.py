@@ -18,13 +18,25 @@ import time
 import traceback
 from importlib.metadata import version
 
-from bench.common import (AIRFLOW_BIN, BENCH, OUT, RAY_ADDRESS_ENV, Figure, Target, figure_key, log, plain_table,
-                          repeats, run_logged, save_raw)
+from bench.common import (
+    AIRFLOW_BIN,
+    BENCH,
+    OUT,
+    RAY_ADDRESS_ENV,
+    Figure,
+    Target,
+    figure_key,
+    log,
+    plain_table,
+    repeats,
+    run_logged,
+    save_raw,
+)
 
 RESULTS = BENCH / "results.md"
 TITLES = {"1": "Orchestration overhead", "2": "Completion latency", "3": "DAG parse cost", "4": "Triggerer load",
           "4b": "Following a growing log", "5": "Checkpoint I/O", "6": "Training path",
-          "7": "Install size of the Airflow side"}
+          "7": "Install size of the Airflow side", "8": "Answer time of the Training views", "9": "Across hosts"}
 
 
 def selected() -> set[str]:
@@ -189,6 +201,16 @@ def main() -> int:
         from bench import parse
 
         figures.append(timed("3", parse.figure))
+
+    if "8" in want:  # no cluster either: the views read the metadata database and local storage
+        from bench import ui
+
+        figures.append(timed("8", ui.figure))
+
+    if "9" in want:  # hosts of its own (network namespaces), with their own Ray cluster and S3
+        from bench import multihost
+
+        figures.append(timed("9", multihost.figure))
 
     if want & {"1", "2", "4", "4b", "5", "6"}:
         from bench.cluster import moto_server, ray_cluster

@@ -4,25 +4,44 @@ Each run works on its own data interval and writes under its own storage folder,
 reruns never overwrite each other. Everything heavy runs on the Ray cluster; the Airflow tasks only
 move small JSON records.
 
-Runs of several days (``airflow backfill create --dag-id horovod_retraining --from-date 2026-11-01
---to-date 2026-11-07 --max-active-runs 1``) may overlap with the daily run: ``train`` takes at most
-one training at a time in this DAG (``max_active_tis_per_dag``), so they queue in Airflow, where the
-waiting shows, rather than in Ray; and the champion only moves to a newer day's model that scores
-better, so no run moves it backwards. Unpausing the DAG runs today's interval only (``catchup=False``).
+Each run works on one day: its logical date, or, for a run triggered without one (the REST API
+allows ``"logical_date": null``), the day it was asked to run (``dag_run.run_after``). ``DAY`` below
+is that choice, made once and used by every task.
+
+The champion is a log of moves (``champion.json``: ``{"current": ..., "moves": [...]}``, each move the
+day, the holdout score, the checkpoint, the run and the champion it replaced). A run of day D
+warm-starts from the champion *as of D*: the last one promoted for a day before D. It is judged
+against the champion in force on D, and when it wins it is recorded as the champion of D.
+
+**What a backfill does to the champion.** A backfill of last week (``airflow backfill create --dag-id
+horovod_retraining --from-date 2026-11-01 --to-date 2026-11-07 --max-active-runs 1``) reproduces
+last week: each day warm-starts from the champion of its own time, never from a model that has
+already seen the days after it, so rerunning a day gives that day's model. A backfilled day that
+beats the champion of its time is recorded in the log as such, even when a newer champion exists;
+the *current* champion (the one of the latest day, which downstream DAGs load) does not move back to
+older data, so a backfill never replaces it, and its Asset event is not emitted. Later days are not
+retrained by a backfill of earlier ones: backfill them too if their models should learn from it.
+Run a backfill with ``--max-active-runs 1``, so each day sees the moves of the days before it.
+
+Runs of several days may also overlap with the daily run: ``train`` takes at most one training at a
+time in this DAG (``max_active_tis_per_dag``), so they queue in Airflow, where the waiting shows,
+rather than in Ray. Unpausing the DAG runs today's interval only (``catchup=False``).
 
 - ``prepare_data`` (``@task.ray``) writes the run's training and holdout data as parquet. Here it is a
   small synthetic regression problem generated from the logical date; a real pipeline reads the
   data interval from its warehouse or lake instead.
 - ``train`` runs ``train_regressor`` (in ``airflow_provider_horovod/examples/retraining.py``, the
   model's own module, as your model code would be in your package) on 2 Horovod workers,
-  warm-started from the current champion's checkpoint when there is one, and pushes the checkpoint
-  URI to XCom.
+  warm-started from the champion as of the run's day when there is one, and pushes the checkpoint
+  URI to XCom. Its ``job_tags`` (team, model, cost centre) label the Ray job, and its XCom carries
+  what the training cost (``cost``: wall time, queueing, worker-, CPU- and GPU-seconds, every attempt).
 - ``evaluate`` (``@task.ray``) loads the model from that checkpoint where torch is, on the cluster,
   and scores it on the holdout data next to the untrained baseline.
-- ``promote`` moves the champion pointer (a small JSON record in storage) to the new checkpoint when
-  it comes from a newer day and beats the champion, as one compare-and-swap (a lock beside a local
+- ``promote`` records the new checkpoint as a move of the champion (a small JSON record in storage)
+  when it beats the champion in force on its day, as one compare-and-swap (a lock beside a local
   record, a conditional write on S3); then ``publish_champion`` emits an Asset event for downstream
-  DAGs, carrying the new checkpoint URI (it is skipped, emitting nothing, otherwise).
+  DAGs, carrying the new checkpoint URI, when the *current* champion moved (it is skipped, emitting
+  nothing, otherwise: no win, or a backfilled day's win).
 
 Where it runs. With no ``ray_default`` connection it trains on an embedded local Ray cluster and
 stores everything under ``$AIRFLOW_HOME/horovod-storage``. For a real cluster and bucket:
@@ -55,6 +74,8 @@ ROOT = f"{STORAGE.rstrip('/')}/horovod_retraining"
 CHAMPION = f"{ROOT}/champion.json"
 # Downstream DAGs can be scheduled on this; each event's extra carries the new checkpoint URI.
 CHAMPION_ASSET = Asset(name="horovod_retraining_champion")
+# The run's day: its logical date, else (a run triggered without one) when it was asked to run.
+DAY = "{{ (dag_run.logical_date or dag_run.run_after) | ds }}"
 
 
 @dag(
@@ -75,15 +96,16 @@ def horovod_retraining():
         return write_data(seed, f"{ROOT}/data/{day.replace('-', '')}")
 
     @task
-    def champion_checkpoint() -> str:
-        """The champion's checkpoint URI to warm-start from ("" when there is none yet)."""
+    def champion_checkpoint(day: str) -> str:
+        """The checkpoint URI of the champion as of ``day`` to warm-start from ("" when there is none)."""
+        from airflow_provider_horovod.examples.retraining import champion_as_of
         from airflow_provider_horovod.storage import Storage
 
-        champion = Storage().read_json(CHAMPION)
+        champion = champion_as_of(Storage().read_json(CHAMPION), day)
         return champion["checkpoint_uri"] if champion else ""
 
-    data = prepare_data("{{ ds }}")
-    warm_start = champion_checkpoint()
+    data = prepare_data(DAY)
+    warm_start = champion_checkpoint(DAY)
 
     train = HorovodTrainOperator(
         task_id="train",
@@ -96,6 +118,8 @@ def horovod_retraining():
         # One training at a time from this DAG: a backfill's runs queue here, visibly. Size it (or an
         # Airflow pool, pool_slots per training) to what the Ray cluster fits.
         max_active_tis_per_dag=1,
+        # Who pays: Ray job metadata (the dashboard filters on it), returned in XCom with the cost.
+        job_tags={"team": "forecasting", "model": "horovod_retraining", "cost_centre": "ml-platform"},
     )
     data >> train
 
@@ -108,29 +132,33 @@ def horovod_retraining():
         return {"checkpoint_uri": result["checkpoint_uri"], **scores, "submission_id": result["submission_id"]}
 
     @task
-    def promote(evaluation: dict, ds=None, run_id=None) -> dict:
-        """Move the champion pointer to the new checkpoint when it is newer and better."""
-        from airflow_provider_horovod.examples.retraining import challenge
+    def promote(evaluation: dict, warm_start: str, day: str, run_id=None) -> dict:
+        """Record the new checkpoint as the champion of its day when it beats the champion in force then."""
+        from airflow_provider_horovod.examples.retraining import champion_as_of, with_move
         from airflow_provider_horovod.storage import Storage
 
-        candidate = {**evaluation, "logical_date": ds, "run_id": run_id}
-        champion, promoted = Storage().swap_json(CHAMPION, lambda current: challenge(current, candidate))
-        summary = {**candidate, "promoted": promoted is not None,
-                   "champion_before": {k: champion[k] for k in ("logical_date", "holdout_mse")} if champion else None}
+        candidate = {**evaluation, "logical_date": day, "run_id": run_id}
+        before, after = Storage().swap_json(CHAMPION, lambda record: with_move(record, candidate))
+        in_force = champion_as_of(before, day, inclusive=True)
+        current = (after or before or {}).get("current") or {}
+        summary = {**candidate, "warm_start": warm_start, "promoted": after is not None,
+                   # The champion downstream loads moved: a win on the latest day (a backfilled day's win does not).
+                   "current": after is not None and current.get("run_id") == run_id,
+                   "champion_before": {k: in_force[k] for k in ("logical_date", "holdout_mse")} if in_force else None}
         print("AHP_RETRAINING " + json.dumps(summary))
         return summary
 
     @task(outlets=[CHAMPION_ASSET])
     def publish_champion(summary: dict, outlet_events=None) -> None:
-        """An Asset event for downstream DAGs, only when the champion moved: a skipped task emits none."""
+        """An Asset event for downstream DAGs, only when the current champion moved: a skipped task emits none."""
         from airflow.providers.common.compat.sdk import AirflowSkipException
 
-        if not summary["promoted"]:
-            raise AirflowSkipException("The champion stays; nothing new for downstream DAGs.")
+        if not summary["current"]:
+            raise AirflowSkipException("The current champion stays; nothing new for downstream DAGs.")
         outlet_events[CHAMPION_ASSET].extra = {"checkpoint_uri": summary["checkpoint_uri"],
                                                "holdout_mse": summary["holdout_mse"]}
 
-    publish_champion(promote(evaluate(train.output, data)))
+    publish_champion(promote(evaluate(train.output, data), warm_start, DAY))
 
 
 horovod_retraining()

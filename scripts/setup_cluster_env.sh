@@ -20,6 +20,6 @@ pip=("$venv/bin/python" -m pip)
 "${pip[@]}" install -q "torch==$TORCH"
 # The provider's own build command (from the checkout: the package is installed afterwards).
 PYTHONPATH=$PWD "$venv/bin/python" -m airflow_provider_horovod.build_horovod
-"${pip[@]}" install -q -e ".[cluster,amazon,test]" "apache-airflow==$AIRFLOW" "ray[default,train]==$RAY" \
-  build twine
+"${pip[@]}" install -q -e ".[cluster,amazon,test,mlflow]" "apache-airflow==$AIRFLOW" "ray[default,train]==$RAY" \
+  "mlflow-skinny==$MLFLOW" build twine
 touch "$stamp"

@@ -148,11 +148,46 @@ def _fs(uri: str):
     return pyarrow.fs.FileSystem.from_uri(uri)
 
 
-def challenge(champion: dict | None, candidate: dict) -> dict | None:
-    """The new champion record when ``candidate`` takes over, else None. It takes over from no
-    champion, or from an older logical date's that it beats: runs that overlap or finish out of
-    order (a backfill beside the daily run) never move the champion back to older data."""
-    if champion is None:
-        return candidate
-    newer = candidate["logical_date"] > champion.get("logical_date", "")
-    return candidate if newer and candidate["holdout_mse"] < champion["holdout_mse"] else None
+# --- the champion, as a log of moves ------------------------------------------------------------
+# The champion record is {"current": <move>, "moves": [<move>, ...]}; a move is {"logical_date",
+# "holdout_mse", "checkpoint_uri", "run_id", "submission_id", "replaces"}: the model that became the
+# champion for its logical date, and the one it beat then. Moves are kept in the order recorded; a
+# run of day D sees only the moves of days up to D, so a backfill of last week reproduces last week.
+
+
+def moves_of(record: dict | None) -> list[dict]:
+    """The moves of a champion record (the single-record format of earlier versions read as one move)."""
+    if not record:
+        return []
+    if "moves" in record:
+        return list(record["moves"])
+    return [record] if record.get("checkpoint_uri") else []
+
+
+def champion_as_of(record: dict | None, day: str, *, inclusive: bool = False) -> dict | None:
+    """The champion in force for a run of ``day`` (``YYYY-MM-DD``): the last move recorded for the latest
+    day before it (``inclusive``: on or before it). A run warm-starts from the champion before its own day
+    and is judged against the one in force on its day, whatever was promoted for later days since."""
+    return current_champion([m for m in moves_of(record)
+                             if m["logical_date"] < day or (inclusive and m["logical_date"] == day)])
+
+
+def with_move(record: dict | None, candidate: dict) -> dict | None:
+    """The champion record with ``candidate`` (its ``logical_date``, ``holdout_mse``, ``checkpoint_uri``,
+    ``run_id``, ``submission_id``) recorded as a move when it beats the champion in force on its day (or
+    there is none); else None. The current champion is the move of the latest day: a backfilled day that
+    wins is recorded as the champion of its time, and the current one stays where it is."""
+    before = champion_as_of(record, candidate["logical_date"], inclusive=True)
+    if before is not None and candidate["holdout_mse"] >= before["holdout_mse"]:
+        return None
+    move = {key: candidate.get(key) for key in ("logical_date", "holdout_mse", "checkpoint_uri", "run_id",
+                                                "submission_id")}
+    move["replaces"] = {key: before.get(key) for key in ("logical_date", "holdout_mse", "run_id")} if before else None
+    moves = [*moves_of(record), move]
+    return {"current": current_champion(moves), "moves": moves}
+
+
+def current_champion(moves: list[dict]) -> dict | None:
+    """The champion downstream uses: the last move recorded for the latest day (sorted() keeps the
+    recorded order among the moves of one day)."""
+    return sorted(moves, key=lambda m: m["logical_date"])[-1] if moves else None

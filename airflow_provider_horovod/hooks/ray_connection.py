@@ -14,7 +14,7 @@ from airflow_provider_horovod.exceptions import InvalidParameterError, RayConnec
 
 DEFAULT_PORT = 8265
 LOCAL_HOSTS = frozenset({"", "local"})
-EXTRAS = ("verify", "ca_bundle", "headers", "runtime_env", "shared_storage")
+EXTRAS = ("verify", "ca_bundle", "headers", "runtime_env", "shared_storage", "prices")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +22,8 @@ class RayEndpoint:
     """Where and how to reach a dashboard. ``repr`` hides the headers (they carry the token).
 
     ``embedded``: the provider's own local cluster (same machine, same disk). ``shared_storage``:
-    local paths are shared by every Ray node and the Airflow workers (connection extra).
+    local paths are shared by every Ray node and the Airflow workers (connection extra). ``prices``:
+    what the cluster's CPU- and GPU-hours cost (connection extra), for tasks that give none.
     """
 
     conn_id: str
@@ -32,6 +33,7 @@ class RayEndpoint:
     runtime_env: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     embedded: bool = False
     shared_storage: bool = False
+    prices: Mapping[str, Any] | None = None
 
     def job_url(self, submission_id: str) -> str:
         return f"{self.url}/#/jobs/{submission_id}"
@@ -152,7 +154,7 @@ def endpoint_from(conn_id: str, *, host: str | None, port: Any, schema: str | No
                   extra: Any, local_url: str | None = None, local_token: str | None = None) -> RayEndpoint:
     """The endpoint of a connection's fields. ``local_url``/``local_token``: the embedded cluster's,
     used when the host is empty or ``local``."""
-    from airflow_provider_horovod.checks import check_runtime_env
+    from airflow_provider_horovod.checks import check_prices, check_runtime_env
 
     extras = read_extras(conn_id, extra)
     verify: Any = extras.get("verify", True)
@@ -166,10 +168,13 @@ def endpoint_from(conn_id: str, *, host: str | None, port: Any, schema: str | No
         # The form's "CA bundle" field; a path in "verify" itself still works (connections made before it).
         verify = ca_bundle
     if isinstance(verify, str) and not os.path.exists(verify):
-        name = "ca_bundle" if verify == ca_bundle else "verify"
+        if verify == ca_bundle:
+            raise RayConnectionConfigError(
+                f"Connection {conn_id!r}: extra 'ca_bundle'={verify!r} is not an existing path; give the path of a "
+                "CA bundle (PEM file or folder) on the Airflow workers, or leave it empty.")
         raise RayConnectionConfigError(
-            f"Connection {conn_id!r}: extra {name!r}={verify!r} is not an existing path; give the path of a CA "
-            "bundle (PEM file or folder) on the Airflow workers, or leave it empty.")
+            f"Connection {conn_id!r}: extra 'verify'={verify!r} is neither true, false nor an existing path; give "
+            "true, false or the path of a CA bundle (PEM file or folder) on the Airflow workers.")
     headers = check_headers(conn_id, _json_field(conn_id, "headers", extras.get("headers")))
     runtime_env = _json_field(conn_id, "runtime_env", extras.get("runtime_env"))
     try:
@@ -179,14 +184,18 @@ def endpoint_from(conn_id: str, *, host: str | None, port: Any, schema: str | No
         raise RayConnectionConfigError(
             f"Connection {conn_id!r}: extra 'runtime_env'={err.value!r}: {err.fix}") from None
     shared = bool(_flag(conn_id, "shared_storage", extras.get("shared_storage"), False))
+    try:
+        prices = check_prices(_json_field(conn_id, "prices", extras.get("prices")) or None)
+    except InvalidParameterError as err:
+        raise RayConnectionConfigError(f"Connection {conn_id!r}: extra 'prices'={err.value!r}: {err.fix}") from None
     if is_local_host(host):
         return RayEndpoint(conn_id, local_url or "", auth_headers(local_token, headers), verify, runtime_env,
-                           embedded=True, shared_storage=True)
+                           embedded=True, shared_storage=True, prices=prices)
     host = str(host)
     check_address(conn_id, host.strip(), port, schema)
     token = clean_token(conn_id, password)
     return RayEndpoint(conn_id, dashboard_url(host, port, schema), auth_headers(token, headers), verify, runtime_env,
-                       shared_storage=shared)
+                       shared_storage=shared, prices=prices)
 
 
 def unreadable_env_connection(conn_id: str) -> RayConnectionConfigError | None:

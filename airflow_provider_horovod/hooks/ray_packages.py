@@ -22,6 +22,9 @@ from airflow_provider_horovod.exceptions import InvalidParameterError
 PACKAGE_PREFIX = "_ray_pkg_"
 # Ray's own defaults for a working_dir, and what never belongs in a package.
 DEFAULT_EXCLUDES = (".git", ".venv", "venv", "__pycache__", "*.pyc")
+# The provider's own folder travels with every job; the Training view's web bundle is the api-server's.
+PROVIDER_FOLDER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROVIDER_EXCLUDES = ("plugins/www",)
 # Ray's package store refuses packages over 512 MiB.
 MAX_PACKAGE_BYTES = 512 * 1024 * 1024
 
@@ -111,7 +114,8 @@ def with_uploaded_packages(runtime_env: dict[str, Any]) -> tuple[dict[str, Any],
         if is_uri(module):
             modules.append(module)
             continue
-        package = (package_folder(module, keep_name=True, excludes=excludes, field="py_modules")
+        own = PROVIDER_EXCLUDES if os.path.abspath(module) == PROVIDER_FOLDER else ()
+        package = (package_folder(module, keep_name=True, excludes=excludes + own, field="py_modules")
                    if os.path.isdir(module) else package_file(module))
         packages.append(package)
         modules.append(package.uri)

@@ -4,7 +4,7 @@ in memory. The steps take it as an argument, so nothing reaches into an operator
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Endpoint(Protocol):
@@ -14,6 +14,11 @@ class Endpoint(Protocol):
     @property
     def shared_storage(self) -> bool:
         """Local paths are on a filesystem the Ray nodes and the Airflow workers share."""
+        ...
+
+    @property
+    def prices(self) -> Mapping[str, Any] | None:
+        """The connection's prices of CPU- and GPU-hours, for tasks that give none."""
         ...
 
 

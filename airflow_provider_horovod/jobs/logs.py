@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_horovod.contract import FAILURE_MARK, LOG_TAIL_LINES
 from airflow_provider_horovod.exceptions import HorovodProviderError
+from airflow_provider_horovod.failures import GLOO_REASON
 
 if TYPE_CHECKING:
     from airflow_provider_horovod.jobs.api import RayJobsApi
@@ -145,6 +146,8 @@ class LogReader:
         self.write = write
         self.window = MIN_WINDOW
         self.last_lines: list[str] = []
+        # Gloo's reason for a worker's abort, kept past the tail (a native stack dump follows it).
+        self.network_line: str | None = None
         self.gap: str | None = None  # why the log could not be read, once told
         self.quiet_s = 0.0  # how long the log has been read without anything new: the next read's delay
         self.next_read_at = 0.0
@@ -175,7 +178,15 @@ class LogReader:
         if self.gap is not None and ended:
             lines = await self._whole(hook, cursor)
         self._schedule(len(lines), now)
+        self.network_line = next((line for line in reversed(lines) if GLOO_REASON.search(line)), self.network_line)
         return lines
+
+    @property
+    def tail(self) -> list[str]:
+        """The log's last lines, after Gloo's reason where the job's log had one before them."""
+        if self.network_line is None or self.network_line in self.last_lines:
+            return self.last_lines
+        return [self.network_line, *self.last_lines]
 
     async def read_last(self, hook: RayJobsApi, info: dict | None) -> None:
         """Only the log's last lines, for a failure's message (the log was not streamed)."""
@@ -234,21 +245,31 @@ class LogReader:
 # The "(RayTrainWorker pid=123, ip=10.0.0.2)" Ray puts before the lines of an actor or a task.
 _SOURCE = re.compile(r"^\([\w.:-]+ pid=\d+(?:, ip=[\d.:a-f]+)?\) ")
 _GLOG = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ ([DIWEF]) \d+ \d+\] ")
-_RAY_PYTHON_LOG = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\t(DEBUG|INFO|WARNING|ERROR|CRITICAL) \S+\.py:\d+ -- ")
-_GLOG_LEVELS = {"D": logging.DEBUG, "I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR, "F": logging.CRITICAL}
+_RAY_PYTHON_LOG = re.compile(
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\t(DEBUG|INFO|WARNING|ERROR|CRITICAL) \S+\.py:\d+ -- ")
+# Horovod's C++ log: "[2026-11-24 11:50:03.428569: E /path/operations.cc:697] ..."
+_HOROVOD_LOG = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([TDIWEF]) /\S+:\d+\] ")
+_GLOG_LEVELS = {"T": logging.DEBUG, "D": logging.DEBUG, "I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR,
+                "F": logging.CRITICAL}
 # What Ray's own libraries (not the user's code) print: Ray Data's notices and warnings, a native
 # stack dump after a crash (abseil's failure signal handler, glog's), Python's fatal error report.
-_RAY_OWN = re.compile(
-    r"/site-packages/ray/.*: \w*Warning: |^\s+warnings\.warn\(|tqdm is not installed|"
-    r"ExecutionOptions\.\w+ is deprecated|^\*\*\* (SIG\w+ received|Aborted at|Check failure)|^PC: @ |"
-    r"^\s+@\s+0x[0-9a-f]+ |^Fatal Python error: |^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\)|"
-    r"^Extension modules: ")
+_RAY_OWN = re.compile("|".join([
+    r"/site-packages/ray/.*: \w*Warning: ", r"^\s+warnings\.warn\(", r"tqdm is not installed",
+    r"ExecutionOptions\.\w+ is deprecated",
+    r"^\*\*\* (SIG\w+ received|Aborted at|Check failure)", r"^PC: @ ", r"^\s+@\s+0x[0-9a-f]+\s",
+    r"^\s*/\S+\.so(\.\d+)*\([^)]*\) \[0x[0-9a-f]+\]",  # a native frame: lib.so(+0x..) [0x..] symbol
+    r"^Fatal Python error: ", r"^Extension modules: ",
+    r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\)", r'^\s+File ".*", line \d+ in \S+$',
+    r"^terminate called after throwing an instance of '", r"^\s+what\(\):\s+\[",
+]))
+# Ray's " [repeated 2x across cluster]" (coloured) after a line it deduplicated.
+_REPEATED = re.compile(r"(\x1b\[\d+m)? \[repeated \d+x across cluster\](\x1b\[0m)?$")
 
 
 def ray_level(line: str) -> int | None:
     """The level of a line Ray's own code printed (folded in the task log); None for the user's."""
-    text = _SOURCE.sub("", line)
-    if found := _GLOG.match(text):
+    text = _REPEATED.sub("", _SOURCE.sub("", line))
+    if found := _GLOG.match(text) or _HOROVOD_LOG.match(text):
         return _GLOG_LEVELS[found[1]]
     if found := _RAY_PYTHON_LOG.match(text):
         return getattr(logging, found[1])
@@ -264,6 +285,8 @@ def task_log(lines: Sequence[str]) -> list[tuple[int, str]]:
     folded = False
     for line in lines:
         level = ray_level(line)
+        if level is None and folded and not _SOURCE.sub("", line).strip():
+            level = logging.INFO  # a blank line inside a native stack dump
         if (level is not None) != folded:
             out.append((logging.INFO, "::group::Ray's own output" if not folded else "::endgroup::"))
             folded = not folded

@@ -44,6 +44,8 @@ def start(hook: RayJobsApi, plan: JobPlan, storage: Storage, *, logger: Logger =
     """The task run's job: re-attached, or submitted from the plan after the checks that need the
     cluster or the storage (they run only when something is to be submitted)."""
     check_storage_is_shared(hook, plan)
+    if plan.prices is None and hook.endpoint.prices:  # the connection's, for tasks that give none
+        plan = dataclasses.replace(plan, prices=dict(hook.endpoint.prices))
     attempt = find_attempt(hook, plan, storage, logger=logger)
     if attempt.reattached:
         logger.info("Re-attaching to Ray job %s (%s) of this task run.", attempt.submission_id,
@@ -55,7 +57,9 @@ def start(hook: RayJobsApi, plan: JobPlan, storage: Storage, *, logger: Logger =
         logger.info("Submitting Ray job %s (dry run of the request):\n%s", request.submission_id, request.dry_run())
         submit(hook, request)
     return SubmittedJob(submission_id=attempt.submission_id, dashboard_url=hook.get_job_url(attempt.submission_id),
-                        storage_uri=plan.storage_uri, attempt=attempt.number, kind=plan.kind.value)
+                        storage_uri=plan.storage_uri, attempt=attempt.number, kind=plan.kind.value,
+                        checkpoint_score_attribute=getattr(plan.spec, "checkpoint_score_attribute", None),
+                        aws_conn_id=storage.aws_conn_id, job_tags=dict(plan.job_tags))
 
 
 def find_attempt(hook: RayJobsApi, plan: JobPlan, storage: Storage, *, logger: Logger = log) -> Attempt:

@@ -89,6 +89,9 @@ class JobEvent:
     # wait's own (a timeout, a job gone); ``failures.Failure.to_dict()``.
     failure: dict[str, Any] = dataclasses.field(default_factory=dict)
     driver_exit_code: int | None = None
+    # Ray's own timestamps of the job, in seconds: submitted, and ended (for the cost).
+    start_time: float | None = None
+    end_time: float | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -103,7 +106,8 @@ class JobEvent:
                    submission_id=submission_id, job_status=status, error_type=info.get("error_type"),
                    message=info.get("message") or "", metadata=dict(info.get("metadata") or {}),
                    log_tail=list(log_tail or []), log_cursor=dict(log_cursor or {}), reason=reason,
-                   failure=dict(failure or {}), driver_exit_code=info.get("driver_exit_code"))
+                   failure=dict(failure or {}), driver_exit_code=info.get("driver_exit_code"),
+                   **ray_times(info))
 
     @classmethod
     def error(cls, submission_id: str, message: str, *, info: dict | None = None, log_cursor: dict | None = None,
@@ -115,7 +119,7 @@ class JobEvent:
         return cls(outcome=Outcome.ERROR, submission_id=submission_id,
                    job_status=JobStatus(status) if status in JobStatus._value2member_map_ else None,
                    error_type=info.get("error_type"), message=message, metadata=dict(info.get("metadata") or {}),
-                   log_cursor=dict(log_cursor or {}), failure=failure.to_dict())
+                   log_cursor=dict(log_cursor or {}), failure=failure.to_dict(), **ray_times(info))
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -130,6 +134,12 @@ class JobEvent:
         values["outcome"] = Outcome(values["outcome"])
         values["job_status"] = JobStatus.of(values["job_status"]) if values.get("job_status") else None
         return cls(**values)
+
+
+def ray_times(info: dict) -> dict[str, Any]:
+    """The job's start and end times from its info (Ray gives milliseconds)."""
+    return {key: info[key] / 1000 if isinstance(info.get(key), (int, float)) and info[key] else None
+            for key in ("start_time", "end_time")}
 
 
 def reason_in(lines: list[str], reason: str = "") -> str:
@@ -294,7 +304,7 @@ async def follow_until(hook: RayJobsApi, submission_id: str, *, policy: WaitPoli
         elif ended and status is not JobStatus.SUCCEEDED:
             await reader.read_last(hook, info)
         reason, failure = reason_in(fresh, reason), failure_in(fresh, failure)
-        result = step(policy, cursor, Poll(info, now, fresh, tail=reader.last_lines, reason=reason, failure=failure))
+        result = step(policy, cursor, Poll(info, now, fresh, tail=reader.tail, reason=reason, failure=failure))
         if result.lines:
             await save_cursor(result.cursor)
             for level, line in task_log(result.lines):

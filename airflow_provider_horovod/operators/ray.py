@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -16,8 +18,10 @@ from airflow_provider_horovod.contract import (
     DEFERRABLE,
     PENDING_TIMEOUT_S,
     POLL_INTERVAL_S,
+    RESUME_GUARD_S,
     STALL_TIMEOUT_S,
     SYNC_WAIT_BEFORE_DEFER_S,
+    XCOM_COST,
     XCOM_JOB,
     XCOM_LOG_CURSOR,
     XCOM_SUBMISSION_ID,
@@ -27,7 +31,7 @@ from airflow_provider_horovod.contract import (
 from airflow_provider_horovod.links.ray import RayJobLink
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
+    from airflow.sdk import BaseOperatorLink, Context
 
     from airflow_provider_horovod.hooks.ray import RayHook
     from airflow_provider_horovod.jobs.logs import LogCursor
@@ -35,9 +39,15 @@ if TYPE_CHECKING:
     from airflow_provider_horovod.plan import JobPlan
     from airflow_provider_horovod.storage import Storage
 
+log = logging.getLogger(__name__)
+
 
 class BaseRayJobOperator(BaseOperator):
     """Base of the provider's operators: one Ray job per task run, waited for and finished.
+
+    With the ``[openlineage]`` extra, the OpenLineage listener reads the task's lineage from it
+    (``lineage``: ``inlets``/``outlets`` Assets with URIs count too), and the job gets the task's
+    OpenLineage run as ``OPENLINEAGE_PARENT_ID``/``OPENLINEAGE_ROOT_PARENT_ID`` (README, "Lineage").
 
     :param ray_conn_id: Ray connection; without a ``ray_default`` connection, an embedded local Ray
         cluster is started (templated).
@@ -66,10 +76,16 @@ class BaseRayJobOperator(BaseOperator):
         once, whatever ``retries`` says, and Ray Train does not restart the workers for it either;
         lost workers, nodes, capacity and storage are retried. True: those are retried too (and an
         Airflow 3.3 ``retry_policy`` decides them).
+    :param job_tags: who the job is for, e.g. ``{"team": "ranking", "model": "ctr", "cost_centre":
+        "cc-4711"}`` (templated): strings to strings, set as the Ray job's metadata (the dashboard and
+        the Jobs API filter on them) and returned in XCom (``job_tags``). Keys ``ahp_*`` and the
+        ``airflow_*`` ids are the provider's.
+    :param prices: what the cluster's resources cost, ``{"cpu_hour": 0.048, "gpu_hour": 2.45,
+        "currency": "USD"}``: the task's ``cost`` then carries an ``amount``. None: seconds only.
     """
 
-    template_fields: Sequence[str] = ("ray_conn_id", "storage_path", "aws_conn_id")
-    operator_extra_links = (RayJobLink(),)
+    template_fields: Sequence[str] = ("ray_conn_id", "storage_path", "aws_conn_id", "job_tags")
+    operator_extra_links: tuple[BaseOperatorLink, ...] = (RayJobLink(),)
     # How long a deferrable task follows its job in the worker before it defers.
     sync_wait_before_defer_s: float = SYNC_WAIT_BEFORE_DEFER_S
 
@@ -78,8 +94,11 @@ class BaseRayJobOperator(BaseOperator):
                  pending_timeout_seconds: float | None = PENDING_TIMEOUT_S,
                  stall_timeout_seconds: float | None = STALL_TIMEOUT_S,
                  storage_path: str | None = None, aws_conn_id: str | None = None,
-                 retry_on_user_error: bool = False, **kwargs) -> None:
+                 retry_on_user_error: bool = False, job_tags: dict[str, str] | None = None,
+                 prices: dict[str, Any] | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.job_tags = job_tags
+        self.prices = prices
         self.retry_on_user_error = retry_on_user_error
         self.ray_conn_id = ray_conn_id
         self.storage_path = storage_path
@@ -92,6 +111,9 @@ class BaseRayJobOperator(BaseOperator):
         # Kept on the instance in case the task gets killed; the "Ray job" link reads the URL.
         self.submission_id: str | None = None
         self.dashboard_url: str | None = None
+        # The finished job's result, for OpenLineage: set where the task completes, so the resumed
+        # instance of a deferred task (the one the listener sees) has it.
+        self.job_result: dict[str, Any] | None = None
         self._killed: threading.Event | None = None  # made in execute: operators get copied
 
     # --- what a subclass provides: pure, and checked before anything is submitted ---------------
@@ -143,6 +165,7 @@ class BaseRayJobOperator(BaseOperator):
         self._killed = threading.Event()
         policy = self.wait_policy()
         plan = self.checked_plan(TaskRun.of(context["ti"]), policy)
+        plan = with_parent_run(plan, context)
         job = start(self.hook, plan, self.storage, logger=self.log)
         sid = self.submission_id = job["submission_id"]
         self.dashboard_url = job["dashboard_url"]
@@ -170,7 +193,7 @@ class BaseRayJobOperator(BaseOperator):
         cursor = latest[-1]
         context["ti"].xcom_push(key=XCOM_LOG_CURSOR, value=cursor.to_dict())
         self.defer(trigger=RayJobTrigger(submission_id=sid, ray_conn_id=self.ray_conn_id, policy=policy.to_dict(),
-                                         log_cursor=cursor.to_dict()),
+                                         log_cursor=cursor.to_dict(), not_before=time.time() + RESUME_GUARD_S),
                    method_name="execute_complete", timeout=self.execution_timeout)
 
     def wait(self, context: Context, sid: str, policy: WaitPolicy, cursor: LogCursor, *,
@@ -203,7 +226,23 @@ class BaseRayJobOperator(BaseOperator):
         with compat.failing_for_good(self.retry_on_user_error):
             result = finish(event, dashboard_url=self.hook.get_job_url(event.submission_id), storage=self.storage,
                             try_number=getattr(context["ti"], "try_number", None))
+        self.job_result = result
         return self.task_result(context, result)
+
+    # --- OpenLineage (the [openlineage] extra; only its listener calls these) --------------------
+
+    def lineage(self, result: dict[str, Any] | None) -> Any:
+        """The task's ``OperatorLineage``; ``result``: the finished job's (None: not finished)."""
+        raise NotImplementedError
+
+    def get_openlineage_facets_on_start(self) -> Any:
+        return self.lineage(None)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        return self.lineage(self.job_result)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return self.lineage(None)
 
     def on_kill(self) -> None:
         # The signal handler must not raise: stop the job, and let the wait loop notice.
@@ -215,6 +254,29 @@ class BaseRayJobOperator(BaseOperator):
                 self.hook.stop_job(self.submission_id)
             except Exception:
                 self.log.exception("Could not stop Ray job %s", self.submission_id)
+
+
+def with_parent_run(plan: JobPlan, context: Context) -> JobPlan:
+    """The plan with the task's OpenLineage run in the job's environment (``OPENLINEAGE_PARENT_ID``,
+    ``OPENLINEAGE_ROOT_PARENT_ID``), so lineage emitted inside the job links to the task. Unchanged
+    without the [openlineage] extra (nothing of it is imported then) or with OpenLineage off."""
+    import dataclasses
+    import importlib.util
+
+    if importlib.util.find_spec("airflow.providers.openlineage") is None:
+        return plan
+    from airflow.providers.openlineage import conf
+
+    if conf.is_disabled():
+        return plan
+    from airflow_provider_horovod.lineage import parent_run_env
+
+    try:
+        env = parent_run_env(context["ti"])
+    except Exception as err:  # lineage informs; it never fails a training
+        log.warning("The task's OpenLineage run could not be passed to the job: %s", err)
+        return plan
+    return dataclasses.replace(plan, env_vars={**plan.env_vars, **env}) if env else plan
 
 
 def push_job(context: Context, job: SubmittedJob) -> None:
@@ -244,12 +306,12 @@ class RayTaskOperator(BaseRayJobOperator):
     :param runtime_env: extra Ray runtime env (pip, working_dir, env_vars), merged over the
         connection's default (templated). No secrets: Ray shows it to every dashboard reader.
     :param storage_path, aws_conn_id, ray_conn_id, deferrable, wait_for_completion, poll_interval_seconds,
-        pending_timeout_seconds: see :class:`BaseRayJobOperator` (``storage_path`` holds the record
-        that carries the return value).
+        pending_timeout_seconds, job_tags, prices: see :class:`BaseRayJobOperator` (``storage_path``
+        holds the record that carries the return value). The job's cost is pushed as XCom ``cost``.
     """
 
     template_fields: Sequence[str] = ("op_args", "op_kwargs", "runtime_env", "storage_path", "ray_conn_id",
-                                      "aws_conn_id")
+                                      "aws_conn_id", "job_tags")
     template_fields_renderers = {"op_kwargs": "json", "runtime_env": "json"}
 
     def __init__(self, *, python_callable: Any, op_args: Collection[Any] | None = None,
@@ -273,7 +335,18 @@ class RayTaskOperator(BaseRayJobOperator):
         return task_plan(task_run, python_callable=self.python_callable, op_args=self.op_args, op_kwargs=self.op_kwargs,
                          num_cpus=self.num_cpus, num_gpus=self.num_gpus, memory=self.memory,
                          resources=self.ray_resources, runtime_env=self.runtime_env, storage_path=self.storage_path,
-                         ray_conn_id=self.ray_conn_id)
+                         ray_conn_id=self.ray_conn_id, job_tags=self.job_tags, prices=self.prices)
 
     def task_result(self, context: Context, result: dict[str, Any]) -> Any:
+        from airflow_provider_horovod.cost import summary
+
+        if result.get("cost"):
+            self.log.info("%s", summary(result["cost"]))
+            context["ti"].xcom_push(key=XCOM_COST, value=result["cost"])
         return result["return_value"]
+
+    def lineage(self, result: dict[str, Any] | None) -> Any:
+        from airflow_provider_horovod.lineage import task_lineage
+
+        return task_lineage(inlets=self.inlets, outlets=self.outlets, python_callable=self.python_callable,
+                            submission_id=self.submission_id, result=result)

@@ -1,1 +1,1 @@
-"""Airflow UI plugin: a training task's curves, where the run is."""
+"""Airflow UI plugin: the Training views (``training.py``; their front end in ``www/``)."""

@@ -1,60 +1,225 @@
-"""The plugin: a "Training" tab on a task instance's page in Airflow's UI, drawing the curves of
-what every ``ray.train.report`` gave, from what the provider already stores (the task's XCom and the
-attempt's result record). Served by Airflow's own api-server (a FastAPI app of the plugin); no other
-server. Registered as an ``airflow.plugins`` entry point (pyproject.toml)."""
+"""The plugin: views of Horovod trainings inside Airflow's UI, served by Airflow's own api-server.
+
+- "Training", a tab of every task instance: a training's curves (live while it runs), the
+  checkpoints Ray still keeps, the run's facts and its Ray job; a neutral line for tasks that do not
+  train (a tab cannot be shown on some task instances only).
+- "Training history", a tab of every DAG: its runs of its training tasks by logical date.
+
+Both are React app plugins (``react_apps``): Airflow's UI imports one bundle (``www/``, built into
+``www/dist`` at set-up and shipped in the wheel) and renders its components inside its own React
+tree, in its own theme. This module's FastAPI app answers their JSON and serves the bundle.
+Registered as an ``airflow.plugins`` entry point (pyproject.toml).
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 from airflow.plugins_manager import AirflowPlugin
 
+from airflow_provider_horovod.plugins import curves
+from airflow_provider_horovod.plugins.data import JOB_KEY, KIND_TRAIN, RETURN_KEY, TRAINING_OPERATORS, AttemptFiles
+from airflow_provider_horovod.plugins.history import is_training_result
+
 ROUTE = "/horovod"
+DIST = Path(__file__).resolve().parent / "www" / "dist"
+BUNDLE = "training.js"
+# The names the bundle registers its components under (www/src/main.jsx): Airflow's UI looks a React
+# app's component up on ``globalThis`` by the app's name.
+TRAINING_VIEW, HISTORY_VIEW = "Training", "Training history"
+# Task instance states in which a training may still report: the view refreshes while in one.
+LIVE_STATES = frozenset({"scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule",
+                         "restarting"})
+REFRESH_S = 5
+TRAINERS = {"v2": "Ray Train V2", "legacy": "Ray Train V1 (legacy)"}
 
 
-def load(dag_id: str, run_id: str, task_id: str, map_index: int) -> tuple[dict | None, dict | None, str]:
-    """(the task's result dict, its result record, what went wrong)."""
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    from airflow_provider_horovod.contract import result_uri
-    from airflow_provider_horovod.storage import Storage
-
-    with create_session() as session:
-        row = session.query(XComModel.value).filter(
-            XComModel.dag_id == dag_id, XComModel.run_id == run_id, XComModel.task_id == task_id,
-            XComModel.map_index == map_index, XComModel.key == "return_value").one_or_none()
-    result = row[0] if row else None
-    if not isinstance(result, dict) or not result.get("storage_uri") or not result.get("attempt"):
-        return None, None, "No training result for this task instance (it has not finished, or it is no training task)."
+def bundle_url() -> str:
+    """The bundle's address, with its build time in it: a browser never runs a stale copy after an upgrade."""
     try:
-        record = Storage().read_json(result_uri(result["storage_uri"], result["attempt"]))
-    except Exception as err:  # storage down: say so on the page
-        return result, None, f"The result record cannot be read: {err}"
-    return result, record, "" if record else "The attempt's result record is gone from storage."
+        stamp = int((DIST / BUNDLE).stat().st_mtime)
+    except OSError:
+        stamp = 0
+    return f"{ROUTE}/static/{BUNDLE}?v={stamp}"
 
 
-def parse_map_index(value: str) -> int:
-    """The UI fills ``{MAP_INDEX}`` for mapped tasks only and leaves the placeholder for the rest."""
+# --- the Training view -------------------------------------------------------------------------------
+
+def load_task(session, dag_id: str, run_id: str, task_id: str, map_index: int) -> tuple[dict | None, dict]:
+    """(the task instance, its ``return_value`` and ``ray_job`` XComs), in one query."""
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.models.xcom import XComModel as XCom
+    from sqlalchemy import and_, select
+
+    stmt = (select(TI.state, TI.try_number, TI.operator, TI.custom_operator_name, XCom.key, XCom.value)
+            .outerjoin(XCom, and_(XCom.dag_id == TI.dag_id, XCom.run_id == TI.run_id, XCom.task_id == TI.task_id,
+                                  XCom.map_index == TI.map_index, XCom.key.in_((RETURN_KEY, JOB_KEY))))
+            .where(TI.dag_id == dag_id, TI.run_id == run_id, TI.task_id == task_id, TI.map_index == map_index))
+    ti, xcoms = None, {}
+    for row in session.execute(stmt):
+        ti = ti or {"state": row.state, "try_number": row.try_number, "map_index": map_index,
+                    "operator": row.custom_operator_name or row.operator}
+        if row.key is not None:
+            xcoms[row.key] = XCom.deserialize_value(row)
+    return ti, xcoms
+
+
+def cost_text(cost: Any) -> str | None:
+    """What the run cost, as the facts show it: worker-seconds by kind (and the amount, with prices),
+    failed attempts included and told apart; None when nothing was counted."""
+    total = cost.get("total") if isinstance(cost, dict) else None
+    if not isinstance(total, dict) or not total.get("attempts"):
+        return None
+    text = (f"{total.get('worker_s', 0):.1f} worker-s (CPU {total.get('cpu_s', 0):.1f} s, "
+            f"GPU {total.get('gpu_s', 0):.1f} s)")
+    if total.get("amount") is not None:
+        text += f", {total['amount']:.4f} {(cost.get('prices') or {}).get('currency') or ''}".rstrip()
+    if total.get("failed_attempts"):
+        text += f"; {total['failed_attempts']} failed attempt(s): {total.get('failed_worker_s', 0):.1f} worker-s"
+    return text
+
+
+def facts(result: dict, record: dict, job: dict) -> list[dict]:
+    """The run's facts, as the view lists them (label, value, and a link where there is one); the
+    attempt and the state are in the view's header."""
+    timings = result.get("timings") or record.get("timings") or {}
+    world_size = result.get("world_size") or record.get("world_size")
+    fit_s = timings.get("fit_s")
+    trainer = str(result.get("trainer_api") or job.get("trainer_api") or "")
+    items = [
+        ("workers", world_size),
+        ("trainer", TRAINERS.get(trainer, trainer)),
+        ("training time", f"{fit_s:.1f} s" if fit_s else None),
+        ("cost", cost_text(result.get("cost") or record.get("cost"))),
+        ("resumed from", result.get("resumed_from") or record.get("resumed_from")),
+    ]
+    out: list[dict[str, Any]] = [{"label": label, "value": str(value)}
+                                 for label, value in items if value not in (None, "")]
+    submission = str(result.get("submission_id") or job.get("submission_id") or "")
+    if submission:
+        out.append({"label": "Ray job", "value": submission,
+                    "href": result.get("dashboard_url") or job.get("dashboard_url") or None})
+    return out
+
+
+def failed_attempts(storage_uri: str, attempt: int, record: dict, *, files=AttemptFiles,
+                    aws_conn_id: str | None = None) -> list[dict]:
+    """Why each attempt of the task run up to ``attempt`` failed, from the records they left (the
+    reason outlives the cluster): class, rank, summary, the user's own frames, what to do."""
+    out = []
+    for number in range(1, attempt + 1):
+        written = record if number == attempt else files(storage_uri, number, aws_conn_id=aws_conn_id).record() or {}
+        failure = written.get("failure")
+        if isinstance(failure, dict):
+            out.append({"attempt": number, "class": str(failure.get("failure_class", "")).replace("_", " "),
+                        "rank": failure.get("rank"), "summary": failure.get("summary", ""),
+                        "traceback": failure.get("traceback", ""), "hint": failure.get("hint", "")})
+    return out
+
+
+def answer(ti: dict | None, xcoms: dict, files=AttemptFiles) -> dict:
+    """The Training view's data for one task instance. ``files``: how an attempt's folder is read."""
+    if ti is None:
+        return {"found": False, "trains": False, "live": False, "message": "There is no such task instance."}
+    live = ti["state"] in LIVE_STATES
+    base = {"found": True, "state": ti["state"], "try_number": ti["try_number"],
+            "map_index": ti["map_index"] if ti["map_index"] >= 0 else None, "live": live, "refresh_s": REFRESH_S}
+    result: dict = xcoms[RETURN_KEY] if is_training_result(xcoms.get(RETURN_KEY)) else {}
+    job: dict = xcoms[JOB_KEY] if isinstance(xcoms.get(JOB_KEY), dict) else {}
+    source = result or (job if job.get("kind") == KIND_TRAIN and job.get("storage_uri") else None)
+    if not source:
+        if job:
+            message = "This task runs a Ray job, not a training: it has no training curves."
+        elif ti["operator"] in TRAINING_OPERATORS:
+            message = ("The training has not been submitted yet." if live
+                       else "This task instance submitted no training.")
+        else:
+            message = "This task does not train with Horovod: there are no training curves here."
+        link = [{"label": "Ray job", "value": job["submission_id"], "href": job.get("dashboard_url")}] \
+            if job.get("submission_id") else []
+        return {**base, "trains": False, "message": message, "facts": link}
+
+    attempt = int(source["attempt"])
+    attempt_files = files(source["storage_uri"], attempt, aws_conn_id=source.get("aws_conn_id"))
+    record: dict = {}
+    points, kept, problem, failed = None, None, "", []
     try:
-        return int(value)
-    except ValueError:
-        return -1
+        points = attempt_files.history()
+        if result or not live:  # the record is written once the job ends
+            record = attempt_files.record() or {}
+        if points is None:
+            points = record.get("history")
+        if any(isinstance(p.get("checkpoint"), str) for p in points or []):
+            kept = attempt_files.folders_with_files()
+        failed = failed_attempts(source["storage_uri"], attempt, record, files=files,
+                                 aws_conn_id=source.get("aws_conn_id"))
+    except Exception as err:  # storage down or refused: say so on the page, with what was read
+        problem = f"The training's files at {attempt_files.folder} cannot be read: {err}"
+    score = (result.get("checkpoint_score_attribute") or record.get("checkpoint_score_attribute")
+             or job.get("checkpoint_score_attribute"))
+    shaped = curves.shape(points or [], score_attribute=score, kept=kept,
+                          latest=result.get("checkpoint_uri") or record.get("checkpoint_uri"),
+                          best=result.get("best_checkpoint_uri") or record.get("best_checkpoint_uri"))
+    for checkpoint in shaped["checkpoints"]:
+        checkpoint["uri"] = attempt_files.checkpoint_uri(checkpoint["name"]) if checkpoint["name"] else None
+    if not points and not problem:
+        message = "Waiting for the first report." if live else "This training reported no metrics."
+    else:
+        message = ""
+    uris = [(label, result.get(key) or record.get(key)) for label, key in (
+        ("latest checkpoint", "checkpoint_uri"), ("best checkpoint", "best_checkpoint_uri"),
+        ("Horovod timeline", "timeline_uri"))] + [("attempt folder", attempt_files.folder)]
+    return {**base, "trains": True, "message": message, "problem": problem, "attempt": attempt,
+            "facts": facts(result, record, job), "uris": [{"label": k, "value": v} for k, v in uris if v],
+            "curves": shaped, "failures": failed}
+
+
+# --- the app -----------------------------------------------------------------------------------------
+
+def json_response(payload: Any):
+    """JSON as it is (FastAPI's encoder walks every one of 10,000 points again)."""
+    from fastapi.responses import Response
+
+    return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json",
+                    headers={"Cache-Control": "no-store"})
 
 
 def make_app():
-    from airflow.api_fastapi.core_api.security import requires_access_dag
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
-    from fastapi import Depends, FastAPI
-    from fastapi.responses import HTMLResponse
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+    from airflow.utils.session import create_session
+    from fastapi import Depends, FastAPI, HTTPException, Query
+    from fastapi.staticfiles import StaticFiles
 
-    from airflow_provider_horovod.plugins.charts import page
+    from airflow_provider_horovod.plugins import history
 
     app = FastAPI(title="Horovod training")
+    # What the views show: task instances and their XComs; the same rights Airflow's own pages ask.
+    may_read = [Depends(requires_access_dag("GET", DagAccessEntity.TASK_INSTANCE)),
+                Depends(requires_access_dag("GET", DagAccessEntity.XCOM))]
 
-    @app.get("/training", response_class=HTMLResponse,
-             dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.TASK_INSTANCE))])
-    def training(dag_id: str, run_id: str, task_id: str, map_index: str = "-1") -> str:
-        result, record, problem = load(dag_id, run_id, task_id, parse_map_index(map_index))
-        return page(result, record, title=f"{dag_id} / {task_id} / {run_id}", problem=problem)
+    @app.get("/api/training", dependencies=may_read)
+    def training(dag_id: str, run_id: str, task_id: str, map_index: int = -1):
+        with create_session() as session:
+            ti, xcoms = load_task(session, dag_id, run_id, task_id, map_index)
+        return json_response(answer(ti, xcoms))
+
+    @app.get("/api/history", dependencies=may_read)
+    def dag_history(dag_id: str, runs: int = Query(history.DEFAULT_RUNS, ge=1, le=history.MAX_RUNS)):
+        with create_session() as session:
+            rows = history.fetch(session, dag_id, runs)
+        return json_response({"dag_id": dag_id, "limit": runs, **history.shape(rows)})
+
+    if DIST.is_dir():
+        app.mount("/static", StaticFiles(directory=DIST), name="static")
+    else:  # a provider built without its bundle: the api-server still starts, the tab says what is missing
+
+        @app.get("/static/{name}")
+        def not_built(name: str):
+            raise HTTPException(404, f"The Training views' bundle is not in {DIST}: this airflow-provider-horovod "
+                                     "was built without it. Build it with scripts/build_ui.sh before the wheel.")
 
     return app
 
@@ -62,9 +227,11 @@ def make_app():
 class HorovodTrainingPlugin(AirflowPlugin):
     name = "horovod_training"
     fastapi_apps = [{"app": make_app(), "url_prefix": ROUTE, "name": "Horovod training"}]
-    external_views = [{
-        "name": "Training",
-        "href": f"{ROUTE}/training?dag_id={{DAG_ID}}&run_id={{RUN_ID}}&task_id={{TASK_ID}}&map_index={{MAP_INDEX}}",
-        "destination": "task_instance",
-        "url_route": "horovod_training",
-    }]
+    react_apps = [
+        {"name": TRAINING_VIEW, "bundle_url": bundle_url(), "destination": "task_instance",
+         "url_route": "horovod_training", "icon": f"{ROUTE}/static/chart.svg",
+         "icon_dark_mode": f"{ROUTE}/static/chart-dark.svg"},
+        {"name": HISTORY_VIEW, "bundle_url": bundle_url(), "destination": "dag",
+         "url_route": "horovod_history", "icon": f"{ROUTE}/static/chart.svg",
+         "icon_dark_mode": f"{ROUTE}/static/chart-dark.svg"},
+    ]

@@ -73,7 +73,19 @@ def banner(spec: JobSpec) -> str:
 def run_training(spec: TrainingSpec, folder: str, started_at: float) -> TaskRecord:
     from airflow_provider_horovod.runtime.trainers import run
 
-    record = run(spec, folder, started_at)
+    if not spec.tracking:
+        record = run(spec, folder, started_at)
+    else:  # the MLflow run around the training: only then is runtime.tracking (and MLflow) imported
+        from airflow_provider_horovod.runtime import tracking
+
+        spec = tracking.started(spec, folder)
+        try:
+            record = run(spec, folder, started_at)
+        except BaseException:
+            tracking.ended(spec, None)
+            raise
+        tracking.ended(spec, {"checkpoint_uri": record.checkpoint_uri,
+                              "best_checkpoint_uri": record.best_checkpoint_uri})
     print(f"checkpoint: {record.checkpoint_uri}", flush=True)
     return record
 
@@ -140,7 +152,7 @@ def report_failure(spec: JobSpec, failure: Failure, started_at: float) -> None:
                               "failure": failure.to_dict()}
     try:
         if isinstance(spec, TrainingSpec):
-            record: TaskRecord = ResultRecord(**fields, world_size=spec.num_workers, trainer_api=spec.trainer_api,
+            record: TaskRecord = ResultRecord(**fields, world_size=spec.min_workers, trainer_api=spec.trainer_api,
                                               history=read_json(spec.history_uri) or [])
         else:
             record = TaskRecord(**fields)

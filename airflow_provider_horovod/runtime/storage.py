@@ -100,6 +100,19 @@ def read_json(uri: str):
         return json.loads(f.read().decode("utf-8"))
 
 
+def note_worker_group(uri: str, world_size: int, reason: str | None = None) -> None:
+    """On rank 0, as a worker group starts: when its workers held their resources, and how many (each start
+    of the attempt's worker group, a restart after a lost worker included, adds a line; the cost adds them up),
+    and why it started (contract.SEGMENT_REASONS; None: not known). Ray starts a worker's process (the job's
+    runtime_env makes it one of its own) once its resources are granted, so the process's start is when they
+    began to be held; the cost keeps it within the driver's fit()."""
+    import psutil
+
+    started = psutil.Process().create_time()
+    group = {"started_at": round(started, 3), "world_size": int(world_size), "reason": reason}
+    write_json(uri, [*(read_json(uri) or []), group])
+
+
 def exists(uri: str) -> bool:
     import pyarrow.fs
 
@@ -304,6 +317,8 @@ class History:
         self.points: list[dict] = []
         self.uri: str | None = None
         self.written_at = 0.0
+        # Called with each point as it is recorded (runtime.tracking logs it to MLflow).
+        self.listeners: list[Callable[[dict], None]] = []
 
     def record(self, uri: str) -> None:
         """Wrap Ray Train's report (each API's that imports) so rank 0's reports land in ``uri``."""
@@ -352,6 +367,8 @@ class History:
         import time
 
         self.points.append(entry)
+        for listener in self.listeners:
+            listener(entry)
         if time.monotonic() - self.written_at >= HISTORY_WRITE_S:
             self.write()
 

@@ -12,12 +12,21 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_horovod import failures
-from airflow_provider_horovod.contract import ResultRecord, TrainerApi, TrainingSpec, required_positional
+from airflow_provider_horovod.contract import (
+    SEGMENT_FAILURE,
+    SEGMENT_START,
+    WORKER_GROUP_REASON_ENV,
+    ResultRecord,
+    TrainerApi,
+    TrainingSpec,
+    required_positional,
+)
 from airflow_provider_horovod.runtime.storage import (
     HISTORY,
     exists,
     latest_checkpoint,
     load_callable,
+    note_worker_group,
     read_json,
     read_session,
     route_uploads,
@@ -51,13 +60,20 @@ def takes_config(fn: Callable) -> bool:
 
 def worker_started(spec: TrainingSpec) -> None:
     """In each worker, before the user's function: checkpoint copies at S3's speed, rank 0's reports
-    recorded as they come."""
+    recorded as they come, and the worker group's start noted (the cost's worker-seconds start there)."""
     import ray.train
 
     route_uploads()
     HISTORY.record(spec.history_uri)
-    if ray.train.get_context().get_world_rank() == 0:
+    context = ray.train.get_context()
+    if context.get_world_rank() == 0:
         HISTORY.resume()
+        if spec.tracking:  # MLflow: only then is runtime.tracking imported
+            from airflow_provider_horovod.runtime.tracking import TRACKER
+
+            TRACKER.follow(spec, HISTORY.listeners)
+        # Why this group started: the V2 backend says (runtime.horovod_v2); segments() fills in the rest.
+        note_worker_group(spec.worker_groups_uri, context.get_world_size(), os.environ.get(WORKER_GROUP_REASON_ENV))
 
 
 def worker_finished(spec: TrainingSpec, value: Any) -> None:
@@ -186,7 +202,7 @@ def pending_timeout_error(spec: TrainingSpec) -> PendingTimeoutError:
 
     bundle = spec.worker_resources()
     return PendingTimeoutError(
-        f"the {spec.num_workers} workers, each asking for {json.dumps(bundle, sort_keys=True)}, found no room "
+        f"the {spec.min_workers} workers, each asking for {json.dumps(bundle, sort_keys=True)}, found no room "
         f"within {worker_group_start_timeout_s(spec):g} s (pending_timeout_seconds); the cluster has "
         f"{json.dumps(ray.cluster_resources(), sort_keys=True)} of which "
         f"{json.dumps(ray.available_resources(), sort_keys=True)} are free. Give the cluster those resources, lower "
@@ -202,7 +218,7 @@ def wait_for_resources(spec: TrainingSpec) -> None:
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    group = placement_group([spec.worker_resources()] * spec.num_workers, strategy="PACK")
+    group = placement_group([spec.worker_resources()] * spec.min_workers, strategy="PACK")
     ready, _ = ray.wait([group.ready()], timeout=spec.pending_timeout_s)
     remove_placement_group(group)
     if not ready:
@@ -245,6 +261,9 @@ def build_legacy_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict,
     from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig
     from ray.train.horovod import HorovodConfig, HorovodTrainer
 
+    if spec.elastic:  # the plan refuses it before submission; a spec made elsewhere is refused here
+        raise ValueError(f"num_workers={spec.num_workers}: trainer_api='legacy' (Ray's HorovodTrainer) has no elastic "
+                         "training; give a number of workers, or use trainer_api='v2'.")
     resume = None
     if resume_from:
         resume = Checkpoint(path=resume_from.split("://", 1)[-1], filesystem=storage_fs) if storage_fs \
@@ -252,8 +271,10 @@ def build_legacy_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict,
     return HorovodTrainer(
         train_loop_per_worker=train_fn,
         train_loop_config=spec.train_loop_config if takes_config(train_fn) else None,
+        # Ray's HorovodConfig takes a set and uses one name of it on every host: the first candidate,
+        # which must then exist on all of them (the V2 backend picks per host).
         horovod_config=HorovodConfig(timeout_s=spec.horovod_timeout_s,
-                                     nics=set(spec.horovod_nics) if spec.horovod_nics else None),
+                                     nics=set(spec.horovod_nics[:1]) if spec.horovod_nics else None),
         scaling_config=scaling_config(spec),
         run_config=run_config(spec, RunConfig, CheckpointConfig, FailureConfig, storage_fs),
         datasets=datasets or None,
@@ -292,13 +313,16 @@ def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, res
 def scaling_config(spec: TrainingSpec):
     from ray.train import ScalingConfig
 
-    extra = {}
+    extra: dict[str, Any] = {}
     if spec.trainer_api == TrainerApi.LEGACY.value:
         # V1's coordinator only drives the workers; a whole CPU for it would cost a worker slot.
         # (V2's controller takes no CPU, and V2 refuses the argument.)
         extra["trainer_resources"] = {"CPU": 0}
+    if spec.elastic:
+        # Ray Train's elastic policy: starts once min fit, grows toward max every interval.
+        extra["elastic_resize_monitor_interval_s"] = spec.elastic_resize_monitor_interval_s
     return ScalingConfig(
-        num_workers=spec.num_workers,
+        num_workers=(spec.min_workers, spec.max_workers) if spec.elastic else spec.min_workers,
         use_gpu=spec.use_gpu,
         resources_per_worker=spec.resources_per_worker or None,
         **extra,
@@ -320,6 +344,13 @@ def run_config(spec: TrainingSpec, RunConfig, CheckpointConfig, FailureConfig, s
         ),
         failure_config=FailureConfig(max_failures=spec.max_failures, **failure),
     )
+
+
+def segments(groups: list[dict]) -> list[dict]:
+    """The run's segments from rank 0's notes of each worker group: ``{"started_at", "world_size",
+    "reason"}``. A note without a reason (Ray's HorovodTrainer) is the start, or a restart after a failure."""
+    return [{"started_at": g.get("started_at"), "world_size": int(g.get("world_size") or 0),
+             "reason": g.get("reason") or (SEGMENT_START if i == 0 else SEGMENT_FAILURE)} for i, g in enumerate(groups)]
 
 
 TRAINER_BUILDERS = {TrainerApi.LEGACY.value: build_legacy_trainer, TrainerApi.V2.value: build_v2_trainer}
@@ -362,6 +393,11 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
         os.environ.update(env)  # this driver: result record, resume lookup
         s3_fs = s3_filesystem(env)
         train_fn = with_env(train_fn, env)  # the training function's own S3 calls
+    if spec.tracking:
+        from airflow_provider_horovod.runtime.tracking import auth_env, summary
+
+        if tracking_env := auth_env(folder):
+            train_fn = with_env(train_fn, tracking_env)  # rank 0's MLflow client
     train_fn = per_worker(spec, train_fn)
     datasets = load_datasets(spec, folder, s3_fs)
     if spec.materialize_datasets:
@@ -385,6 +421,7 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
         raise result.error
     latest = result.checkpoint
     best = best_checkpoint(result, spec)
+    ran = segments(read_json(spec.worker_groups_uri) or [])
     latest_uri = to_uri(spec.storage_uri, latest.path) if latest else resume_from
     record = ResultRecord(
         submission_id=spec.submission_id,
@@ -395,8 +432,11 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
         checkpoint_uri=latest_uri,
         best_checkpoint_uri=to_uri(spec.storage_uri, best.path) if best else latest_uri,
         metrics=json_safe(dict(result.metrics or {})),
-        world_size=spec.num_workers,
+        world_size=ran[-1]["world_size"] if ran else spec.min_workers,
+        segments=ran,
         trainer_api=spec.trainer_api,
+        checkpoint_score_attribute=spec.checkpoint_score_attribute,
+        tracking=summary(spec) if spec.tracking else None,
         resumed_from=resume_from,
         timings={"started_at": started_at, "finished_at": time.time(), "fit_s": round(fit_s, 3),
                  "total_s": round(time.time() - started_at, 3)},

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from airflow_provider_horovod import checks, compat
-from airflow_provider_horovod.contract import DEFERRABLE, LOG_TAIL_LINES
+from airflow_provider_horovod.contract import DEFERRABLE, LOG_TAIL_LINES, RESUME_GUARD_S
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError
 from airflow_provider_horovod.links.ray import RayJobLink
 
@@ -25,8 +25,9 @@ class RayJobSensor(BaseSensorOperator):
     """Wait for a Ray job to end; fail when it ends FAILED or STOPPED.
 
     For a job started by ``HorovodTrainOperator`` (e.g. with ``wait_for_completion=False``) it
-    returns the same result dict as the operator, with the verified ``checkpoint_uri``; for any
-    other job, its submission id, status, dashboard URL and metadata.
+    returns the same result dict as the operator, with the verified ``checkpoint_uri``, its
+    ``cost`` and ``job_tags``; for any other job, its submission id, status, dashboard URL, metadata
+    and ``job_tags`` (none). It takes no ``job_tags`` of its own: the job already has its metadata.
 
     :param submission_id: the Ray job's submission id (templated), e.g.
         ``"{{ ti.xcom_pull(task_ids='train', key='submission_id') }}"``.
@@ -100,7 +101,8 @@ class RayJobSensor(BaseSensorOperator):
         from airflow_provider_horovod.triggers.ray import RayJobTrigger
 
         self.defer(
-            trigger=RayJobTrigger(submission_id=sid, ray_conn_id=self.ray_conn_id, policy=policy.to_dict()),
+            trigger=RayJobTrigger(submission_id=sid, ray_conn_id=self.ray_conn_id, policy=policy.to_dict(),
+                                  not_before=time.time() + RESUME_GUARD_S),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout) if self.timeout else None,
         )

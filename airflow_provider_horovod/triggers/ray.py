@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -26,10 +27,13 @@ class RayJobTrigger(BaseTrigger):
     :param log_cursor: how far the job's log is already in the task log; only later lines are streamed.
     :param stream_logs: stream the job's log into the task log (a quiet log is read less often than
         the status; see ``jobs.logs``).
+    :param not_before: the earliest time (epoch seconds) the event may be yielded: the deferral's time
+        plus ``RESUME_GUARD_S``, so that Airflow has seen the deferring worker exit when it resumes
+        the task (a job ending right after the deferral waits that much longer).
     """
 
     def __init__(self, *, submission_id: str, ray_conn_id: str = "ray_default", policy: dict | None = None,
-                 log_cursor: dict | None = None, stream_logs: bool = True):
+                 log_cursor: dict | None = None, stream_logs: bool = True, not_before: float | None = None):
         super().__init__()
         if not isinstance(submission_id, str) or not submission_id:
             raise InvalidParameterError("submission_id", submission_id, "give the Ray job's submission id.")
@@ -38,6 +42,7 @@ class RayJobTrigger(BaseTrigger):
         self.policy = WaitPolicy.from_dict(policy or {})
         self.log_cursor = LogCursor.from_dict(log_cursor, submission_id).to_dict()
         self.stream_logs = stream_logs
+        self.not_before = not_before
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -48,6 +53,7 @@ class RayJobTrigger(BaseTrigger):
                 "policy": self.policy.to_dict(),
                 "log_cursor": self.log_cursor,
                 "stream_logs": self.stream_logs,
+                "not_before": self.not_before,
             },
         )
 
@@ -86,7 +92,12 @@ class RayJobTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         # The wait finishes (and closes its HTTP client) before the one event is yielded.
-        yield TriggerEvent((await self.wait()).to_dict())
+        event = await self.wait()
+        if self.not_before is not None and (early := self.not_before - time.time()) > 0:
+            self.log.info("The job ended right after the task deferred: the task resumes in %.1f s, once Airflow "
+                          "has seen its worker exit.", early)
+            await asyncio.sleep(early)
+        yield TriggerEvent(event.to_dict())
 
     async def wait(self) -> JobEvent:
         """Follow the job until it ends, streaming its log; the event the wait ended with."""

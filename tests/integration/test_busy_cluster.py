@@ -5,8 +5,10 @@ waits in line, or fails saying why; none hangs (each test is bounded by its time
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
 import time
+import types
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -113,15 +115,17 @@ def test_a_training_that_stops_making_progress_fails_and_its_retry_resumes(ray_h
 
 
 @pytest.mark.parametrize("where", ["local", "s3"])
-def test_overlapping_retraining_runs_never_move_the_champion_backwards(where, tmp_path, moto_server, monkeypatch):
+def test_overlapping_retraining_runs_keep_a_consistent_log_of_champion_moves(where, tmp_path, moto_server, monkeypatch):
     """Four days' runs promote at once, in an order unlike their dates, through the example DAG's own
-    promote task: each promotion goes to a newer day that beats the champion it replaces."""
+    promote task: no run's move is lost, each was a win over the champion in force on its day when it
+    was recorded, and the current champion is the latest day's."""
     storage = str(tmp_path) if where == "local" else f"s3://{moto_server.make_bucket(f'ahp-champ-{uuid.uuid4().hex[:6]}')}"
     monkeypatch.setenv("HOROVOD_RETRAINING_STORAGE", storage)
     import importlib
 
     from airflow.dag_processing.dagbag import DagBag
 
+    from airflow_provider_horovod.examples.retraining import current_champion, with_move
     from airflow_provider_horovod.storage import Storage
 
     bag = DagBag(dag_folder=str(importlib.import_module("support.cluster").REPO / "dags" / "horovod_retraining.py"))
@@ -134,17 +138,43 @@ def test_overlapping_retraining_runs_never_move_the_champion_backwards(where, tm
     def run(day: str) -> dict:
         barrier.wait()
         return promote({"checkpoint_uri": f"{storage}/{day}", "holdout_mse": scores[day], "submission_id": day},
-                       ds=day, run_id=f"scheduled__{day}")
+                       "", day, run_id=f"scheduled__{day}")
 
     with ThreadPoolExecutor(len(scores)) as pool:
         summaries = list(pool.map(run, ["2026-11-04", "2026-11-02", "2026-11-03", "2026-11-01"]))
-    champion = Storage().read_json(champion_uri)
+    record = Storage().read_json(champion_uri)
+    moves = record["moves"]
     promoted = [s for s in summaries if s["promoted"]]
-    # Whatever the order, each promotion replaced an older day's champion it beat ...
+    # Every win is in the log, once: no writer lost another's move.
+    assert sorted(m["run_id"] for m in moves) == sorted(s["run_id"] for s in promoted)
+    # Each beat the champion in force on its day (none later) when it was recorded: replaying the log agrees.
+    replayed = None
+    for move in moves:
+        replayed = with_move(replayed, move)
+        assert replayed is not None, move
     for summary in promoted:
         before = summary["champion_before"]
-        assert before is None or (summary["logical_date"] > before["logical_date"]
+        assert before is None or (before["logical_date"] <= summary["logical_date"]
                                   and summary["holdout_mse"] < before["holdout_mse"]), summary
-    # ... and the champion is the newest of them: it never went back to an older day.
-    assert champion["logical_date"] == max(s["logical_date"] for s in promoted)
-    assert len([s for s in summaries if s["champion_before"] is None]) == 1  # one run found no champion
+    assert "2026-11-03" in {m["logical_date"] for m in moves}  # the best day wins whatever the order
+    # The current champion is the latest day's move, and its run said it moved the current champion.
+    assert record["current"] == current_champion(moves) and record["current"]["logical_date"] == max(
+        m["logical_date"] for m in moves)
+    assert record["current"]["run_id"] in {s["run_id"] for s in summaries if s["current"]}
+
+    # Then a backfill of an earlier day that beats the champion of its time: recorded as such, the current
+    # champion (a newer day's) stays, and nothing is published.
+    backfill = promote({"checkpoint_uri": f"{storage}/2026-10-30", "holdout_mse": 0.05, "submission_id": "b"}, "",
+                       "2026-10-30", run_id="backfill__2026-10-30")
+    assert backfill["promoted"] and not backfill["current"] and backfill["champion_before"] is None
+    after = Storage().read_json(champion_uri)
+    assert after["moves"][-1]["run_id"] == "backfill__2026-10-30" and after["current"] == record["current"]
+    # Downstream DAGs hear of the current champion's moves only.
+    from airflow.providers.common.compat.sdk import AirflowSkipException
+
+    publish = bag.dags["horovod_retraining"].get_task("publish_champion").python_callable
+    with pytest.raises(AirflowSkipException):
+        publish(backfill, outlet_events={})
+    events = collections.defaultdict(types.SimpleNamespace)
+    publish({**backfill, "current": True}, outlet_events=events)
+    assert [e.extra for e in events.values()] == [{"checkpoint_uri": f"{storage}/2026-10-30", "holdout_mse": 0.05}]

@@ -10,12 +10,14 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
 from support.airflow_cli import airflow_bin, dags_test, tagged_json
 
 from airflow_provider_horovod.contract import TaskRun
+from airflow_provider_horovod.examples.retraining import champion_as_of
 
 pytestmark = pytest.mark.integration
 
@@ -79,6 +81,7 @@ def run_retraining(date: str) -> tuple[dict, str]:
 
 
 def champion(storage: Path) -> dict:
+    """The champion record: ``{"current": <move>, "moves": [...]}``."""
     return json.loads((storage / DAG_ID / "champion.json").read_text())
 
 
@@ -93,19 +96,67 @@ def champion_events(storage: Path) -> list[dict]:
     return [extra for (extra,) in rows if str(extra.get("checkpoint_uri", "")).startswith(str(storage))]
 
 
-def test_retraining_trains_evaluates_promotes_and_publishes(retraining_env, ray_hook):
-    summary, output = run_retraining("2026-11-01")
-    # The data and the evaluation ran as Ray jobs of their own (where torch is), beside the training.
+def test_a_backfill_after_a_newer_champion_reproduces_the_past(retraining_env, ray_hook):
+    """The daily run of 2026-11-10 has made a champion (its holdout MSE 0.32, as seen on a real
+    deployment; its checkpoint does not exist, so a run that warm-starts from it fails). Three past days
+    are then backfilled, in order: each trains, evaluates and warm-starts from the champion of its own
+    time (none, then the backfilled days'), a win is recorded as the champion of its day, and the
+    current champion, the newest day's, stays and is not published again."""
+    from airflow_provider_horovod.storage import Storage
+
+    newest = {"logical_date": "2026-11-10", "holdout_mse": 0.32, "run_id": "scheduled__2026-11-10",
+              "checkpoint_uri": str(retraining_env / "gone" / "checkpoint_000004"), "submission_id": "ahp-x-a1",
+              "replaces": None}
+    Storage().write_json(str(retraining_env / DAG_ID / "champion.json"), {"current": newest, "moves": [newest]})
+
+    for day in ("2026-11-01", "2026-11-02", "2026-11-03"):
+        before = champion(retraining_env)
+        summary, _ = run_retraining(day)
+        own_time = champion_as_of(before, day)
+        # Warm-started from the champion of its own time: none for the first day, then the backfilled days'.
+        assert summary["warm_start"] == (own_time["checkpoint_uri"] if own_time else "") != newest["checkpoint_uri"]
+        assert summary["checkpoint_uri"].startswith(str(retraining_env))
+        assert summary["holdout_mse"] < 0.2 * summary["baseline_mse"]  # it learnt
+        in_force = champion_as_of(before, day, inclusive=True)
+        beat = in_force is None or summary["holdout_mse"] < in_force["holdout_mse"]
+        assert summary["promoted"] == beat and not summary["current"], summary
+        record = champion(retraining_env)
+        if beat:  # recorded as the champion of its day, though a newer champion exists
+            assert record["moves"][-1]["run_id"] == summary["run_id"] and record["moves"][-1]["logical_date"] == day
+        assert record["current"] == newest
+    record = champion(retraining_env)
+    assert champion_as_of(record, "2026-11-02")["logical_date"] == "2026-11-01"  # there was none before it
+    assert champion_as_of(record, "2026-11-11") == newest
+    # The data, the training and the evaluation of each day ran as Ray jobs of their own (where torch is);
+    # the training's job carries the DAG's job_tags.
+    jobs = [j for j in ray_hook.list_jobs() if j.get("metadata", {}).get("airflow_dag_id") == DAG_ID]
     for task_id in ("prepare_data", "train", "evaluate"):
-        runs = [j for j in ray_hook.list_jobs() if j.get("metadata", {}).get("airflow_task_id") == task_id
-                and j["metadata"].get("airflow_dag_id") == DAG_ID]
-        assert [j["status"] for j in runs] == ["SUCCEEDED"], task_id
-    assert summary["checkpoint_uri"].startswith(str(retraining_env))
-    # The trained model beats the untrained baseline clearly, and becomes the first champion.
-    assert summary["holdout_mse"] < 0.2 * summary["baseline_mse"]
-    assert summary["promoted"] and champion(retraining_env)["checkpoint_uri"] == summary["checkpoint_uri"]
-    # Downstream DAGs hear of the new champion.
-    assert [e["checkpoint_uri"] for e in champion_events(retraining_env)] == [summary["checkpoint_uri"]]
+        assert [j["status"] for j in jobs if j["metadata"]["airflow_task_id"] == task_id] == ["SUCCEEDED"] * 3
+    assert {j["metadata"].get("team") for j in jobs if j["metadata"]["airflow_task_id"] == "train"} == {"forecasting"}
+    # Downstream DAGs heard nothing: the current champion did not move.
+    assert champion_events(retraining_env) == []
+
+
+def test_the_retraining_days_come_from_the_run_after_date_without_a_logical_date():
+    """A run triggered through REST with "logical_date": null has no ``ds``: every task takes its day from
+    ``dag_run.run_after`` instead (and from the logical date when there is one)."""
+    import datetime
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    def dag():
+        return DagBag(dag_folder=str(DAGS / "horovod_retraining.py")).dags[DAG_ID]
+
+    # One template decides the day, for every task that takes it (promote's other arguments are XComs).
+    (template,) = dag().get_task("prepare_data").op_args
+    assert list(dag().get_task("champion_checkpoint").op_args) == [template]
+    assert list(dag().get_task("promote").op_args)[-1] == template
+    after = datetime.datetime(2026, 11, 12, 6, 30, tzinfo=datetime.timezone.utc)
+    for logical_date, day in ((None, "2026-11-12"), (datetime.datetime(2026, 11, 3, tzinfo=datetime.timezone.utc),
+                                                     "2026-11-03")):
+        task = dag().get_task("prepare_data")
+        task.render_template_fields({"dag_run": types.SimpleNamespace(logical_date=logical_date, run_after=after)})
+        assert list(task.op_args) == [day]
 
 
 def list_runs(dag_id: str) -> list[dict]:

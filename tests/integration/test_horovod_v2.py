@@ -230,16 +230,22 @@ def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(ray_cluster, moto_se
     """With max_failures=0 a dead worker fails the task, saying so; the retry (a new attempt) resumes
     from the failed attempt's last checkpoint (the same steps on both APIs: the attempt's folder is
     found by the operator, its checkpoint by the runtime). On S3: the checkpoint went up in parallel
-    parts and comes back bit-identical."""
+    parts and comes back bit-identical. The cost counts both attempts, the failed one marked; the
+    job_tags are the Ray jobs' metadata and come back in XCom."""
+    import structlog.testing
     from airflow.providers.common.compat.sdk import AirflowFailException
 
+    from airflow_provider_horovod.contract import result_uri
     from airflow_provider_horovod.exceptions import InfrastructureError
+    from airflow_provider_horovod.storage import Storage
 
     progress_dir = tmp_path / "progress"
     progress_dir.mkdir()
     bucket = moto_server.make_bucket(f"ahp-resume-{uuid.uuid4().hex[:8]}")
+    tags = {"team": "ranking", "model": "ctr", "cost_centre": "cc-4711"}
     op = make_operator(f"s3://{bucket}/runs", train_fn=train_until_killed, trainer_api=trainer_api, max_failures=0,
-                       train_loop_config={"progress_dir": str(progress_dir)})
+                       train_loop_config={"progress_dir": str(progress_dir)}, job_tags=tags,
+                       prices={"cpu_hour": 0.05, "currency": "USD"})
     ti = FakeTI(f"retry-{trainer_api}-{uuid.uuid4().hex[:6]}")
     thread, outcome = run_in_thread(op, {"ti": ti})
     kill_rank1_at_epoch_2(progress_dir / "rank1.json", outcome)
@@ -249,7 +255,8 @@ def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(ray_cluster, moto_se
     assert "infrastructure:" in str(error) and error.failure["failure_class"] == "infrastructure"
 
     ti.try_number = 2
-    result = op.execute({"ti": ti})
+    with structlog.testing.capture_logs() as logged:  # the task log, as the operator writes it
+        result = op.execute({"ti": ti})
     assert result["attempt"] == 2 and result["submission_id"].endswith("-a2")
     (first,) = result["attempts"]  # the failed attempt before it, with its class
     assert (first["attempt"], first["failure_class"]) == (1, "infrastructure")
@@ -261,3 +268,31 @@ def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(ray_cluster, moto_se
     key = result["checkpoint_uri"].split(f"s3://{bucket}/", 1)[1] + "/weights.bin"
     weights = moto_server.client().head_object(Bucket=bucket, Key=key)
     assert weights["ETag"].strip('"').endswith("-2")  # 24 MiB in 16 MiB parts
+
+    # Tags: the Ray jobs' own metadata (what the dashboard and the Jobs API filter on), and back in XCom.
+    jobs = [ray_hook.get_job_info(ti.task_run.submission_id(n)) for n in (1, 2)]
+    assert all({k: job["metadata"][k] for k in tags} == tags for job in jobs)
+    assert result["job_tags"] == tags and ti.xcoms["ray_job"]["job_tags"] == tags
+    # Cost: both attempts, from Ray's own times and the workers' starts; the failed one marked.
+    cost = result["cost"]
+    first_cost, second_cost = cost["attempts"]
+    assert (first_cost["failed"], second_cost["failed"]) == (True, False)
+    for job, spent in zip(jobs, cost["attempts"]):
+        assert spent["wall_s"] == pytest.approx((job["end_time"] - job["start_time"]) / 1000, abs=0.01)
+        assert 0 <= spent["queued_s"] < spent["wall_s"] and spent["world_size"] == 2
+        assert spent["worker_s"] == pytest.approx(2 * spent["held_s"], abs=0.01) == spent["cpu_s"]  # 1 CPU each
+    # Attempt 1 held its 2 workers through epochs 0-2 and the 5 s before the kill, at least.
+    assert first_cost["worker_s"] >= 2 * 5
+    # Attempt 2's workers were held for about the whole fit(): worker-seconds ~ world size x its wall time.
+    fit_s = result["timings"]["fit_s"]
+    assert 0.6 * 2 * fit_s <= second_cost["worker_s"] <= 2 * fit_s + 1, (second_cost, fit_s)
+    total = cost["total"]
+    assert total["worker_s"] == pytest.approx(first_cost["worker_s"] + second_cost["worker_s"], abs=0.01)
+    assert total["failed_worker_s"] == first_cost["worker_s"] and total["failed_attempts"] == 1
+    assert total["amount"] == pytest.approx(total["cpu_s"] / 3600 * 0.05, abs=1e-5)
+    # The same in the attempts' records, and as the task log's last line.
+    assert Storage().read_json(result_uri(result["storage_uri"], 2))["cost"] == cost
+    assert Storage().read_json(result_uri(result["storage_uri"], 1))["cost"]["attempts"] == [first_cost]
+    events = [str(e.get("event")) for e in logged]
+    (line,) = [e for e in events[-2:] if e.startswith("Cost: 2 attempt(s), wall ")]
+    assert "1 failed attempt(s)" in line and "USD" in line

@@ -43,6 +43,9 @@ def test_deferred_operator_trains_to_s3(ray_cluster, moto_server, airflow_db):
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert "[ray] " in run.stdout  # the trigger streamed the job's log
     result = check_trained(run.stdout, f"s3://{bucket}/runs/")
+    # Deferred too, the cost comes from Ray's own times (the trigger's event carries them).
+    (spent,) = result["cost"]["attempts"]
+    assert not spent["failed"] and 0 < spent["queued_s"] < spent["wall_s"] and spent["worker_s"] > 0
     keys = [o["Key"] for o in moto_server.client().list_objects_v2(Bucket=bucket)["Contents"]]
     assert any(k.endswith("result.json") for k in keys) and any("/checkpoint_" in k for k in keys)
     assert result["checkpoint_uri"].split(f"s3://{bucket}/", 1)[1] in {k.rsplit("/", 1)[0] for k in keys}

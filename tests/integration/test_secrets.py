@@ -66,6 +66,7 @@ def test_no_secret_reaches_logs_xcom_fields_trigger_or_the_ray_job(connections, 
                               poll_interval_seconds=0.5, storage_path=f"s3://{bucket}/runs",
                               ray_conn_id="ray_secret", aws_conn_id="aws_secret", forward_aws_credentials=True,
                               aws_credentials_ttl_seconds=3600)
+    op.sync_wait_before_defer_s = 0  # defer at once: the trigger's path is what is searched
     ti = FakeTI(f"secret-{uuid.uuid4().hex[:6]}")
     context = {"ti": ti}
     op.render_template_fields(context)

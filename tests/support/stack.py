@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -103,9 +104,26 @@ class Stack:
             time.sleep(2)
         raise RuntimeError(f"{dag_id} was never parsed: {self.log_tail('dag-processor')}")
 
-    def trigger(self, dag_id: str) -> str:
-        run = self.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None})
-        return run["dag_run_id"]
+    def trigger(self, dag_id: str, tries: int = 5) -> str:
+        """A run without a logical date. SQLite under several writers can answer 500 (a locked
+        database): asked again then, since nothing was created."""
+        for attempt in range(tries):
+            response = self.client.post(f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None})
+            if response.status_code < 500 or attempt == tries - 1:
+                response.raise_for_status()
+                return response.json()["dag_run_id"]
+            time.sleep(1 + attempt)
+        raise AssertionError("unreachable")
+
+    def wait_for_trigger(self, dag_id: str, run_id: str, task_id: str, timeout: float = 120) -> None:
+        """Until the triggerer runs the task's trigger (its start is in the task's log)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            records = self.task_log(dag_id, run_id, task_id)
+            if any(re.match(r"trigger .* starting", str(r.get("event", ""))) for r in records):
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"the triggerer never ran {dag_id}.{task_id}'s trigger: {self.log_tail('triggerer')}")
 
     def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict:
         return self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
@@ -120,6 +138,17 @@ class Stack:
             time.sleep(1)
         raise AssertionError(f"{dag_id}.{task_id} never reached {states}: {ti.get('state')}\n"
                              f"{self.log_tail('scheduler')}\n{self.log_tail('triggerer')}")
+
+    def config(self, section: str, key: str) -> str:
+        """A setting as the deployment's Airflow reads it (its own config parser)."""
+        done = subprocess.run([airflow_bin(), "config", "get-value", section, key], env=self.env, check=True,
+                              capture_output=True, text=True, timeout=120)
+        return done.stdout.strip()
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value"):
+        entry = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}",
+                         params={"deserialize": True, "stringify": False})
+        return entry["value"]
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> list[dict]:
         """The task's log as Airflow serves it: one dict per record (``event``, ``level``, ...)."""

@@ -91,7 +91,8 @@ class FakeRay:
         self.jobs = {sid: list(v) if isinstance(v, list) else [v] for sid, v in (jobs or {}).items()}
         self.logs = {sid: list(v) if isinstance(v, list) else [v] for sid, v in (logs or {}).items()}
         self.cluster = {"CPU": 4.0} if cluster is None else cluster
-        self.endpoint = SimpleNamespace(url="http://ray-head:8265", shared_storage=shared_storage, embedded=False)
+        self.endpoint = SimpleNamespace(url="http://ray-head:8265", shared_storage=shared_storage, embedded=False,
+                                        prices=None)
         self.on_submit = on_submit
         self.submitted: list[dict] = []
         self.stopped: list[str] = []

@@ -11,11 +11,18 @@ from airflow_provider_horovod import build_horovod as bh
 
 # The lines of Horovod 0.28.1's sdist that the edits change, around lines that must stay.
 FAKE_SDIST = {
-    "CMakeLists.txt": "cmake_minimum_required(VERSION 3.13)\nset(CMAKE_CXX_STANDARD 14)\nproject(horovod)\n",
+    # (0.28.1 already sets 17 for a Gloo of its own, further down: the edit must still happen.)
+    "CMakeLists.txt": "cmake_minimum_required(VERSION 3.13)\nset(CMAKE_CXX_STANDARD 14)\nproject(horovod)\n"
+                      'string(PREPEND GLOO_CMAKE "set(CMAKE_CXX_STANDARD 17)\\n")\n',
     "horovod/torch/CMakeLists.txt": "set(CMAKE_CXX_STANDARD 14)\nadd_library(pytorch)\n",
     "third_party/gloo/CMakeLists.txt": 'set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} -std=c++11")\n',
     "horovod/common/group_table.h": "// Copyright\n#ifndef GROUP_TABLE_H\n#include <mutex>\n#include <vector>\n",
     "horovod/common/common.h": "// Copyright\n#include <functional>\n#include <memory>\n",
+    # GlooContext::InitializeForProcessSet, as 0.28.1 has it.
+    "horovod/common/gloo/gloo_context.cc": (
+        "  }\n\n  attr device_attr;\n  device_attr.iface = gloo_iface_;\n  device_attr.ai_family = AF_UNSPEC;\n"
+        "  auto dev = CreateDevice(device_attr);\n\n  global_ctx = global_context.ctx;\n"
+        "  timeout_ = global_context.timeout_;\n"),
 }
 
 CHECK_BUILD_CPU = """\
@@ -46,12 +53,12 @@ def fake_sdist(root: Path, files: dict[str, str] = FAKE_SDIST) -> Path:
     return root
 
 
-def test_patch_sources_makes_the_five_edits(tmp_path):
+def test_patch_sources_makes_the_six_edits(tmp_path):
     src = fake_sdist(tmp_path)
     bh.patch_sources(src)
     read = lambda rel: (src / rel).read_text()  # noqa: E731
     assert read("CMakeLists.txt") == ("cmake_minimum_required(VERSION 3.13)\nset(CMAKE_CXX_STANDARD 17)\n"
-                                      "project(horovod)\n")
+                                      'project(horovod)\nstring(PREPEND GLOO_CMAKE "set(CMAKE_CXX_STANDARD 17)\\n")\n')
     assert read("horovod/torch/CMakeLists.txt") == "set(CMAKE_CXX_STANDARD 17)\nadd_library(pytorch)\n"
     assert read("third_party/gloo/CMakeLists.txt") == 'set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} -std=c++17")\n'
     # The include goes right before the first #include, not before the comment or the guard.
@@ -59,6 +66,15 @@ def test_patch_sources_makes_the_five_edits(tmp_path):
                                                     "#include <mutex>\n#include <vector>\n")
     assert read("horovod/common/common.h") == ("// Copyright\n#include <stdexcept>\n#include <functional>\n"
                                                "#include <memory>\n")
+    # The process set's Gloo device takes the global context's interface, and says so (the marker).
+    assert read("horovod/common/gloo/gloo_context.cc") == (
+        "  }\n\n  attr device_attr;\n"
+        "  // Process sets on HOROVOD_GLOO_IFACE too: 0.28.1 read this set's own gloo_iface_, never set.\n"
+        "  gloo_iface_ = global_context.gloo_iface_;\n"
+        "  LOG(DEBUG) << \"Gloo process set device on interface '\" << gloo_iface_ << \"'\";\n"
+        "  device_attr.iface = gloo_iface_;\n  device_attr.ai_family = AF_UNSPEC;\n"
+        "  auto dev = CreateDevice(device_attr);\n\n  global_ctx = global_context.ctx;\n"
+        "  timeout_ = global_context.timeout_;\n")
 
 
 def test_patch_sources_twice_changes_nothing(tmp_path):
@@ -88,9 +104,10 @@ def test_patch_sources_refuses_a_missing_file(tmp_path):
         bh.patch_sources(fake_sdist(tmp_path, files))
 
 
-def test_cache_key_is_the_scripts():
-    assert bh.cache_key("2.13.0+cpu", "cp311") == "horovod-0.28.1-torch-2.13.0+cpu-cp311-cpu"
-    assert bh.cache_key("2.13.0", "cp312", "NCCL") == "horovod-0.28.1-torch-2.13.0-cp312-gpu-NCCL"
+def test_cache_key_names_the_edits():
+    # A wheel built before the process-set edit (key without "iface1") is never reused.
+    assert bh.cache_key("2.13.0+cpu", "cp311") == "horovod-0.28.1-iface1-torch-2.13.0+cpu-cp311-cpu"
+    assert bh.cache_key("2.13.0", "cp312", "NCCL") == "horovod-0.28.1-iface1-torch-2.13.0-cp312-gpu-NCCL"
 
 
 def test_wheel_dir_defaults(tmp_path):
@@ -99,7 +116,8 @@ def test_wheel_dir_defaults(tmp_path):
     assert bh.default_cache_root({"XDG_CACHE_HOME": ""}) == home / ".cache" / "airflow-provider-horovod"
     assert bh.default_cache_root({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "airflow-provider-horovod"
     assert bh.default_cache_root({"XDG_CACHE_HOME": "/x", "HOROVOD_WHEEL_CACHE": str(tmp_path)}) == tmp_path
-    assert bh.wheel_dir(tmp_path, "2.13.0+cpu", "cp311") == tmp_path / "horovod-0.28.1-torch-2.13.0+cpu-cp311-cpu"
+    assert bh.wheel_dir(tmp_path, "2.13.0+cpu", "cp311") == \
+        tmp_path / "horovod-0.28.1-iface1-torch-2.13.0+cpu-cp311-cpu"
 
 
 def test_cached_wheel_ignores_partial_copies(tmp_path):

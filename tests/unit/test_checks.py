@@ -29,8 +29,28 @@ def fails(fn, *args, parameter=None, fix="", **kwargs) -> InvalidParameterError:
 
 def test_num_workers():
     assert checks.check_num_workers(1) == 1
-    for bad in (0, -2, "2", True, 2.0, None):
+    for bad in (0, -2, "two", True, 2.0, None):
         fails(checks.check_num_workers, bad, parameter="num_workers", fix="1 or more")
+
+
+@pytest.mark.parametrize("given, checked", [((2, 4), [2, 4]), ([1, 8], [1, 8]), ("[2, 4]", [2, 4]), ("4", 4),
+                                            ([3, 3], 3)], ids=["tuple", "list", "rendered-list", "rendered-int",
+                                                               "min-is-max"])
+def test_num_workers_elastic_range(given, checked):
+    assert checks.check_num_workers(given) == checked
+
+
+@pytest.mark.parametrize("bad, fix", [((0, 4), "min 0 must be at least 1"), ((4, 2), "at most max 2"),
+                                      ((2.0, 4), "whole numbers"), ([2, 3, 4], "[min, max]"), ((2, True), "[min, max]"),
+                                      ("[2, 4", "[min, max]"), ([], "[min, max]")])
+def test_num_workers_bad_ranges_name_the_parameter(bad, fix):
+    fails(checks.check_num_workers, bad, parameter="num_workers", fix=fix)
+
+
+def test_num_workers_range_only_on_train_v2():
+    assert checks.check_num_workers([2, 4], trainer_api="v2") == [2, 4]
+    assert checks.check_num_workers(4, trainer_api="legacy") == 4
+    fails(checks.check_num_workers, (2, 4), trainer_api="legacy", parameter="num_workers", fix="trainer_api='v2'")
 
 
 @pytest.mark.parametrize("bad", [0, -1, math.inf, math.nan, "1", True, None])
@@ -115,8 +135,10 @@ def test_horovod_env():
 def test_nics():
     assert checks.check_nics(None) is None
     assert checks.check_nics("eth0") == ["eth0"]
-    assert checks.check_nics({"ib0", "eth0"}) == ["eth0", "ib0"]
-    for bad in ([""], [7], 7):
+    # Candidates in order of preference: kept as given, duplicates dropped.
+    assert checks.check_nics(["ib0", "eth0", "ib0"]) == ["ib0", "eth0"]
+    assert checks.check_nics(("ens5", "eth0")) == ["ens5", "eth0"]
+    for bad in ([""], [7], 7, [], {"ib0", "eth0"}):
         fails(checks.check_nics, bad, parameter="horovod_nics", fix="interface names")
 
 
@@ -320,3 +342,98 @@ def test_forwarding():
     assert checks.check_forwarding(False, None, 0) is False
     assert checks.check_forwarding(True, "aws", 900) is True
     assert checks.check_forwarding(True, "aws", 129600) is True
+
+
+def test_job_tags():
+    assert checks.check_job_tags(None) == {}
+    tags = {"team": "ranking", "model": "ctr", "cost_centre": "cc-4711"}
+    assert checks.check_job_tags(tags) == tags
+
+
+@pytest.mark.parametrize("bad, fix", [
+    (["team", "ranking"], "give a dict of strings"),
+    ("team=ranking", "give a dict of strings"),
+    ({"team": 7}, "tag 'team' has the int 7: Ray's job metadata holds strings only; give it as '7'"),
+    ({"": "x"}, "tag name '' must be a non-empty string"),
+    ({1: "x"}, "tag name 1 must be a non-empty string"),
+    ({"ahp_kind": "train"}, "tag 'ahp_kind' is reserved"),
+    ({"ahp_anything": "x"}, "the provider names its own metadata ahp_*"),
+    ({"airflow_dag_id": "other"}, "tag 'airflow_dag_id' is reserved"),
+    ({"job_submission_id": "x"}, "tag 'job_submission_id' is reserved"),
+])
+def test_bad_job_tags_name_the_parameter_and_the_fix(bad, fix):
+    fails(checks.check_job_tags, bad, parameter="job_tags", fix=fix)
+
+
+def test_prices():
+    assert checks.check_prices(None) is None
+    assert checks.check_prices({"cpu_hour": 0.05, "gpu_hour": 2, "currency": "EUR"}) == {
+        "cpu_hour": 0.05, "gpu_hour": 2, "currency": "EUR"}
+
+
+@pytest.mark.parametrize("bad, fix", [
+    ({}, "give a dict such as"), (0.05, "give a dict such as"),
+    ({"cpu": 0.05}, "unknown key(s) ['cpu']"), ({"cpu_hour": -1}, "cpu_hour must be a number, 0 or more"),
+    ({"gpu_hour": "2"}, "gpu_hour must be a number"), ({"cpu_hour": 1, "currency": 1}, "currency must be a string"),
+])
+def test_bad_prices(bad, fix):
+    fails(checks.check_prices, bad, parameter="prices", fix=fix)
+
+
+# --- MLflow tracking ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("uri", ["http://mlflow:5000", "https://mlflow.example.com/prefix", " databricks "])
+def test_mlflow_tracking_uri(uri):
+    assert checks.check_mlflow_tracking_uri(uri) == uri.strip()
+    assert checks.check_mlflow_tracking_uri(None) is None and checks.check_mlflow_tracking_uri("") is None
+
+
+@pytest.mark.parametrize("uri", ["mlflow:5000", "/var/mlruns", "file:///mlruns", "sqlite:///m.db", 5000, "http://"])
+def test_mlflow_tracking_uri_that_is_not_a_server(uri):
+    fails(checks.check_mlflow_tracking_uri, uri, parameter="mlflow_tracking_uri", fix="tracking server")
+
+
+def test_mlflow_tracking_uri_with_credentials_is_refused_without_showing_them():
+    err = fails(checks.check_mlflow_tracking_uri, f"https://user:{SECRET}@mlflow:5000",
+                parameter="mlflow_tracking_uri", fix="mlflow_conn_id")
+    assert SECRET not in str(err)
+
+
+def test_mlflow_uri_and_connection_exclude_each_other():
+    checks.check_mlflow("http://mlflow:5000", None)
+    checks.check_mlflow(None, "mlflow_default")
+    fails(checks.check_mlflow, "http://mlflow:5000", "mlflow_default", parameter="mlflow_conn_id", fix="not both")
+    fails(checks.check_mlflow, None, " ", parameter="mlflow_conn_id")
+
+
+def test_mlflow_experiment_name():
+    assert checks.check_mlflow_experiment_name(None, "my_dag") == "my_dag"
+    assert checks.check_mlflow_experiment_name(" retraining ", "my_dag") == "retraining"
+    fails(checks.check_mlflow_experiment_name, "", "my_dag", parameter="mlflow_experiment_name")
+
+
+def conn(**fields):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**{"host": None, "port": None, "schema": None, "login": None, "password": None, **fields})
+
+
+@pytest.mark.parametrize(("fields", "uri", "auth"), [
+    ({"host": "http://mlflow:5000"}, "http://mlflow:5000", {}),
+    ({"host": "mlflow", "port": 5000}, "http://mlflow:5000", {}),
+    ({"host": "mlflow.example.com", "schema": "https", "password": SECRET}, "https://mlflow.example.com",
+     {"token": SECRET}),
+    ({"host": "https://mlflow.example.com", "login": "bot", "password": SECRET}, "https://mlflow.example.com",
+     {"username": "bot", "password": SECRET}),
+    ({"host": "databricks", "password": SECRET}, "databricks", {"token": SECRET}),
+])
+def test_an_mlflow_connection_gives_the_uri_and_the_credentials(fields, uri, auth):
+    assert checks.mlflow_connection("mlflow_default", conn(**fields)) == (uri, auth)
+
+
+def test_an_mlflow_connection_without_a_server_fails_naming_it():
+    fails(checks.mlflow_connection, "mlflow_default", conn(), parameter="mlflow_conn_id", fix="no host")
+    err = fails(checks.mlflow_connection, "mlflow_default", conn(host="sqlite:///m.db", password=SECRET),
+                fix="tracking server")
+    assert "mlflow_default" in err.parameter and SECRET not in str(err)

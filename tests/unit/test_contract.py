@@ -237,6 +237,15 @@ def test_total_resources_multiply_by_the_workers():
     assert spec(num_workers=2, use_gpu=True).total_resources() == {"GPU": 2.0}
 
 
+def test_an_elastic_range_counts_its_minimum_and_survives_json():
+    elastic = spec(num_workers=[2, 4], resources_per_worker={"CPU": 1})
+    assert (elastic.elastic, elastic.min_workers, elastic.max_workers) == (True, 2, 4)
+    assert elastic.total_resources() == {"CPU": 2.0}  # what the run needs to start
+    assert TrainingSpec.from_json(elastic.to_json()) == elastic
+    assert (spec(num_workers=3).elastic, spec(num_workers=3).min_workers, spec(num_workers=3).max_workers) == (
+        False, 3, 3)
+
+
 def test_paths_of_an_attempt():
     s = spec(storage_uri="s3://b/p/", attempt=2)
     assert attempt_uri("s3://b/p/", 2) == "s3://b/p/attempt-2" == s.run_uri
@@ -286,3 +295,12 @@ def test_a_training_result_is_built_from_its_record():
     assert result["submission_id"] == "sid-a1" and result["dashboard_url"] == "http://ray/#/jobs/sid-a1"
     assert result["return_value"] == {"loss": 0.1} and result["world_size"] == 2 and result["attempt"] == 1
     assert json.loads(json.dumps(result)) == result
+
+
+def test_a_training_result_carries_the_segments_of_its_run():
+    ran = [{"started_at": 1.0, "world_size": 4, "reason": "start"}, {"started_at": 9.0, "world_size": 2,
+                                                                     "reason": "node lost"}]
+    rec = record(segments=ran, world_size=2)
+    assert ResultRecord.from_json(rec.to_json()).segments == ran
+    result = training_result(rec, dashboard_url="http://ray/#/jobs/sid-a1")
+    assert result["segments"] == ran and result["world_size"] == 2

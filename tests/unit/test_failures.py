@@ -130,3 +130,40 @@ def test_errors_of_the_provider_that_end_a_wait():
     assert failures.class_of_provider_error(exceptions.RayAuthenticationError("401")) is FailureClass.CONFIGURATION
     assert failures.class_of_provider_error(exceptions.RayClusterUnreachableError("down")) is \
         FailureClass.INFRASTRUCTURE
+
+
+class HorovodNetworkError(RuntimeError):
+    """As the runtime's backend raises it (told apart by its name: this module imports no Ray)."""
+
+
+class ControllerError(RuntimeError):
+    def __init__(self, cause):
+        super().__init__(f"Controller failed: {cause!r}")
+        self.controller_failure = cause
+
+
+def test_a_connection_check_that_failed_is_infrastructure_with_every_connection_named():
+    text = ("Horovod's ranks cannot connect to each other:\n  host-b (10.77.0.2) -> host-a 10.77.0.1:40411: "
+            "timed out after 8 s\nSet horovod_nics, or raise horovod_timeout_s.")
+    failure = of_error(ControllerError(HorovodNetworkError(text)), user_code=False)
+    assert failure.failure_class is FailureClass.INFRASTRUCTURE and failure.failure_class.retryable
+    assert "10.77.0.1:40411" in failure.explain() and "horovod_nics" in failure.explain()
+
+
+ABORT_TAIL = [
+    "(RayTrainWorker pid=1, ip=10.77.0.2) [2026-11-24 11:29:29,275 E 1 2] logging.cc:118: Unhandled exception: "
+    "N4gloo11IoExceptionE. what(): [/tmp/build/gloo/gloo/transport/tcp/pair.cc:799] connect [127.0.1.1]:4492: "
+    "Connection refused /venv/ray/_raylet.so(+0x1812b9a) [0x7f10ef012b9a] ray::operator<<()",
+    "(RayTrainWorker pid=1, ip=10.77.0.2) Fatal Python error: Aborted",
+]
+
+
+def test_a_worker_dead_of_a_gloo_abort_says_why_and_not_memory():
+    died = Failure(FailureClass.INFRASTRUCTURE, "ActorDiedError: The actor died unexpectedly")
+    told = failures.with_network_reason(died, ABORT_TAIL)
+    assert "connect [127.0.1.1]:4492: Connection refused" in told.summary
+    assert "horovod_nics" in told.summary and "memory" not in told.explain()
+    # Only an infrastructure failure, and only when the log has Gloo's reason.
+    assert failures.with_network_reason(died, ["epoch 1"]) is died
+    users = Failure(FailureClass.USER_CODE, "ZeroDivisionError: division by zero")
+    assert failures.with_network_reason(users, ABORT_TAIL) is users

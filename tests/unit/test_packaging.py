@@ -74,6 +74,6 @@ def test_the_readme_table_shows_the_tested_versions():
                     if line and not line.startswith("#"))
     readme = (REPO / "README.md").read_text()
     table = readme.split("## Tested", 1)[1].split("\n## ", 1)[0]
-    assert f"| {versions['PYTHON_AIRFLOW']} | {versions['AIRFLOW']} (with the Amazon provider)" in table
+    assert f"| {versions['PYTHON_AIRFLOW']} | {versions['AIRFLOW']} (with the Amazon and OpenLineage" in table
     assert f"| {versions['PYTHON_AIRFLOW_OLDEST']} | {versions['AIRFLOW_OLDEST']} |" in table
     assert f"| {versions['RAY']} | {versions['TORCH']} (CPU) | {versions['HOROVOD']}, built here |" in table

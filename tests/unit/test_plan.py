@@ -17,6 +17,8 @@ from airflow_provider_horovod.contract import (
     META_RESOURCES,
     META_RESULT_URI,
     META_STORAGE_URI,
+    META_WORKER_RESOURCES,
+    MLFLOW_AUTH_FILE,
     SPEC_FILE,
     TaskRun,
     TaskSpec,
@@ -129,8 +131,20 @@ def test_metadata_names_the_task_run_and_the_attempt():
         META_RESULT_URI: s.storage_uri + "/attempt-2/result.json",
         META_NUM_WORKERS: "3",
         META_RESOURCES: json.dumps({"CPU": 6.0}),
+        META_WORKER_RESOURCES: json.dumps({"CPU": 2.0}),
     }
     assert all(isinstance(v, str) for v in request().metadata.values())
+
+
+def test_job_tags_and_prices_travel_in_the_metadata_the_tags_as_they_are():
+    from airflow_provider_horovod.contract import META_PRICES, META_TAGS, job_tags_of
+
+    tags = {"team": "ranking", "cost_centre": "cc-4711"}
+    metadata = request(1, job_tags=tags, prices={"cpu_hour": 0.05, "currency": "USD"}).metadata
+    assert metadata["team"] == "ranking" and metadata["cost_centre"] == "cc-4711"  # what Ray's APIs filter on
+    assert json.loads(metadata[META_TAGS]) == ["cost_centre", "team"] and job_tags_of(metadata) == tags
+    assert json.loads(metadata[META_PRICES]) == {"cpu_hour": 0.05, "currency": "USD"}
+    assert metadata["airflow_task_id"] == TASK_RUN.task_id  # the provider's keys stay its own
 
 
 def test_payload_files_include_the_spec_of_the_attempt():
@@ -213,3 +227,41 @@ def test_a_task_request_runs_the_function_in_the_driver():
     assert TaskSpec.from_json(made.files[SPEC_FILE].decode()) == made_plan.spec
     assert json.loads(made.dry_run())["driver_resources"] == made.driver_resources
     assert not made_plan.check_cluster_resources
+
+
+# --- MLflow tracking -------------------------------------------------------------------------------
+
+
+def test_without_mlflow_the_spec_has_no_tracking():
+    assert plan().spec.tracking is None
+
+
+def test_tracking_names_the_server_the_experiment_the_run_and_the_airflow_identifiers():
+    mapped = TaskRun("dag", "train", "manual__1", 3)
+    tracked = training_plan(mapped, **{**TRAINING, "mlflow_tracking_uri": "http://mlflow:5000", "try_number": 2})
+    assert tracked.spec.tracking == {
+        "tracking_uri": "http://mlflow:5000", "experiment_name": "dag", "run_name": "train[3] manual__1",
+        "run_key": mapped.base_id,
+        "tags": {"airflow.dag_id": "dag", "airflow.task_id": "train", "airflow.run_id": "manual__1",
+                 "airflow.map_index": "3", "airflow.try_number": "2"}}
+    named = plan(mlflow_tracking_uri="http://mlflow:5000", mlflow_experiment_name="retraining")
+    assert named.spec.tracking["experiment_name"] == "retraining"
+    # Every attempt of the task run carries the same key: a retry finds the run by it.
+    assert json.loads(named.request(3, resume=True).files[SPEC_FILE])["tracking"]["run_key"] == TASK_RUN.base_id
+
+
+def test_an_mlflow_connections_credentials_travel_in_the_payload_only():
+    secret = "mlflow-token-0123"
+    tracked = training_plan(TASK_RUN, **TRAINING, mlflow_tracking_uri="http://mlflow:5000",
+                            mlflow_auth={"token": secret})
+    req = tracked.request(1)
+    assert json.loads(req.files[MLFLOW_AUTH_FILE]) == {"token": secret}
+    assert secret not in json.dumps(req.runtime_env) + json.dumps(req.metadata) + req.entrypoint + req.dry_run()
+    assert secret not in req.files[SPEC_FILE].decode()
+    untracked = training_plan(TASK_RUN, **TRAINING, mlflow_auth={"token": secret})
+    assert MLFLOW_AUTH_FILE not in untracked.files  # no tracking, no credentials
+
+
+def test_a_bad_tracking_uri_fails_the_plan():
+    with pytest.raises(InvalidParameterError, match="mlflow_tracking_uri"):
+        plan(mlflow_tracking_uri="mlflow:5000")

@@ -27,7 +27,8 @@ NOT_MIRRORED = {
 # runtime is a tower of its own beside the Airflow side, on the contract.
 LAYERS = [
     ["exceptions", "contract", "failures"],
-    ["checks", "functions", "compat", "storage", "credentials", "local", "links/ray", "build_horovod"],
+    ["checks", "functions", "compat", "storage", "credentials", "local", "links/ray", "links/mlflow", "build_horovod",
+     "cost", "lineage"],
     ["plan", "hooks/ray_connection", "hooks/ray_transport", "hooks/ray_packages", "hooks/ray"],
     ["jobs/api", "jobs/logs", "jobs/wait", "jobs/submit", "jobs/finish"],
     ["triggers/ray"],
@@ -36,7 +37,9 @@ LAYERS = [
 ]
 RUNTIME_MAY_IMPORT = {"contract", "exceptions", "failures"}
 CLUSTER_LIBRARIES = {"ray", "torch", "horovod", "pyarrow", "boto3", "botocore", "cloudpickle", "psutil", "numpy",
-                     "pandas"}
+                     "pandas", "mlflow"}
+# Optional on the cluster (an extra): imported only inside functions, only when a spec asks for it.
+OPTIONAL_LIBRARIES = {"mlflow"}
 STDLIB = set(sys.stdlib_module_names)
 
 
@@ -144,5 +147,15 @@ def test_the_airflow_side_imports_the_training_stack_only_inside_functions(modul
     for node in tree.body:
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
             [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-        heavy = [n for n in names if n.split(".")[0] in {"torch", "horovod", "ray", "pyarrow"}]
+        heavy = [n for n in names if n.split(".")[0] in {"torch", "horovod", "ray", "pyarrow", *OPTIONAL_LIBRARIES}]
         assert not heavy, f"{module}.py imports {heavy} at its top: every DAG parse would pay for it"
+
+
+@pytest.mark.parametrize("module", sorted(KNOWN))
+def test_optional_libraries_are_imported_only_inside_functions(module):
+    tree = ast.parse(KNOWN[module].read_text())
+    for node in tree.body:
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        optional = [n for n in names if n.split(".")[0] in OPTIONAL_LIBRARIES]
+        assert not optional, f"{module}.py imports {optional} at its top: every training would need it installed"

@@ -32,7 +32,7 @@ def test_connection_form_has_labels_and_placeholders():
     (ray,) = get_provider_info()["connection-types"]
     assert ray["connection-type"] == "ray" and ray["hook-name"] == "Ray"
     fields = ray["conn-fields"]
-    assert list(fields) == ["verify", "ca_bundle", "shared_storage", "runtime_env", "headers"]
+    assert list(fields) == ["verify", "ca_bundle", "shared_storage", "runtime_env", "headers", "prices"]
     assert all(field["label"] for field in fields.values())
     # Booleans are switches in Airflow's form (a JSON boolean, not the text "true", which Airflow's
     # secrets masker takes for a secret too short to mask, and warns about at every task).

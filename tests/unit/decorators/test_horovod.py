@@ -45,3 +45,18 @@ def test_arguments_that_are_not_json_fail_before_any_cluster_call(serve):
         op.execute(context())
     assert err.value.parameter == "op_args" and "JSON-serialisable" in str(err.value)
     assert dashboard.requests == []
+
+
+def test_a_decorated_training_logs_to_mlflow_with_its_calls_arguments_as_parameters():
+    from airflow_provider_horovod.runtime.tracking import params
+
+    @horovod_task(num_workers=2, storage_path="/tmp/ahp-unit", mlflow_tracking_uri="http://mlflow:5000")
+    def tracked(lr, *, layers):
+        return lr
+
+    with DAG("dag", schedule=None):
+        op = tracked(0.1, layers=[4, 4]).operator
+    spec = op.plan(TaskRun("dag", "tracked", RUN_ID), op.wait_policy()).spec
+    assert spec.tracking["tracking_uri"] == "http://mlflow:5000" and spec.tracking["experiment_name"] == "dag"
+    assert params(spec) == {"layers": "[4, 4]", "args": "[0.1]", "world_size": "2", "trainer": "horovod",
+                            "trainer_api": "v2", "use_gpu": "False"}

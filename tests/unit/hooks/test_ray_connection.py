@@ -114,7 +114,7 @@ def test_verify_a_ca_bundle_path(tmp_path):
 
 
 @pytest.mark.parametrize("verify, fragment", [
-    ("/no/such/ca.pem", "'verify'='/no/such/ca.pem' is not an existing path"),
+    ("/no/such/ca.pem", "'verify'='/no/such/ca.pem' is neither true, false nor an existing path"),
     ("yes", "'verify'='yes'"),
     (5, "'verify'=5 must be true, false or a CA bundle path"),
 ])
@@ -170,6 +170,16 @@ def test_the_connections_runtime_env_is_checked_like_a_jobs():
     assert "extra 'runtime_env'=" in message and "'AWS_SECRET_ACCESS_KEY' looks like a secret" in message
     assert "unknown field 'pips'" in refused(extra={"runtime_env": {"pips": ["pandas"]}})
     assert "'runtime_env' must be a JSON object" in refused(extra={"runtime_env": "[1]"})
+
+
+def test_the_connections_prices_are_checked_like_a_tasks():
+    assert endpoint().prices is None
+    assert endpoint(extra={"prices": '{"cpu_hour": 0.05, "currency": "USD"}'}).prices == {"cpu_hour": 0.05,
+                                                                                          "currency": "USD"}
+    assert endpoint(host="local", extra={"prices": {"gpu_hour": 2}}).prices == {"gpu_hour": 2}
+    assert "extra 'prices'=" in (message := refused(extra={"prices": {"cpu_hour": -1}}))
+    assert "cpu_hour must be a number, 0 or more" in message
+    assert "'prices' is not valid JSON" in refused(extra={"prices": "cpu_hour=1"})
 
 
 # --- AIRFLOW_CONN_<ID> that Airflow cannot read -----------------------------------------------------

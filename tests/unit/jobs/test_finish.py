@@ -10,12 +10,16 @@ import pytest
 from airflow_provider_horovod.contract import (
     META_ATTEMPT,
     META_KIND,
+    META_PRICES,
     META_RESULT_URI,
     META_STORAGE_URI,
+    META_TAGS,
+    META_WORKER_RESOURCES,
     XCOM_CHECKPOINT_URI,
     ResultRecord,
     consumed_uri,
     result_uri,
+    worker_groups_uri,
 )
 from airflow_provider_horovod.exceptions import (
     CapacityError,
@@ -86,9 +90,11 @@ def test_success_returns_the_documented_dict_and_marks_the_attempt_consumed(tmp_
         "submission_id": SID, "dashboard_url": URL, "storage_uri": run.storage_uri, "run_uri": run.run_uri,
         "world_size": 2, "attempt": 1, "trainer_api": "v2", "resumed_from": "/elsewhere/attempt-0/checkpoint_000009",
         "timings": {"train_s": 3.5}, "timeline_uri": None,  # no Horovod timeline was asked for
+        "checkpoint_score_attribute": None,
     }
     assert {k: result[k] for k in expected} == expected
-    assert set(result) - set(expected) <= {"return_value", "attempts"} and result["attempts"] == []
+    assert set(result) - set(expected) <= {"return_value", "attempts", "cost", "job_tags", "segments", "mlflow"}
+    assert result["attempts"] == [] and result["job_tags"] == {}
     json.dumps(result)
     assert run.marker() == {"submission_id": SID, "try_number": 3}
 
@@ -185,6 +191,39 @@ def test_a_success_after_failed_attempts_lists_them_with_their_classes(tmp_path)
         {"attempt": 2, "submission_id": "ahp-x-a2", "failure_class": "preemption", "summary": "node drained"}]
 
 
+def test_the_cost_counts_the_failed_attempt_and_is_kept_in_xcom_and_both_records(tmp_path):
+    """Attempt 1 fails (its cost kept in its record, from Ray's times); attempt 2 succeeds: the result's
+    cost has both, the failed one marked, and the succeeded attempt's record keeps it too."""
+    run = Run(tmp_path, attempt=2)
+    metadata = {META_STORAGE_URI: run.storage_uri, META_WORKER_RESOURCES: '{"CPU": 1.0}',
+                META_PRICES: '{"cpu_hour": 3.6, "currency": "USD"}', META_TAGS: '["team"]', "team": "ranking"}
+    first_uri = result_uri(run.storage_uri, 1)
+    Storage().write_json(first_uri, {"submission_id": "ahp-x-a1", "attempt": 1, "storage_uri": run.storage_uri,
+                                     "run_uri": f"{run.storage_uri}/attempt-1",
+                                     "timings": {"started_at": 1002.0, "finished_at": 1030.0}})
+    Storage().write_json(worker_groups_uri(f"{run.storage_uri}/attempt-1"), [{"started_at": 1010.0, "world_size": 2}])
+    failed = JobEvent.from_info("ahp-x-a1", {"status": "FAILED", "start_time": 1000_000, "end_time": 1031_000,
+                                             "metadata": {**metadata, META_RESULT_URI: first_uri, META_ATTEMPT: "1"}})
+    with pytest.raises(InfrastructureError):
+        finish(failed, dashboard_url=URL, storage=Storage(), try_number=1)
+    kept = Storage().read_json(first_uri)["cost"]
+    assert kept["attempts"][0]["failed"] and kept["attempts"][0]["worker_s"] == 40.0  # 2 x (1030 - 1010)
+
+    run.write(run.record(timings={"started_at": 1100.0, "finished_at": 1150.0}))
+    Storage().write_json(worker_groups_uri(run.run_uri), [{"started_at": 1105.0, "world_size": 2}])
+    event = JobEvent.from_info(SID, {"status": "SUCCEEDED", "start_time": 1095_000, "end_time": 1151_500, "metadata": {
+        **metadata, META_RESULT_URI: result_uri(run.storage_uri, 2), META_KIND: "train", META_ATTEMPT: "2"}})
+    result = finish(event, dashboard_url=URL, storage=Storage(), try_number=2)
+    cost = result["cost"]
+    assert [(a["attempt"], a["failed"], a["worker_s"]) for a in cost["attempts"]] == [(1, True, 40.0), (2, False, 90.0)]
+    assert cost["attempts"][1]["wall_s"] == 56.5 and cost["attempts"][1]["queued_s"] == 10.0
+    assert cost["total"]["worker_s"] == 130.0 and cost["total"]["failed_worker_s"] == 40.0
+    assert cost["total"]["amount"] == pytest.approx(0.13) and cost["prices"]["currency"] == "USD"
+    assert result["job_tags"] == {"team": "ranking"}
+    assert Storage().read_json(result_uri(run.storage_uri, 2))["cost"] == cost
+    json.dumps(result)
+
+
 def test_an_error_event_of_the_wait_keeps_its_class(tmp_path):
     event = JobEvent.error(SID, "Ray job x stayed PENDING for 700 s", failure_class=FailureClass.CAPACITY)
     with pytest.raises(CapacityError) as err:
@@ -278,7 +317,8 @@ class NoStorage(Storage):
 def test_a_job_that_is_not_the_providers():
     event = JobEvent.from_info("raysubmit_abc", {"status": "SUCCEEDED", "metadata": {"owner": "team"}})
     assert finish(event, dashboard_url=URL, storage=NoStorage(), try_number=1) == {
-        "submission_id": "raysubmit_abc", "status": "SUCCEEDED", "dashboard_url": URL, "metadata": {"owner": "team"}}
+        "submission_id": "raysubmit_abc", "status": "SUCCEEDED", "dashboard_url": URL, "metadata": {"owner": "team"},
+        "job_tags": {}}
 
 
 def test_a_task_job_returns_its_functions_value(tmp_path):
@@ -286,11 +326,19 @@ def test_a_task_job_returns_its_functions_value(tmp_path):
 
     run = Run(tmp_path)
     record = TaskRecord(submission_id=SID, attempt=1, storage_uri=run.storage_uri, run_uri=run.run_uri,
-                        return_value={"accuracy": 0.9, "rows": [1, 2]}, timings={"run_s": 1.0})
+                        return_value={"accuracy": 0.9, "rows": [1, 2]},
+                        timings={"run_s": 1.0, "started_at": 10.0, "finished_at": 13.0})
     Storage().write_bytes(result_uri(run.storage_uri, 1), record.to_json().encode())
-    result = finish(run.event("task"), dashboard_url=URL, storage=Storage(), try_number=2)
+    event = JobEvent.from_info(SID, {"status": "SUCCEEDED", "start_time": 9000, "end_time": 14000, "metadata": {
+        META_RESULT_URI: result_uri(run.storage_uri, 1), META_KIND: "task", META_WORKER_RESOURCES: '{"GPU": 1.0}'}})
+    result = finish(event, dashboard_url=URL, storage=Storage(), try_number=2)
+    cost = result.pop("cost")
     assert result == {"return_value": {"accuracy": 0.9, "rows": [1, 2]}, "submission_id": SID, "dashboard_url": URL,
-                      "storage_uri": run.storage_uri, "attempt": 1, "timings": {"run_s": 1.0}}
+                      "storage_uri": run.storage_uri, "attempt": 1, "job_tags": {},
+                      "timings": {"run_s": 1.0, "started_at": 10.0, "finished_at": 13.0}}
+    # The driver is the task's one worker: it held its GPU from its start to its end.
+    (spent,) = cost["attempts"]
+    assert (spent["wall_s"], spent["queued_s"], spent["worker_s"], spent["gpu_s"]) == (5.0, 1.0, 3.0, 3.0)
     assert run.marker() == {"submission_id": SID, "try_number": 2}
 
 

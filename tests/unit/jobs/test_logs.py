@@ -521,6 +521,19 @@ RAYS = [
     ("    @     0x7f3a1b2c3d4e        192  (unknown)", logging.INFO),
     ("Fatal Python error: Aborted", logging.INFO),
     ('AHP_FAILURE {"failure_class": "user_code"}', logging.DEBUG),
+    # A worker's abort across hosts, as captured on two namespaced hosts.
+    ("(RayTrainWorker pid=18927, ip=10.77.0.2) /venv/lib/python3.11/site-packages/ray/_raylet.so(+0x181364c) "
+     "[0x7f3cbe81364c] ray::RayLog::operator<< <>()", logging.INFO),
+    ("(RayTrainWorker pid=18927) /lib/x86_64-linux-gnu/libc.so.6(+0x1098ec) [0x7f3cbf5278ec]"
+     "\x1b[32m [repeated 2x across cluster]\x1b[0m", logging.INFO),
+    ("(RayTrainWorker pid=19660, ip=10.77.0.2) [2026-11-24 11:50:03.428569: E /build/horovod/common/operations.cc:697] "
+     "[1]: Horovod background loop uncaught exception: [/build/gloo/transport/tcp/unbound_buffer.cc:133] Timed out",
+     logging.ERROR),
+    ("(RayTrainWorker pid=18927, ip=10.77.0.2) Extension modules: msgpack._cmsgpack, psutil._psutil_linux",
+     logging.INFO),
+    ("terminate called after throwing an instance of 'gloo::IoException'", logging.INFO),
+    ("  what():  [/build/gloo/transport/tcp/pair.cc:799] connect [127.0.1.1]:4492: Connection refused", logging.INFO),
+    ('  File "/venv/lib/python3.11/site-packages/horovod/common/basics.py", line 153 in init', logging.INFO),
 ]
 
 
@@ -544,4 +557,15 @@ def test_runs_of_rays_own_lines_are_folded_each_at_its_level():
         (logging.INFO, "[ray] epoch 2"),
         (logging.INFO, "::group::Ray's own output"), (logging.INFO, f"[ray] {RAYS[4][0]}"),
         (logging.INFO, "::endgroup::"),
+    ]
+
+
+def test_a_blank_line_is_folded_only_inside_a_native_dump():
+    dump, blank = RAYS[5][0], "(RayTrainWorker pid=18927, ip=10.77.0.2) "
+    assert task_log([blank, dump, blank, dump, "epoch 2"]) == [
+        (logging.INFO, f"[ray] {blank}"),
+        (logging.INFO, "::group::Ray's own output"),
+        (logging.INFO, f"[ray] {dump}"), (logging.INFO, f"[ray] {blank}"), (logging.INFO, f"[ray] {dump}"),
+        (logging.INFO, "::endgroup::"),
+        (logging.INFO, "[ray] epoch 2"),
     ]

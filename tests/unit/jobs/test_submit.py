@@ -43,9 +43,20 @@ def test_no_job_yet_submits_attempt_one(plan):
     ray = FakeRay()
     job = start(ray, plan, Storage())
     assert job == {"submission_id": SID(1), "dashboard_url": ray.get_job_url(SID(1)), "storage_uri": plan.storage_uri,
-                   "attempt": 1, "kind": "train"}
+                   "attempt": 1, "kind": "train", "checkpoint_score_attribute": None, "aws_conn_id": None,
+                   "job_tags": {}}
     (submitted,) = ray.submitted
     assert submitted["submission_id"] == SID(1) and spec_sent(submitted).resume_from == []
+
+
+def test_the_connections_prices_apply_to_a_task_that_gives_none(tmp_path):
+    sent = []
+    for own in (None, {"gpu_hour": 3.0}):
+        ray = FakeRay()
+        ray.endpoint.prices = {"cpu_hour": 0.05}
+        start(ray, make_plan(tmp_path, prices=own), Storage())
+        sent += [call["metadata"].get("ahp_prices") for call in ray.submitted]
+    assert sent == ['{"cpu_hour": 0.05}', '{"gpu_hour": 3.0}']
 
 
 @pytest.mark.parametrize("status", ["PENDING", "RUNNING"])

@@ -419,7 +419,8 @@ def test_it_sleeps_the_poll_interval_between_polls(monkeypatch):
     async def save(cursor):
         pass
 
-    event = asyncio.run(follow(ray, SID, policy=WaitPolicy(poll_interval_s=2.5), cursor=LogCursor(SID), write=lambda level, line: None,
+    event = asyncio.run(follow(ray, SID, policy=WaitPolicy(poll_interval_s=2.5), cursor=LogCursor(SID),
+                               write=lambda level, line: None,
                                save_cursor=save))
     assert event.succeeded and slept == [2.5, 2.5, 2.5]
 

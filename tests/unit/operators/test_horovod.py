@@ -20,6 +20,7 @@ from airflow.providers.common.compat.sdk import AirflowFailException
 
 from airflow_provider_horovod import checks, functions, plan
 from airflow_provider_horovod.contract import (
+    RESUME_GUARD_S,
     SPEC_FILE,
     XCOM_CHECKPOINT_URI,
     XCOM_JOB,
@@ -70,7 +71,12 @@ class Unpicklable:
 
 BAD_INPUTS = [
     ({"num_workers": 0}, "num_workers", "1 or more"),
-    ({"num_workers": "2"}, "num_workers", "whole number"),
+    ({"num_workers": "two"}, "num_workers", "whole number"),
+    ({"num_workers": (4, 2)}, "num_workers", "at most max 2"),
+    ({"num_workers": [0, 2]}, "num_workers", "at least 1"),
+    ({"num_workers": (2, 4), "trainer_api": "legacy"}, "num_workers", "no elastic training"),
+    ({"num_workers": (2, 4), "elastic_resize_monitor_interval_s": 0}, "elastic_resize_monitor_interval_s",
+     "greater than 0"),
     ({"num_workers": True}, "num_workers", "whole number"),
     ({"train_fn": "no_such_module_xyz:train"}, "train_fn", "not importable"),
     ({"train_fn": "not a path"}, "train_fn", "package.module:function"),
@@ -115,6 +121,11 @@ MORE_BAD_INPUTS = [
     ({"runtime_env": {"working_dir": "/no/such/dir"}}, "runtime_env", "is not a folder here"),
     ({"datasets": {"train": "no_such_module_xyz:make"}}, "datasets['train']", "not importable"),
     ({"train_fn": f"{GOOD_FN[:-len('train_func')]}trian_func"}, "train_fn", "(it has train_func"),
+    ({"mlflow_tracking_uri": "mlflow:5000"}, "mlflow_tracking_uri", "http://mlflow:5000"),
+    ({"mlflow_tracking_uri": "http://mlflow:5000", "mlflow_conn_id": "mlflow_default"}, "mlflow_conn_id",
+     "not both"),
+    ({"mlflow_tracking_uri": "http://mlflow:5000", "mlflow_experiment_name": " "}, "mlflow_experiment_name",
+     "MLflow experiment"),
 ]
 
 
@@ -172,7 +183,8 @@ def test_the_constructor_does_no_work(monkeypatch):
 
 def test_template_fields():
     assert tuple(HorovodTrainOperator.template_fields) == (
-        "train_loop_config", "datasets", "storage_path", "horovod_env", "runtime_env", "ray_conn_id", "aws_conn_id")
+        "num_workers", "train_loop_config", "datasets", "storage_path", "horovod_env", "runtime_env", "ray_conn_id",
+        "aws_conn_id", "job_tags", "mlflow_tracking_uri", "mlflow_conn_id", "mlflow_experiment_name")
     op = operator(storage_path="s3://b/{{ params.env }}", train_loop_config={"lr": "{{ params.lr }}"},
                   datasets={"train": "s3://b/{{ params.env }}/train/"}, ray_conn_id="ray_{{ params.env }}")
     op.render_template_fields({"params": {"env": "prod", "lr": 0.1}})
@@ -214,6 +226,24 @@ def test_plan_builds_the_spec():
     assert (spec.num_workers, spec.use_gpu, spec.resources_per_worker) == (3, True, {"CPU": 2.0})
     assert spec.pending_timeout_s == 30 and training.runtime_env == {}
     assert TrainingSpec.from_json(spec.to_json()) == spec
+
+
+def test_an_elastic_range_plans_with_its_minimum():
+    training = planned(operator(num_workers=(2, 4), resources_per_worker={"CPU": 2},
+                                elastic_resize_monitor_interval_s=5))
+    spec = training.spec
+    assert (spec.num_workers, spec.min_workers, spec.max_workers, spec.elastic) == ([2, 4], 2, 4, True)
+    assert spec.elastic_resize_monitor_interval_s == 5
+    # The resource check and the unschedulable message count what the run needs to start.
+    assert training.resources == {"CPU": 4.0}
+    assert training.request(1).metadata["ahp_num_workers"] == "2-4"
+    assert TrainingSpec.from_json(spec.to_json()) == spec
+
+
+def test_a_templated_range_renders_to_the_same_plan():
+    op = operator(num_workers="{{ params.workers }}")
+    op.render_template_fields({"params": {"workers": [2, 4]}})
+    assert planned(op).spec.num_workers == [2, 4]
 
 
 def test_a_callable_travels_by_value(monkeypatch):
@@ -353,7 +383,8 @@ def test_a_task_run_trains_and_returns_the_verified_checkpoint(serve, tmp_path, 
     assert [out.count(f"[ray] {line}") for line in ("epoch 0", "epoch 1", "done")] == [1, 1, 1]
     assert op.submission_id == sid and xcoms[XCOM_JOB] == {
         "submission_id": sid, "dashboard_url": result["dashboard_url"], "attempt": 1, "kind": "train",
-        "storage_uri": TASK_RUN.storage_uri(str(tmp_path))}
+        "storage_uri": TASK_RUN.storage_uri(str(tmp_path)), "checkpoint_score_attribute": None, "aws_conn_id": None,
+        "job_tags": {}}
     # The worker's wait reads windows of the log's end (the State API), never the whole log.
     paths = [path for _, path in dashboard.requests]
     assert any(path.startswith("/api/v0/logs/file?") for path in paths)
@@ -431,7 +462,8 @@ def test_without_waiting_the_task_returns_the_job(serve, tmp_path):
     ctx = context()
     sid = TASK_RUN.submission_id(1)
     assert op.execute(ctx) == {"submission_id": sid, "dashboard_url": f"{dashboard.url}/#/jobs/{sid}",
-                               "storage_uri": TASK_RUN.storage_uri(str(tmp_path)), "attempt": 1, "kind": "train"}
+                               "storage_uri": TASK_RUN.storage_uri(str(tmp_path)), "attempt": 1, "kind": "train",
+                               "checkpoint_score_attribute": None, "aws_conn_id": None, "job_tags": {}}
     assert ctx["ti"].xcoms[XCOM_SUBMISSION_ID] == sid and "get_job_logs" not in ray.calls
 
 
@@ -462,6 +494,8 @@ def test_deferred_the_trigger_gets_the_job_and_the_cursor_after_a_short_wait_her
     # The short wait here streamed the line the earlier try had not: the trigger goes on after it.
     handed = LogCursor.from_dict(kwargs.pop("log_cursor"), sid)
     assert (handed.lines, handed.tail) == (3, earlier.advanced(["epoch 2"]).tail)
+    # The event waits until Airflow has seen this worker exit (apache/airflow#67287).
+    assert abs(kwargs.pop("not_before") - (time.time() + RESUME_GUARD_S)) < 5
     assert kwargs == {"submission_id": sid, "ray_conn_id": "my_ray", "stream_logs": True,
                       "policy": {"poll_interval_s": 0.001, "pending_timeout_s": 45, "stall_timeout_s": None}}
     assert deferred.value.method_name == "execute_complete"

@@ -96,11 +96,21 @@ def test_the_constructor_does_no_work(monkeypatch):
 
 def test_template_fields():
     assert set(RayTaskOperator.template_fields) == {"op_args", "op_kwargs", "runtime_env", "storage_path",
-                                                    "ray_conn_id", "aws_conn_id"}
-    assert set(BaseRayJobOperator.template_fields) == {"ray_conn_id", "storage_path", "aws_conn_id"}
-    op = operator(op_args=["s3://b/{{ params.run }}"], op_kwargs={"threshold": "{{ params.t }}"})
-    op.render_template_fields({"params": {"run": "r1", "t": 0.7}})
-    assert op.op_args == ["s3://b/r1"] and op.op_kwargs == {"threshold": "0.7"}
+                                                    "ray_conn_id", "aws_conn_id", "job_tags"}
+    assert set(BaseRayJobOperator.template_fields) == {"ray_conn_id", "storage_path", "aws_conn_id", "job_tags"}
+    op = operator(op_args=["s3://b/{{ params.run }}"], op_kwargs={"threshold": "{{ params.t }}"},
+                  job_tags={"team": "{{ params.team }}"})
+    op.render_template_fields({"params": {"run": "r1", "t": 0.7, "team": "ranking"}})
+    assert op.op_args == ["s3://b/r1"] and op.op_kwargs == {"threshold": "0.7"} and op.job_tags == {"team": "ranking"}
+
+
+def test_bad_job_tags_fail_before_anything_is_submitted():
+    from airflow_provider_horovod.exceptions import InvalidParameterError
+
+    op = operator(job_tags={"ahp_kind": "mine"})
+    with pytest.raises(InvalidParameterError) as err:
+        op.plan(TASK_RUN, WaitPolicy())
+    assert err.value.parameter == "job_tags" and "'ahp_kind' is reserved" in str(err.value)
 
 
 def test_plan_builds_the_task_spec():

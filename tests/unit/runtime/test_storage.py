@@ -224,3 +224,15 @@ def test_the_history_is_written_as_it_comes_and_a_restarted_worker_goes_on_from_
     again.resume()
     again.add(storage.point({"loss": 0.8}, len(again.points) + 1, None))
     assert [p["report"] for p in json.load(open(uri))] == [1, 2, 3]
+
+
+def test_each_start_of_a_worker_group_is_noted_with_its_size_from_when_its_process_started(tmp_path):
+    import psutil
+
+    uri = str(tmp_path / "attempt-1" / "worker_groups.json")
+    storage.note_worker_group(uri, 4)
+    storage.note_worker_group(uri, 2)  # restarted smaller (a lost worker, an elastic resize)
+    groups = storage.read_json(uri)
+    assert [g["world_size"] for g in groups] == [4, 2]
+    # Ray starts a worker's process once its resources are granted: held from then.
+    assert [g["started_at"] for g in groups] == [round(psutil.Process().create_time(), 3)] * 2

@@ -93,3 +93,35 @@ def test_a_return_value_that_is_not_json_fails_rank_0(tmp_path, monkeypatch):
     assert json.loads(open(uri).read()) == {"loss": 0.5}
     with pytest.raises(TypeError, match="train_fn returned a object, which XCom cannot hold as JSON"):
         trainers.keep_rank0_return(object(), uri)
+
+
+# --- elastic runs ------------------------------------------------------------------------------------
+
+def test_an_elastic_range_becomes_ray_train_v2s_elastic_scaling(tmp_path):
+    from airflow_provider_horovod.runtime.trainers import scaling_config
+
+    config = scaling_config(spec(tmp_path, num_workers=[2, 4], elastic_resize_monitor_interval_s=5.0))
+    assert (config.num_workers, config.min_workers, config.max_workers) == ((2, 4), 2, 4)
+    assert config.elastic_resize_monitor_interval_s == 5.0
+    assert scaling_config(spec(tmp_path, num_workers=3)).num_workers == 3
+
+
+def test_the_legacy_trainer_refuses_an_elastic_range(tmp_path):
+    from airflow_provider_horovod.runtime.trainers import build_legacy_trainer
+
+    with pytest.raises(ValueError, match=r"num_workers=\[2, 4\]: trainer_api='legacy'.*no elastic"):
+        build_legacy_trainer(spec(tmp_path, num_workers=[2, 4], trainer_api="legacy"), train, {}, None)
+
+
+def test_segments_of_a_run_from_rank_0s_notes():
+    from airflow_provider_horovod.runtime.trainers import segments
+
+    notes = [{"started_at": 1.0, "world_size": 4, "reason": "start"}, {"started_at": 9.0, "world_size": 2,
+                                                                        "reason": "node lost"},
+             {"started_at": 20.0, "world_size": 4, "reason": "grow"}]
+    assert segments(notes) == notes
+    # Ray's HorovodTrainer gives no reason: the first group is the start, the others restarts.
+    assert [s["reason"] for s in segments([{"started_at": 1.0, "world_size": 2}, {"started_at": 5.0,
+                                                                                   "world_size": 2}])] == [
+        "start", "failure"]
+    assert segments([]) == []

@@ -99,7 +99,7 @@ def test_a_succeeded_job_of_anyone_gives_the_generic_dict(poke):
     done = poke(sensor(), ray, ctx)
     assert isinstance(done, PokeReturnValue) and done.is_done
     assert done.xcom_value == {"submission_id": SID, "status": "SUCCEEDED", "metadata": {"owner": "team-a"},
-                               "dashboard_url": f"{poke.dashboard.url}/#/jobs/{SID}"}
+                               "dashboard_url": f"{poke.dashboard.url}/#/jobs/{SID}", "job_tags": {}}
     assert ctx["ti"].xcoms == {}
 
 

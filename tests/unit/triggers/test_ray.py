@@ -31,7 +31,7 @@ def test_serialize_exact_and_rebuilt():
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_provider_horovod.triggers.ray.RayJobTrigger"
     assert LogCursor.from_dict(kwargs.pop("log_cursor"), SID) == CURSOR
-    assert kwargs == {"submission_id": SID, "ray_conn_id": "my_ray", "stream_logs": False,
+    assert kwargs == {"submission_id": SID, "ray_conn_id": "my_ray", "stream_logs": False, "not_before": None,
                       "policy": {"poll_interval_s": 2.5, "pending_timeout_s": 60, "stall_timeout_s": 120}}
     assert trigger.policy == policy
     classpath, kwargs = trigger.serialize()
@@ -43,7 +43,7 @@ def test_defaults_and_a_cursor_of_another_job():
     other = LogCursor("ahp-dag-train-0123456789-a2").advanced(["x"] * 9).to_dict()
     _, kwargs = RayJobTrigger(submission_id=SID, log_cursor=other).serialize()
     assert LogCursor.from_dict(kwargs.pop("log_cursor"), SID) == LogCursor(SID)
-    assert kwargs == {"submission_id": SID, "ray_conn_id": "ray_default", "stream_logs": True,
+    assert kwargs == {"submission_id": SID, "ray_conn_id": "ray_default", "stream_logs": True, "not_before": None,
                       "policy": {"poll_interval_s": 1.0, "pending_timeout_s": 600.0, "stall_timeout_s": None}}
 
 
@@ -105,6 +105,19 @@ def test_run_streams_each_line_once_and_yields_one_event(run, monkeypatch, capsy
     assert LogCursor.from_dict(event.log_cursor, SID).tail == LogCursor(SID).advanced(["l1", "l2", "l3", "l4"]).tail
     assert streamed(capsys) == ["l1", "l2", "l3", "l4"]
     assert "get_job_logs" not in ray.calls  # read by windows of the log's end
+
+
+def test_a_job_ending_right_after_the_deferral_holds_its_event_until_not_before(run):
+    # Airflow 3.3.2 fails a task resumed before it saw the deferring worker exit (apache/airflow#67287).
+    ray = FakeRay({SID: [job("RUNNING"), job("SUCCEEDED")]}, logs={SID: ["", "done\n"]})
+    started = time.time()
+    events = run(RayJobTrigger(submission_id=SID, policy=FAST, not_before=started + 1.5), ray)
+    assert time.time() - started >= 1.5 and JobEvent.from_dict(events[0].payload).succeeded
+    # Past it, nothing is held.
+    ray = FakeRay({SID: [job("SUCCEEDED")]}, logs={SID: ["done\n"]})
+    started = time.time()
+    run(RayJobTrigger(submission_id=SID, policy=FAST, not_before=started - 60), ray)
+    assert time.time() - started < 1.5
 
 
 def test_a_serialized_cursor_repeats_no_line(run, monkeypatch, capsys):

@@ -1,0 +1,298 @@
+"""Horovod across hosts, through the operator: network namespaces made by the test
+(``support/hosts.py``), each with its own address, host name, Debian's /etc/hosts (its own name on
+127.0.1.1) and its own interface names (eth0 on host 1, ens5 on host 2, and eth1 on a second network),
+a Ray node on each (head with token auth on host 1, 10.77.0.1), and an S3 server (moto) on the root
+namespace's address of the hosts' network. The operator runs in this process, as Airflow's worker
+would, against the head's dashboard.
+
+The tests share one cluster and run in order: the elastic test that loses host 2 leaves it down, the
+next one brings it back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+
+import pytest
+from support import hosts as testhosts
+from support.tasks import FakeTI, run_in_thread
+
+from airflow_provider_horovod.contract import attempt_uri, worker_groups_uri
+
+pytestmark = pytest.mark.integration
+
+CONN_ID = "ray_multihost"
+BUCKET = "multihost"
+
+
+# -- what the ranks run (pickled by value with the operator) -----------------------------------------
+
+def allreduce_probe(config):
+    """``inits`` times hvd.init() (hvd.shutdown() between, as test suites and phased trainings do), an
+    allreduce checked after each; what every rank saw."""
+    import os
+    import socket
+
+    import horovod.torch as hvd
+    import torch
+
+    for i in range(config["inits"]):
+        if i:
+            hvd.shutdown()
+        hvd.init()
+        summed = hvd.allreduce(torch.tensor([hvd.rank() + 1.0, 10.0 * (hvd.rank() + 1)]), op=hvd.Sum, name=f"s{i}")
+        n = hvd.size()
+        assert summed.tolist() == [n * (n + 1) / 2, 10.0 * n * (n + 1) / 2], summed
+    seen = hvd.allgather_object({"rank": hvd.rank(), "host": socket.gethostname(), "sum": summed.tolist(),
+                                 "size": hvd.size(), "gloo_iface": os.environ.get("HOROVOD_GLOO_IFACE")})
+    report_checkpoint(hvd.rank(), {"inits": config["inits"]})
+    return seen
+
+
+def report_checkpoint(rank, state):
+    """Rank 0's checkpoint of ``state``, reported by every rank (the operator wants a checkpoint)."""
+    import json
+    import os
+    import tempfile
+
+    import ray.train
+    from ray.train import Checkpoint
+
+    with tempfile.TemporaryDirectory() as folder:
+        checkpoint = None
+        if rank == 0:
+            with open(os.path.join(folder, "state.json"), "w") as f:
+                json.dump(state, f)
+            checkpoint = Checkpoint.from_directory(folder)
+        ray.train.report(state, checkpoint=checkpoint)
+
+
+def elastic_train(config):
+    """``steps`` steps, each an allreduce checked against the world size of the moment and a report with
+    a checkpoint (rank 0's) of the step and the running total; resumes from the last checkpoint. The
+    total gains exactly 1 a step whatever the size, so a correct run ends with total == steps."""
+    import json
+    import os
+    import time
+
+    import horovod.torch as hvd
+    import ray.train
+    import torch
+
+    hvd.init()
+    size, step, total = hvd.size(), 0, 0.0
+    if checkpoint := ray.train.get_checkpoint():
+        with checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
+            state = json.load(f)
+        step, total = state["step"], state["total"]
+    resumed_at = step
+    while step < config["steps"]:
+        summed = hvd.allreduce(torch.tensor([hvd.rank() + 1.0]), op=hvd.Sum, name=f"step{step}").item()
+        if summed != size * (size + 1) / 2:
+            raise AssertionError(f"allreduce at size {size} gave {summed}")
+        total += summed / (size * (size + 1) / 2)
+        step += 1
+        time.sleep(config["step_s"])
+        report_checkpoint(hvd.rank(), {"step": step, "size": size, "total": total})
+    return {"total": total, "steps": step, "size": size, "resumed_at": resumed_at}
+
+
+# -- the cluster ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cluster(monkeypatch_module):
+    """Two Debian-style hosts, interfaces named eth0 and ens5 (and eth1 on a second network), moto
+    on the root namespace's address, a Ray node of 2 CPUs on each, the operator's connection set."""
+    testhosts.skip_unless_available()
+    if not os.path.exists(testhosts.cluster_python()):
+        pytest.skip(f"no cluster environment at {testhosts.cluster_python()}")
+    import logging
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+    from support.cluster import connection
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    hosts = testhosts.Hosts(2, ifaces=("eth0", "ens5"), data_ifaces=("eth1", "eth1"), etc_hosts=testhosts.DEBIAN)
+    moto = None
+    try:
+        hosts.up()
+        port = _free_port(hosts.root_address)
+        moto = ThreadedMotoServer(ip_address=hosts.root_address, port=port, verbose=False)
+        moto.start()
+        s3 = {"AWS_ENDPOINT_URL": f"http://{hosts.root_address}:{port}", "AWS_ACCESS_KEY_ID": "testing",
+              "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+              "AWS_EC2_METADATA_DISABLED": "true"}
+        hosts.extra_env.update(s3)  # the Ray nodes' own environment, as a cluster's instance role would give
+        for key, value in s3.items():
+            monkeypatch_module.setenv(key, value)
+        boto3.client("s3", endpoint_url=s3["AWS_ENDPOINT_URL"]).create_bucket(Bucket=BUCKET)
+        hosts.start_cluster(num_cpus=2)
+        head = {"dashboard_url": hosts.dashboard_url, "token": hosts.token}
+        monkeypatch_module.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", connection(head, shared_storage=False))
+        yield hosts
+    finally:
+        hosts.down()
+        if moto is not None:
+            moto.stop()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+def _free_port(address: str) -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
+def ensure_nodes(hosts: testhosts.Hosts, count: int) -> None:
+    """Host 2's Ray node up (count 2) or stopped (count 1)."""
+    alive = hosts.alive_nodes()
+    if count == 2 and hosts[1].address not in alive:
+        hosts.join(hosts[1], num_cpus=2)
+    elif count == 1 and hosts[1].address in alive:
+        hosts.stop_ray(hosts[1])
+    hosts.wait_for_nodes(count, timeout=60)
+
+
+def operator(hosts: testhosts.Hosts, train_fn, **kwargs):
+    from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
+
+    # RAY_ADDRESS: Train V2's placement-group cleaner must find this cluster, not another on the machine.
+    kwargs.setdefault("runtime_env", {"env_vars": {"RAY_ADDRESS": hosts.gcs_address}})
+    return HorovodTrainOperator(task_id="train", train_fn=train_fn, ray_conn_id=CONN_ID, deferrable=False,
+                                poll_interval_seconds=0.5, storage_path=f"s3://{BUCKET}/runs", **kwargs)
+
+
+def groups_started(ti: FakeTI) -> list[dict]:
+    """Rank 0's notes of the worker groups of the task run's first attempt, as they are written."""
+    import boto3
+
+    storage = ti.task_run.storage_uri(f"s3://{BUCKET}/runs")
+    key = worker_groups_uri(attempt_uri(storage, 1)).split(f"s3://{BUCKET}/", 1)[1]
+    try:
+        body = boto3.client("s3").get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    except Exception:  # noqa: BLE001 - not written yet
+        return []
+    return json.loads(body)
+
+
+def checkpoints_written(ti: FakeTI) -> int:
+    """How many checkpoint folders rank 0 has uploaded in the first attempt so far."""
+    import boto3
+
+    prefix = attempt_uri(ti.task_run.storage_uri(f"s3://{BUCKET}/runs"), 1).split(f"s3://{BUCKET}/", 1)[1]
+    listed = boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=prefix + "/checkpoint_")
+    return len({item["Key"].split("/checkpoint_", 1)[1].split("/", 1)[0] for item in listed.get("Contents", [])})
+
+
+def wait_until(predicate, timeout: float, what: str, outcome: dict | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if outcome and "error" in outcome:
+            raise outcome["error"]
+        if found := predicate():
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"{what} did not happen within {timeout:g} s")
+
+
+# -- the tests ---------------------------------------------------------------------------------------
+
+def test_debian_hosts_with_differently_named_interfaces_train_without_horovod_nics(cluster):
+    """Host names on 127.0.1.1, eth0 on one host and ens5 on the other, no horovod_nics: each rank's Gloo
+    takes the interface of Ray's address for its node; Horovod re-initialised 20 times across the hosts."""
+    ensure_nodes(cluster, 2)
+    ti = FakeTI(f"debian-{uuid.uuid4().hex[:6]}")
+    result = operator(cluster, allreduce_probe, num_workers=2, resources_per_worker={"CPU": 2},
+                      train_loop_config={"inits": 20}).execute({"ti": ti})
+    ranks = {r["host"]: r for r in result["return_value"]}
+    assert sorted(ranks) == ["ahp-node1", "ahp-node2"], result["return_value"]
+    assert all(r["sum"] == [3.0, 30.0] and r["size"] == 2 for r in ranks.values()), ranks
+    assert (ranks["ahp-node1"]["gloo_iface"], ranks["ahp-node2"]["gloo_iface"]) == ("eth0", "ens5")
+    assert result["world_size"] == 2 and [s["reason"] for s in result["segments"]] == ["start"]
+    assert result["checkpoint_uri"].startswith(f"s3://{BUCKET}/runs/")
+
+
+def test_elastic_training_loses_a_host_and_finishes_smaller_from_its_checkpoint(cluster):
+    """(2, 4) workers of 1 CPU: 4 ranks on the two hosts; host 2's machine goes away mid-run; Horovod
+    restarts at 2 on host 1 from the last checkpoint and finishes with the right total."""
+    ensure_nodes(cluster, 2)
+    ti = FakeTI(f"shrink-{uuid.uuid4().hex[:6]}")
+    steps = 12
+    op = operator(cluster, elastic_train, num_workers=(2, 4), max_failures=2, train_loop_config={
+        "steps": steps, "step_s": 0.5})
+    thread, outcome = run_in_thread(op, {"ti": ti})
+    wait_until(lambda: [g for g in groups_started(ti) if g["world_size"] == 4], 120, "a group of 4", outcome)
+    wait_until(lambda: checkpoints_written(ti) >= 2, 60, "two checkpoints at 4", outcome)
+    time.sleep(3)  # Ray Train registers a report once it has polled every rank's (every 2 s)
+    cluster.stop_ray(cluster[1])
+    thread.join(150)
+    assert not thread.is_alive(), "the training did not finish"
+    if "error" in outcome:
+        raise outcome["error"]
+    result = outcome["result"]
+    segments = result["segments"]
+    assert [(s["world_size"], s["reason"]) for s in segments] == [(4, "start"), (2, "node lost")], segments
+    assert result["world_size"] == 2
+    value = result["return_value"]
+    assert value["size"] == 2 and value["total"] == steps == value["steps"], value
+    assert 0 < value["resumed_at"] < steps, value  # from a checkpoint, not from scratch
+
+
+def test_elastic_training_grows_when_a_host_returns(cluster):
+    """(2, 4) with host 2 gone: starts at 2 on host 1; host 2 comes back; at the next look (every 3 s
+    here) Horovod restarts at 4 from the last checkpoint and finishes with the right total."""
+    ensure_nodes(cluster, 1)
+    ti = FakeTI(f"grow-{uuid.uuid4().hex[:6]}")
+    steps = 24
+    op = operator(cluster, elastic_train, num_workers=[2, 4], elastic_resize_monitor_interval_s=3,
+                  train_loop_config={"steps": steps, "step_s": 0.5})
+    thread, outcome = run_in_thread(op, {"ti": ti})
+    wait_until(lambda: groups_started(ti), 120, "the first group", outcome)
+    wait_until(lambda: checkpoints_written(ti) >= 2, 60, "two checkpoints at 2", outcome)
+    cluster.join(cluster[1], num_cpus=2)
+    thread.join(150)
+    assert not thread.is_alive(), "the training did not finish"
+    if "error" in outcome:
+        raise outcome["error"]
+    result = outcome["result"]
+    assert [(s["world_size"], s["reason"]) for s in result["segments"]] == [(2, "start"), (4, "grow")], result
+    value = result["return_value"]
+    assert result["world_size"] == 4 and value["size"] == 4 and value["total"] == steps, value
+    assert 0 < value["resumed_at"] < steps, value
+
+
+def test_hosts_that_cannot_connect_fail_saying_where_within_the_timeout(cluster):
+    """Host 2 cut off the second network (its interface up, its packets lost, as behind a firewall that
+    drops them) while Ray, on the first, still reaches it; horovod_nics picks the second network."""
+    from airflow_provider_horovod.exceptions import JobFailure
+
+    ensure_nodes(cluster, 2)
+    timeout_s = 8
+    cluster.isolate(cluster[1], data=True)
+    started = time.monotonic()
+    try:
+        with pytest.raises(JobFailure) as err:
+            operator(cluster, allreduce_probe, num_workers=2, resources_per_worker={"CPU": 2}, horovod_nics=["eth1"],
+                     horovod_timeout_s=timeout_s, train_loop_config={"inits": 1}).execute(
+                {"ti": FakeTI(f"cut-{uuid.uuid4().hex[:6]}")})
+    finally:
+        cluster.isolate(cluster[1], False, data=True)
+    took = time.monotonic() - started
+    message = str(err.value)
+    for needed in ("cannot reach each other", "ahp-node1", "ahp-node2", "10.177.0.1:", "10.177.0.2:",
+                   f"no answer within {timeout_s} s", "horovod_nics", "horovod_timeout_s"):
+        assert needed in message, (needed, message)
+    assert "Fatal Python error" not in message
+    # The job's start and end, the workers' start and the check's own wait.
+    assert took < timeout_s + 40, took

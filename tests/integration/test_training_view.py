@@ -1,0 +1,199 @@
+"""The plugin's views in Airflow's own UI, in a real browser (Debian's Chromium, headless, driven by
+Playwright) on the real stack: the Training tab of a task instance (live while a real training runs,
+then its checkpoints) and the Training history tab of a retraining DAG. Screenshots go to
+docs/screenshots. The tests that need no training also run on the oldest supported Airflow, whose
+UI loads React app plugins too."""
+
+from __future__ import annotations
+
+import base64
+import re
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from support.tasks import wait_for_status
+
+from airflow_provider_horovod.contract import TaskRun
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+SCREENSHOTS = REPO / "docs" / "screenshots"
+TRAINING, HISTORY = "ahp_stack_view_training", "ahp_stack_view_history"
+HISTORY_DAYS = ("2026-11-01", "2026-11-02", "2026-11-03")
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-sync"]
+VIEW = "[data-testid=training-view]"
+# The oldest supported Airflow runs the tests marked oldest_airflow too: its screenshots apart from
+# those of the Airflow the project is tested with first (scripts/versions.env).
+NEWEST = re.search(r"^AIRFLOW=(\S+)", (REPO / "scripts" / "versions.env").read_text(), re.M).group(1)
+AIRFLOW_SUFFIX = "" if version("apache-airflow") == NEWEST else f"-airflow-{version('apache-airflow')}"
+
+
+@pytest.fixture(scope="module")
+def history_runs(stack):
+    """Three runs of the retraining DAG on three logical dates (seconds each)."""
+    return [stack.api("POST", f"/dags/{HISTORY}/dagRuns",
+                      json={"dag_run_id": f"view_{day}", "logical_date": f"{day}T00:00:00Z"})["dag_run_id"]
+            for day in HISTORY_DAYS]
+
+
+@pytest.fixture(scope="module")
+def runs(stack, history_runs):
+    """A real training (about a minute); the history's runs go on meanwhile."""
+    return {"training": stack.trigger(TRAINING), "history": history_runs}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def open_page(browser, url: str, *, scheme: str = "light", height: int = 1000):
+    page = browser.new_context(viewport={"width": 1400, "height": height}, color_scheme=scheme).new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.errors = errors
+    # Airflow 3.1 sends a new session to its home page after the login: the page is opened after it.
+    page.goto(url.split("/dags/")[0], wait_until="networkidle")
+    page.goto(url, wait_until="networkidle")
+    return page
+
+
+def training_tab(stack, dag_id: str, run_id: str, task_id: str) -> str:
+    return f"{stack.url}/dags/{dag_id}/runs/{run_id}/tasks/{task_id}/plugin/horovod_training"
+
+
+def points(page, metric: str) -> int:
+    chart = page.locator(f'{VIEW} [data-metric="{metric}"]')
+    return int(chart.get_attribute("data-points") or 0) if chart.count() else 0
+
+
+def mean_brightness(page, png: bytes) -> float:
+    """Mean luminance (0-255) of a screenshot, worked out by the browser's own PNG decoder."""
+    return page.evaluate("""async (data) => {
+        const image = new Image();
+        image.src = `data:image/png;base64,${data}`;
+        await image.decode();
+        const canvas = document.createElement("canvas");
+        canvas.width = image.width;
+        canvas.height = image.height;
+        const context = canvas.getContext("2d");
+        context.drawImage(image, 0, 0);
+        const pixels = context.getImageData(0, 0, canvas.width, canvas.height).data;
+        let sum = 0;
+        for (let i = 0; i < pixels.length; i += 4) {
+            sum += 0.2126 * pixels[i] + 0.7152 * pixels[i + 1] + 0.0722 * pixels[i + 2];
+        }
+        return sum / (pixels.length / 4);
+    }""", base64.b64encode(png).decode())
+
+
+def test_the_training_view_of_a_running_training_shows_its_first_reports_before_the_job_ends(
+        stack, runs, browser, ray_hook):
+    run_id = runs["training"]
+    stack.wait_for_state(TRAINING, run_id, "train", {"deferred", "running"}, timeout=300)
+    sid = TaskRun(TRAINING, "train", run_id).submission_id(1)
+    wait_for_status(ray_hook, sid, {"RUNNING"}, timeout=120)
+    page = open_page(browser, training_tab(stack, TRAINING, run_id, "train"))
+    page.locator(f"{VIEW}[data-trains]").wait_for(timeout=60_000)  # its first answer is in
+    assert page.locator(VIEW).get_attribute("data-trains") == "yes"
+    assert page.locator(VIEW).get_attribute("data-live") == "yes"
+    deadline = time.monotonic() + 120
+    while points(page, "loss") < 2:  # the view refreshes by itself: no reload here
+        assert time.monotonic() < deadline, f"no reports drawn: {page.locator(VIEW).inner_text()}"
+        time.sleep(0.5)
+    # Seen while the job still runs, and the task still waits for it.
+    assert ray_hook.get_job_status(sid) == "RUNNING"
+    assert stack.task_instance(TRAINING, run_id, "train")["state"] in ("deferred", "running")
+    assert "refreshed every" in page.get_by_test_id("live").inner_text()
+    page.screenshot(path=str(SCREENSHOTS / "training-view-live.png"))
+    assert page.errors == []
+
+
+def test_once_trained_the_view_lists_the_checkpoints_ray_kept_and_marks_those_it_deleted(stack, runs, browser):
+    run_id = runs["training"]
+    assert stack.wait_for_state(TRAINING, run_id, "train", {"success", "failed"}, timeout=300)["state"] == "success"
+    sid = TaskRun(TRAINING, "train", run_id).submission_id(1)
+    # The task's Details tab links its Ray job too (the operator's extra link).
+    details = open_page(browser, training_tab(stack, TRAINING, run_id, "train").replace("plugin/horovod_training",
+                                                                                          "details"))
+    link = details.get_by_role("link", name=re.compile("Ray job"))
+    link.first.wait_for(timeout=30_000)
+    assert link.first.get_attribute("href").endswith(f"/#/jobs/{sid}")
+    details.screenshot(path=str(SCREENSHOTS / "task-details-ray-job-link.png"), full_page=True)
+    page = open_page(browser, training_tab(stack, TRAINING, run_id, "train"), height=1500)
+    page.get_by_test_id("checkpoints").wait_for(timeout=60_000)
+    assert page.locator(VIEW).get_attribute("data-live") == "no"
+    # 4 checkpoints (every third report), Ray keeps 2 (checkpoint_num_to_keep).
+    assert page.locator("[data-testid=checkpoints] tbody tr").count() == 2
+    assert page.get_by_test_id("deleted-checkpoints").get_attribute("data-count") == "2"
+    charts = page.locator(f"{VIEW} .ahp-chart")
+    # val_loss ranks the checkpoints: first, drawn on its own 4 reports, its 4 checkpoints marked on them.
+    assert charts.first.get_attribute("data-metric") == "val_loss"
+    assert [charts.first.get_attribute(a) for a in ("data-points", "data-kept", "data-deleted")] == ["4", "2", "2"]
+    loss = page.locator(f'{VIEW} [data-metric="loss"]')
+    assert [loss.get_attribute(a) for a in ("data-points", "data-kept", "data-deleted")] == ["12", "2", "2"]
+    assert page.locator(f"{VIEW} a.ray-job").get_attribute("href").endswith(f"/#/jobs/{sid}")
+    page.screenshot(path=str(SCREENSHOTS / "training-view.png"))
+    assert page.errors == []
+
+
+def test_in_dark_mode_the_view_is_dark(stack, runs, browser):
+    url = training_tab(stack, TRAINING, runs["training"], "train")
+    shots = {}
+    for scheme in ("light", "dark"):
+        page = open_page(browser, url, scheme=scheme, height=1500)
+        page.get_by_test_id("checkpoints").wait_for(timeout=60_000)
+        assert page.evaluate("document.documentElement.classList.contains('dark')") == (scheme == "dark")
+        shots[scheme] = mean_brightness(page, page.locator(VIEW).screenshot())
+        if scheme == "dark":
+            page.screenshot(path=str(SCREENSHOTS / "training-view-dark.png"))
+    assert shots["light"] > 200 and shots["dark"] < 60, shots
+
+
+@pytest.mark.oldest_airflow
+def test_a_task_that_does_not_train_shows_a_neutral_line_and_no_error(stack, history_runs, browser):
+    run_id = history_runs[0]
+    stack.wait_for_state(HISTORY, run_id, "promote", {"success"}, timeout=300)
+    page = open_page(browser, training_tab(stack, HISTORY, run_id, "evaluate"))
+    message = page.get_by_test_id("message")
+    message.wait_for(timeout=60_000)
+    assert message.inner_text() == "This task does not train with Horovod: there are no training curves here."
+    assert page.locator(VIEW).get_attribute("data-trains") == "no"
+    assert page.get_by_test_id("problem").count() == 0 and page.locator(f"{VIEW} .ahp-chart").count() == 0
+    assert page.errors == []
+
+
+@pytest.mark.oldest_airflow
+def test_the_history_of_a_dag_with_three_runs_shows_three_rows_and_its_charts(stack, history_runs, browser):
+    for run_id in history_runs:
+        stack.wait_for_state(HISTORY, run_id, "promote", {"success"}, timeout=300)
+    page = open_page(browser, f"{stack.url}/dags/{HISTORY}/plugin/horovod_history", height=1700)
+    table = page.get_by_test_id("history-table")
+    table.wait_for(timeout=60_000)
+    rows = table.locator("tbody tr")
+    assert rows.count() == 3
+    assert [rows.nth(i).get_attribute("data-run") for i in range(3)] == [f"view_{d}" for d in reversed(HISTORY_DAYS)]
+    header = [h.strip() for h in table.locator("thead th").all_inner_texts()]
+    assert header[header.index("duration") + 1] == "val_loss"  # the metric that ranks checkpoints leads
+    assert "holdout_mse" in header and header[-1] == "champion"
+    assert [rows.nth(i).locator("td").last.inner_text() for i in range(3)] == ["moved", "kept", "moved"]
+    charts = [c.get_attribute("data-chart") for c in page.locator("[data-testid=history-view] .ahp-chart").all()]
+    assert charts[:1] == ["m-val_loss"] and {"e-holdout_mse", "duration", "compare"} <= set(charts)
+    compare = page.locator('[data-chart="compare"]')
+    compare.wait_for(timeout=30_000)
+    assert compare.get_attribute("data-series") == "2"  # two runs' curves on one chart
+    page.screenshot(path=str(SCREENSHOTS / f"training-history{AIRFLOW_SUFFIX}.png"))
+    assert page.errors == []
