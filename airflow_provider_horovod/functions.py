@@ -150,7 +150,7 @@ def import_path_of(fn: Any) -> str | None:
 
 def ship_function(parameter: str, fn: Any, file_name: str, *, code_ships: bool = False,
                   max_args: int | None = None, arity_fix: str = "") -> tuple[dict[str, str], dict[str, bytes]]:
-    """``({"import": path} or {"pickle": file}, files)`` for a function given as an import path or
+    """``({"import": path} or {"pickle": file, "source": its file}, files)`` for a function given as an import path or
     a callable. ``code_ships``: the job's runtime_env brings code, so an import path is not looked
     up here. ``max_args``: how many required positional parameters the function may have."""
     if isinstance(fn, str):
@@ -160,5 +160,9 @@ def ship_function(parameter: str, fn: Any, file_name: str, *, code_ships: bool =
             raise InvalidParameterError(parameter, fn, arity_fix)
         if path := import_path_of(fn):
             return {"import": path}, {}
-        return {"pickle": file_name}, {file_name: pickle_callable(parameter, fn)}
+        ref = {"pickle": file_name}
+        # cloudpickle (3.1.3 on) ships code as "<dynamic-code>": the runtime gives it its file back.
+        if isinstance(source := getattr(getattr(fn, "__code__", None), "co_filename", None), str):
+            ref["source"] = source
+        return ref, {file_name: pickle_callable(parameter, fn)}
     raise InvalidParameterError(parameter, fn, 'give a function, or an import path "package.module:function".')

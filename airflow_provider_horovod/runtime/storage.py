@@ -23,6 +23,7 @@ import os
 import posixpath
 import re
 import tempfile
+import types
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -53,7 +54,30 @@ def load_callable(ref: dict[str, str], folder: str) -> Callable:
     import cloudpickle
 
     with open(os.path.join(folder, ref["pickle"]), "rb") as f:
-        return cloudpickle.load(f)
+        fn = cloudpickle.load(f)
+    if ref.get("source"):
+        with_source_file(fn, ref["source"])
+    return fn
+
+
+# cloudpickle (3.1.3 on) names the code it ships by value so; tracebacks then lose the user's file.
+DYNAMIC_CODE = "<dynamic-code>"
+
+
+def _with_file(code: types.CodeType, source: str) -> types.CodeType:
+    consts = tuple(_with_file(c, source) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=source if code.co_filename == DYNAMIC_CODE else code.co_filename,
+                        co_consts=consts)
+
+
+def with_source_file(fn: Any, source: str) -> None:
+    """Give a function shipped by value, and the functions of its file it calls (its globals), back
+    their file name, so tracebacks and a failure's "own frames" name the user's file and line."""
+    shipped = [fn, *(getattr(fn, "__globals__", None) or {}).values()]
+    for each in shipped:
+        code = getattr(each, "__code__", None)
+        if isinstance(code, types.CodeType) and code.co_filename == DYNAMIC_CODE:
+            each.__code__ = _with_file(code, source)
 
 
 # --- records and checkpoints ---------------------------------------------------------------

@@ -187,7 +187,7 @@ def test_datasets_of_every_kind():
     assert specs == {"train": {"uri": "s3://b/train/", "format": "parquet"},
                      "val": {"uri": "/data/v.csv", "format": "csv"},
                      "test": {"uri": "file:///t.json", "format": "json"},
-                     "built": {"pickle": "dataset_built.pkl"},
+                     "built": {"pickle": "dataset_built.pkl", "source": __file__},
                      "imported": {"import": "airflow_provider_horovod.examples.quickstart:make_dataset"}}
     assert set(files) == {"dataset_built.pkl"}
     assert checks.check_datasets(None) == ({}, {})

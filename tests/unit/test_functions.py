@@ -149,7 +149,8 @@ def test_a_lambda_and_a_closure_travel():
 
 def test_ship_function_of_a_callable():
     ref, files = ship_function("train_fn", train_here, "train_fn.pkl", max_args=1)
-    assert ref == {"pickle": "train_fn.pkl"} and list(files) == ["train_fn.pkl"]
+    # Its file travels beside it: cloudpickle >= 3.1.3 ships code as "<dynamic-code>".
+    assert ref == {"pickle": "train_fn.pkl", "source": __file__} and list(files) == ["train_fn.pkl"]
     assert cloudpickle.loads(files["train_fn.pkl"])({"x": 1})["doubled"] == 2
 
 
@@ -183,7 +184,7 @@ def test_the_arity_check():
     fix = "it must take no argument or one (`config`)."
     err = fails(ship_function, "train_fn", two_args, "f.pkl", max_args=1, arity_fix=fix, fix=fix)
     assert err.parameter == "train_fn" and err.value is two_args
-    assert ship_function("train_fn", two_args, "f.pkl")[0] == {"pickle": "f.pkl"}  # no limit asked
+    assert ship_function("train_fn", two_args, "f.pkl")[0] == {"pickle": "f.pkl", "source": __file__}  # no limit asked
     for fn in (no_args, with_defaults, star_args):
         ship_function("train_fn", fn, "f.pkl", max_args=1, arity_fix=fix)
 

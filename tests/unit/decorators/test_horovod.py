@@ -25,7 +25,7 @@ def test_the_call_gives_every_worker_its_arguments():
     training = op.plan(TaskRun("dag", "train", RUN_ID), op.wait_policy())
     spec = training.spec
     assert spec.train_args == [0.1] and spec.train_kwargs == {"layers": [4, 4]}
-    assert spec.train_fn == {"pickle": "train_fn.pkl"}
+    assert spec.train_fn == {"pickle": "train_fn.pkl", "source": __file__}
     assert cloudpickle.loads(training.files["train_fn.pkl"])(*spec.train_args, **spec.train_kwargs) == {
         "lr": 0.1, "epochs": 1, "layers": [4, 4]}
 

@@ -22,7 +22,7 @@ def test_the_call_gives_the_functions_arguments():
     plan = op.plan(TaskRun("dag", "evaluate", RUN_ID), op.wait_policy())
     spec = plan.spec
     assert spec.args == ["s3://b/model"] and spec.kwargs == {"threshold": 0.7}
-    assert spec.function == {"pickle": "function.pkl"} and set(plan.files) == {"function.pkl"}
+    assert spec.function == {"pickle": "function.pkl", "source": __file__} and set(plan.files) == {"function.pkl"}
     assert plan.driver_resources == {"num_cpus": 1, "num_gpus": 1, "memory": None, "resources": {"accel": 1.0}}
 
 

@@ -216,11 +216,11 @@ def test_plan_builds_the_spec():
     assert spec.python_version == f"{sys.version_info[0]}.{sys.version_info[1]}"
     assert spec.submission_id == TASK_RUN.submission_id(1) and spec.attempt == 1
     assert spec.storage_uri == TASK_RUN.storage_uri("/tmp/ahp-unit")
-    assert spec.train_fn == {"pickle": "train_fn.pkl"} and spec.train_loop_config == {"lr": 0.1}
+    assert spec.train_fn == {"pickle": "train_fn.pkl", "source": __file__} and spec.train_loop_config == {"lr": 0.1}
     assert spec.datasets == {"train": {"uri": "s3://b/train/", "format": "parquet"},
                              "val": {"uri": "/data/v.csv", "format": "csv"},
                              "test": {"uri": "file:///t.json", "format": "json"},
-                             "built": {"pickle": "dataset_built.pkl"},
+                             "built": {"pickle": "dataset_built.pkl", "source": __file__},
                              "imported": {"import": "airflow_provider_horovod.examples.quickstart:make_dataset"}}
     assert set(training.files) == {"train_fn.pkl", "dataset_built.pkl"}
     assert (spec.num_workers, spec.use_gpu, spec.resources_per_worker) == (3, True, {"CPU": 2.0})

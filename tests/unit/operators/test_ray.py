@@ -117,7 +117,8 @@ def test_plan_builds_the_task_spec():
     made = operator(op_args=("s3://b/m",), op_kwargs={"threshold": 0.7}, num_gpus=1, memory=2**30,
                     resources={"accel": 1}).plan(TASK_RUN, WaitPolicy())
     spec, files, runtime_env, driver = made.spec, made.files, made.runtime_env, made.driver_resources
-    assert spec.submission_id == TASK_RUN.submission_id(1) and spec.function == {"pickle": "function.pkl"}
+    assert spec.submission_id == TASK_RUN.submission_id(1)
+    assert spec.function == {"pickle": "function.pkl", "source": __file__}
     assert spec.args == ["s3://b/m"] and spec.kwargs == {"threshold": 0.7}
     assert spec.python_version == f"{sys.version_info[0]}.{sys.version_info[1]}"
     assert spec.storage_uri == TASK_RUN.storage_uri("/tmp/ahp-unit") and runtime_env == {}

@@ -236,3 +236,30 @@ def test_each_start_of_a_worker_group_is_noted_with_its_size_from_when_its_proce
     assert [g["world_size"] for g in groups] == [4, 2]
     # Ray starts a worker's process once its resources are granted: held from then.
     assert [g["started_at"] for g in groups] == [round(psutil.Process().create_time(), 3)] * 2
+
+
+def _helper(x):
+    return 1 / x
+
+
+def _shipped(x):
+    return _helper(x) + 1
+
+
+def test_code_shipped_by_value_gets_its_file_back_for_tracebacks():
+    import traceback
+    import types
+
+    from airflow_provider_horovod.runtime.storage import DYNAMIC_CODE, with_source_file
+
+    # As cloudpickle >= 3.1.3 ships them: the function and the helper of its file it calls.
+    helper = types.FunctionType(_helper.__code__.replace(co_filename=DYNAMIC_CODE), {})
+    fn = types.FunctionType(_shipped.__code__.replace(co_filename=DYNAMIC_CODE), {"_helper": helper})
+    with_source_file(fn, "/dags/my_dag.py")
+    try:
+        fn(0)
+    except ZeroDivisionError as err:
+        frames = traceback.extract_tb(err.__traceback__)
+    assert [(f.filename, f.name) for f in frames[-2:]] == [("/dags/my_dag.py", "_shipped"),
+                                                           ("/dags/my_dag.py", "_helper")]
+    assert frames[-1].lineno == _helper.__code__.co_firstlineno + 1  # the lines stay right
