@@ -77,7 +77,10 @@ def with_source_file(fn: Any, source: str) -> None:
     for each in shipped:
         code = getattr(each, "__code__", None)
         if isinstance(code, types.CodeType) and code.co_filename == DYNAMIC_CODE:
-            each.__code__ = _with_file(code, source)
+            try:
+                each.__code__ = _with_file(code, source)
+            except (AttributeError, TypeError, ValueError):  # a bound method, say: only the name is lost
+                pass
 
 
 # --- records and checkpoints ---------------------------------------------------------------
