@@ -15,15 +15,14 @@ PYTEST := -p no:cacheprovider --durations=15
 
 .PHONY: setup setup-test demo lint test bench clean
 
+# Independent set-up steps run side by side (scripts/run_parallel.sh fails if any of them does).
 setup:
-	@scripts/setup_cluster_env.sh
-	@scripts/build_ui.sh
+	@scripts/run_parallel.sh scripts/setup_cluster_env.sh scripts/build_ui.sh
 
 setup-test: setup
-	@scripts/setup_browser.sh
-	@scripts/setup_mlflow_server.sh
-	@scripts/setup_airflow_env.sh $(AIRFLOW_VENV) $(PYTHON_AIRFLOW) $(AIRFLOW) amazon,openlineage,test
-	@scripts/setup_airflow_env.sh $(OLDEST_VENV) $(PYTHON_AIRFLOW_OLDEST) $(AIRFLOW_OLDEST) test
+	@scripts/run_parallel.sh scripts/setup_browser.sh scripts/setup_mlflow_server.sh \
+	  "scripts/setup_airflow_env.sh $(AIRFLOW_VENV) $(PYTHON_AIRFLOW) $(AIRFLOW) amazon,openlineage,test" \
+	  "scripts/setup_airflow_env.sh $(OLDEST_VENV) $(PYTHON_AIRFLOW_OLDEST) $(AIRFLOW_OLDEST) test"
 
 demo: setup
 	@scripts/demo.sh

@@ -1,13 +1,19 @@
 """Build Horovod 0.28.1 (its last release) against the installed torch, install it, and check the build.
 
-    python -m airflow_provider_horovod.build_horovod [--gpu] [--cache DIR] [--python PY] [--check-only]
+    python -m airflow_provider_horovod.build_horovod [--gpu] [--cache DIR] [--python PY]
+                                                     [--check-only | --if-cached | --wheel-only]
 
 Horovod 0.28.1 as released does not compile against torch >= 2.1: torch's headers need C++17 and
 Horovod asks for C++14 (and C++11 for its bundled Gloo), and GCC 13 no longer pulls in <string> and
 <stdexcept> through other headers. A few edits of the sdist fix that (`patch_sources`). The wheel is
 cached outside the environment, keyed by the versions it was built against, so a second set-up
 installs it without rebuilding. Afterwards `horovodrun --check-build` must show PyTorch and Gloo
-(and the GPU operations, for a GPU build).
+(and the GPU operations, for a GPU build). The wheel carries no debug information (a good part of the
+compile time, and most of the size).
+
+A set-up can compile in an environment of its own while it installs the rest into the target one
+(pip is not safe against two installs into one environment at once): --if-cached there first (exit
+status 3: nothing cached), --wheel-only in the build environment (the same torch), then a plain run.
 
 Standard library only: it runs from an installed wheel of the provider or from a checkout, with the
 interpreter of the environment to build into (or names that interpreter with --python).
@@ -37,6 +43,8 @@ HOROVOD_VERSION = "0.28.1"
 # to resolve, and possibly rebuild, horovod's own requirements).
 RUNTIME_DEPS = ("cffi", "cloudpickle", "psutil", "pyyaml", "packaging")
 BUILD_DEPS = ("cmake", "wheel", "setuptools")
+# main's exit status for --if-cached when it would have to compile.
+NOT_CACHED = 3
 TORCH_FIX = "pip install 'airflow-provider-horovod[cluster]' (or pip install torch)"
 
 # Where Horovod 0.28.1 sets up the Gloo device of a process set (every hvd.init() makes process set 0).
@@ -52,12 +60,16 @@ REPLACEMENTS = (
     ("CMakeLists.txt", "set(CMAKE_CXX_STANDARD 14)", "set(CMAKE_CXX_STANDARD 17)"),
     ("horovod/torch/CMakeLists.txt", "set(CMAKE_CXX_STANDARD 14)", "set(CMAKE_CXX_STANDARD 17)"),
     ("third_party/gloo/CMakeLists.txt", "-std=c++11", "-std=c++17"),
+    # No debug information: it is a good part of the compile time on small machines and most of the wheel.
+    ("CMakeLists.txt", 'string(REPLACE "-O2" "-O3" CMAKE_CXX_FLAGS_RELWITHDEBINFO',
+     'string(REPLACE "-O2 -g" "-O3" CMAKE_CXX_FLAGS_RELWITHDEBINFO'),
     ("horovod/common/gloo/gloo_context.cc", PROCESS_SET_DEVICE,
      "  // Process sets on HOROVOD_GLOO_IFACE too: 0.28.1 read this set's own gloo_iface_, never set.\n"
      "  gloo_iface_ = global_context.gloo_iface_;\n"
      f"  LOG(DEBUG) << \"{PROCESS_SET_IFACE_MARKER} '\" << gloo_iface_ << \"'\";\n" + PROCESS_SET_DEVICE),
 )
-# Changes whenever the edits do, so a wheel built with older edits is never taken from the cache.
+# Changes whenever the edits do, so a wheel built with older edits is never taken from the cache
+# (not for the debug information: a wheel with it works the same).
 EDITS_VERSION = "iface1"
 # (file, include added before its first #include): GCC 13 no longer includes these through other headers.
 INCLUDES = (
@@ -335,7 +347,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "${XDG_CACHE_HOME:-~/.cache}/airflow-provider-horovod)")
     parser.add_argument("--python", metavar="PY", default=sys.executable,
                         help="the interpreter to build and install into (default: this one)")
-    parser.add_argument("--check-only", action="store_true", help="only run horovodrun --check-build")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check-only", action="store_true", help="only run horovodrun --check-build")
+    mode.add_argument("--if-cached", action="store_true",
+                      help=f"never compile: exit {NOT_CACHED} when no installed Horovod nor cached wheel fits")
+    mode.add_argument("--wheel-only", action="store_true",
+                      help="only make sure the cache holds the wheel for this torch and Python (compile it if not)")
     return parser.parse_args(argv)
 
 
@@ -346,16 +363,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         py = target_python(args.python)
         if not args.check_only:
             torch_version, py_tag = torch_and_py_tag(py)
-            if horovod_installed(py):
+            if not args.wheel_only and horovod_installed(py):
                 _say(f"horovod {HOROVOD_VERSION} already installed for {py}")
             else:
                 directory = wheel_dir(args.cache or default_cache_root(os.environ), torch_version, py_tag,
                                       gpu_operations)
                 wheel = cached_wheel(directory)
+                if wheel is None and args.if_cached:
+                    _say(f"no cached horovod wheel in {directory}")
+                    return NOT_CACHED
                 if wheel is None:
                     wheel = build_wheel(py, torch_version, gpu_operations, directory)
                 else:
                     _say(f"using the cached wheel {wheel}")
+                if args.wheel_only:
+                    return 0
                 install(py, wheel)
         check_build(py, gpu_operations)
     except BuildError as e:

@@ -9,7 +9,7 @@ import sqlite3
 from bench.common import AIRFLOW_BIN, AIRFLOW_HOME, Figure, Row, Sample, Target, fmt, log, run_logged, table
 from bench.runs import db_time
 
-TARGET_S = 1.0
+TARGET_S = 0.5
 DAG_ID = "bench_handwritten_poll"
 
 HOW = """
@@ -76,7 +76,7 @@ def figure(training_records: list[dict], handwritten: list[dict]) -> Figure:
     deferred, sync = ours("operator_deferred"), ours("operator_sync")
     resume_s = deferred.median - sync.median
     for label, sample in (("deferred", deferred), ("synchronous", sync), ("all operator runs", pooled)):
-        met = sample.median < TARGET_S if sample.n else None
+        met = sample.median <= TARGET_S if sample.n else None
         closing = ""
         if met is False and label != "synchronous" and resume_s > 0:
             closing = (f"deferred minus sync is {fmt(resume_s)} s: resuming a deferred task starts a new task "
@@ -86,7 +86,7 @@ def figure(training_records: list[dict], handwritten: list[dict]) -> Figure:
         elif met is False:
             closing = "the poll interval's half plus reading the result record: poll faster near the end"
         fig.targets.append(Target(
-            f"2. completion latency, {label}: median under {TARGET_S:g} s at the default poll interval", met,
+            f"2. completion latency, {label}: median at most {TARGET_S:g} s at the default poll interval", met,
             f"median {fmt(sample.median)} s over {sample.n} runs; {'met' if met else 'missed'} by "
             f"{fmt(abs(TARGET_S - sample.median))} s", closing))
     return fig

@@ -7,12 +7,15 @@ from bench.common import Figure, Row, Sample, Target, fmt, table
 from bench.runs import WAYS
 
 TARGET = 1.05
+# Issue 27: the time outside the job, deferred too, no more than a hand-written script's.
+TARGET_OUTSIDE = 1.0
 
 HOW = """
 The same training (`bench.workload.train_mlp`: a 3-layer MLP, 2 Horovod workers over Gloo, {epochs} epochs
 of {steps} steps, a checkpoint per epoch to local disk) run four ways on the same local Ray cluster, in
-turn within each repeat: our operator deferred and synchronous under `airflow dags test` (with
-`trainer_api="legacy"`, so the job trains with Ray's own `HorovodTrainer` exactly as the other two);
+turn within each repeat: our operator deferred (at once after submitting: at the default a job this
+short ends within the worker's first 15 s and never defers) and synchronous under `airflow dags test`
+(with `trainer_api="legacy"`, so the job trains with Ray's own `HorovodTrainer` exactly as the other two);
 a plain Ray job submitted by a script with `JobSubmissionClient`, polling every second; and the
 training script run directly on the cluster (`ray.init` to its address, no Jobs API).
 
@@ -96,4 +99,12 @@ def figure(records: list[dict], config: dict) -> Figure:
             f"time outside the job {fmt(ours_out)} s against the plain job's {fmt(plain_out)} s",
             closing,
         ))
+    for row in rows[3:5]:
+        r = row.ratio
+        met = r <= TARGET_OUTSIDE if r == r else None
+        fig.targets.append(Target(
+            f"1. {row.a_label}: time outside the Ray job at most the plain script's", met,
+            f"A/B = {fmt(r)} ({fmt(row.a.median)} s against {fmt(row.b.median)} s; target <= {TARGET_OUTSIDE:g}); "
+            f"{'met' if met else 'missed'} by {fmt(abs(TARGET_OUTSIDE - r))}",
+            "" if met else "see figure 2: the job's end seen sooner, and the submission's own requests"))
     return fig

@@ -251,8 +251,11 @@ def training_figures(want: set[str], cluster) -> list[Figure]:
     from bench.workload import DEFAULT_CONFIG
 
     config = {**DEFAULT_CONFIG, **json.loads(os.environ.get("BENCH_TRAIN_CONFIG") or "{}")}
+    # Single-machine mode as the embedded cluster runs: a driver left to translate 127.0.0.1 into the
+    # machine's address waits for a GCS that listens on loopback only.
     ray_env = {"RAY_ADDRESS": cluster.gcs_address, "RAY_AUTH_MODE": "token",
-               "RAY_AUTH_TOKEN_PATH": os.path.join(local.state_dir(), local.TOKEN_FILE)}
+               "RAY_AUTH_TOKEN_PATH": os.path.join(local.state_dir(), local.TOKEN_FILE),
+               "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     started = time.monotonic()
     try:
         records = runs.training_runs(repeats(3), config, ray_env)

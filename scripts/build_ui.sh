@@ -14,6 +14,8 @@ if [ -f "$stamp" ] && [ -f "$www/dist/training.js" ] && \
   exit 0
 fi
 command -v npm >/dev/null || { echo "scripts/build_ui.sh: npm (Node.js >= 20.19) builds the Training views; install Node.js" >&2; exit 1; }
+# No "new npm available" notice in the set-up's output.
+export npm_config_update_notifier=false
 mkdir -p "$work"
 rm -rf "${work:?}/src" "${work:?}/public"
 cp -r "$www/package.json" "$www/package-lock.json" "$www/vite.config.js" "$www/src" "$www/public" "$work/"

@@ -9,13 +9,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=$1 python=$2 airflow=$3 extras=$4
 
-# A wheel of the current sources: rebuilt when a file of the package changed.
+# A wheel of the current sources: rebuilt when a file of the package changed. Under a lock: make runs
+# this script for two environments at once, and the second waits for the first one's wheel.
 dist=.build/dist
+mkdir -p .build
+exec 9>.build/wheel.lock
+flock 9
 if [ ! -f .build/wheel.ready ] || [ -n "$(find airflow_provider_horovod pyproject.toml README.md -newer .build/wheel.ready -not -name '*.pyc' | head -1)" ]; then
   rm -rf "$dist" && mkdir -p "$dist"
   .venv/bin/python -m build -q --outdir "$dist" . >/dev/null
   touch .build/wheel.ready
 fi
+flock -u 9
 wheel=$(ls "$dist"/airflow_provider_horovod-*.whl)
 
 stamp=$venv/.ready
@@ -25,7 +30,8 @@ fi
 [ -x "$venv/bin/python" ] || PYENV_VERSION=$(pyenv versions --bare 2>/dev/null | grep -E "^$python\.[0-9]+$" | tail -1) \
   "python$python" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q "apache-airflow==$airflow" "$wheel[$extras]"
+# --no-compile: .pyc only for the modules imported (Python writes them on first use), not for all.
+"$venv/bin/python" -m pip install -q --no-compile "apache-airflow==$airflow" "$wheel[$extras]"
 # The same version number as the last install: make pip take the new wheel's files.
 "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel"
 touch "$stamp"

@@ -14,5 +14,5 @@ if [ -f "$stamp" ] && [ -z "$(find scripts/versions.env scripts/setup_mlflow_ser
 fi
 [ -x "$venv/bin/python" ] || "python$PYTHON_CLUSTER" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q "mlflow==$MLFLOW"
+"$venv/bin/python" -m pip install -q --no-compile "mlflow==$MLFLOW"
 touch "$stamp"

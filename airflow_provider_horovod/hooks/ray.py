@@ -332,8 +332,26 @@ class RayHook(BaseHook):
 
     # --- the Jobs API, async twins, for triggers -----------------------------------------------
 
-    async def a_get_job_info(self, submission_id: str) -> dict | None:
+    async def a_get_job_info(self, submission_id: str, fresh_within_s: float | None = None) -> dict | None:
+        """The job's info; with ``fresh_within_s``, where this event loop waits for many jobs, from a
+        list of the cluster's unended jobs at most that old, read once for all of them."""
+        if fresh_within_s is not None:
+            await self._a_client()
+            assert self._async_key is not None  # set by _a_client
+            info = await SESSIONS.board(self._async_key).info(submission_id, fresh_within_s, self._a_list_unended)
+            if info is not None:
+                return info
         return self._parse(*await self._a_request("GET", f"/api/jobs/{submission_id}"), "job info", missing=None)
+
+    async def _a_list_unended(self) -> list[dict]:
+        """The cluster's PENDING and RUNNING jobs, with the infos ``a_get_job_info`` gives (State API)."""
+        from airflow_provider_horovod.contract import JobStatus
+
+        params: list[tuple[str, Any]] = [("limit", 10000), ("detail", "true")]
+        for ended in (status for status in JobStatus if status.is_terminal):
+            params += [("filter_keys", "status"), ("filter_predicates", "!="), ("filter_values", ended.value)]
+        data = self._parse(*await self._a_request("GET", "/api/v0/jobs", params=params), "job list")
+        return data["data"]["result"]["result"]
 
     async def a_get_job_status(self, submission_id: str) -> str | None:
         info = await self.a_get_job_info(submission_id)

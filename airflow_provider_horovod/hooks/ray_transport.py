@@ -4,6 +4,7 @@ async twins), their TLS, timeouts and keep-alive, and what is retried, how often
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -127,22 +128,78 @@ async def a_fetch(session, method: str, url: str, **kwargs) -> tuple[int, str]:
     return status, body.decode("utf-8", "replace")
 
 
+# From this many jobs waited for in one event loop on one dashboard, their statuses come from one list
+# request: fewer, one request each costs less than the list of every unended job on the cluster.
+BATCH_FROM = 10
+
+
+class JobBoard:
+    """The infos of the jobs one event loop (a triggerer's) waits for on one dashboard, read for all
+    of them at once: one State API list of the cluster's unended jobs stands for a status request per
+    job and poll (figure 4). Where few jobs are waited for, each asks for its own."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, float] = {}  # submission id -> until when it counts as waited for
+        self.infos: dict[str, dict] = {}  # the unended jobs of the last list, by submission id
+        self.listed_at = float("-inf")  # when the last list was asked for (monotonic)
+        self.pruned_at = float("-inf")
+        self._listing: asyncio.Future | None = None
+
+    async def info(self, submission_id: str, fresh_within_s: float,
+                   list_unended: Callable[[], Awaitable[list[dict]]]) -> dict | None:
+        """The job's info from a list at most ``fresh_within_s`` old (listing again when older);
+        None when the job asks for its own: few jobs are waited for, the job is not in the list
+        (it has ended), or the list failed."""
+        now = time.monotonic()
+        # Still waited for while it keeps asking at its pace (twice as fresh as its poll interval).
+        self.waiting[submission_id] = now + 4 * fresh_within_s + 5.0
+        if now - self.pruned_at > 1.0:
+            self.waiting = {sid: until for sid, until in self.waiting.items() if until > now}
+            self.pruned_at = now
+        if len(self.waiting) < BATCH_FROM:
+            return None
+        if self._listing is not None or now - self.listed_at > fresh_within_s:
+            try:
+                await self._relist(list_unended)
+            except Exception:  # the job's own request says what is wrong, if anything is
+                return None
+        return self.infos.get(submission_id)
+
+    async def _relist(self, list_unended: Callable[[], Awaitable[list[dict]]]) -> None:
+        """One list for every job that asks meanwhile; a cancelled asker does not cancel it."""
+        if self._listing is None:
+            self.listed_at = time.monotonic()
+            self._listing = asyncio.ensure_future(list_unended())
+            self._listing.add_done_callback(self._listed)
+        await asyncio.shield(self._listing)
+
+    def _listed(self, listing: asyncio.Future) -> None:
+        self._listing = None
+        if not listing.cancelled() and listing.exception() is None:
+            self.infos = {job["submission_id"]: job for job in listing.result() if job.get("submission_id")}
+
+
 class SharedSessions:
     """One aiohttp session per event loop and dashboard, shared by the hooks that speak to it (the
     triggers of one triggerer) and closed with the last of them: one pool of kept-alive connections
-    rather than one per waiting task (figure 4: 12.3% of a core against 15.9% at 1000 tasks)."""
+    rather than one per waiting task (figure 4: 12.3% of a core against 15.9% at 1000 tasks), and one
+    ``JobBoard``."""
 
     def __init__(self) -> None:
-        self._sessions: dict[tuple, list] = {}  # key -> [session, hooks using it]
+        self._sessions: dict[tuple, list] = {}  # key -> [session, hooks using it, board]
 
     def acquire(self, loop: asyncio.AbstractEventLoop, endpoint: RayEndpoint) -> tuple[tuple, Any]:
         """The session for ``endpoint`` in ``loop``, and the key to release it with."""
         key = (loop, endpoint.url, tuple(sorted(endpoint.headers.items())), str(endpoint.verify))
         entry = self._sessions.get(key)
         if entry is None or entry[0].closed:
-            entry = self._sessions[key] = [async_session(endpoint), 0]
+            entry = self._sessions[key] = [async_session(endpoint), 0, JobBoard()]
         entry[1] += 1
         return key, entry[0]
+
+    def board(self, key: tuple) -> JobBoard:
+        """The job board of the session acquired under ``key``."""
+        return self._sessions[key][2]
 
     async def release(self, key: tuple) -> None:
         entry = self._sessions.get(key)

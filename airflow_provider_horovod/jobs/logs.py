@@ -14,10 +14,9 @@ more came between two reads than the window holds, the window is placed at the r
 lines between are lost from the task log (never from Ray's log). Otherwise no line is lost or shown
 twice, across polls, re-attaches, retries and triggerer restarts.
 
-A log that has gone quiet is read less and less often (every poll, then every 2, 4, ... polls, up
-to ``QUIET_READ_S`` or ``QUIET_READ_POLLS`` polls, whichever is longer), and at every poll again
-once a line arrives; it is read once more when the job ends, so a quiet spell delays lines, and
-loses none.
+The log is read at every poll, a quiet one too: a line after a quiet spell reaches the task log at
+the next poll. Where one triggerer waits for many jobs, that is most of its work, their statuses
+coming from one list (``hooks.ray_transport.JobBoard``; bench figure 4).
 """
 
 from __future__ import annotations
@@ -39,12 +38,6 @@ if TYPE_CHECKING:
 # Digests of the cursor's last lines (8 hex digits each: a cursor stays small enough for XCom).
 TAIL_LINES = 32
 MIN_WINDOW = 2 * TAIL_LINES
-# The longest a quiet log goes unread: how late a line after a quiet spell may reach the task log,
-# in seconds or polls, whichever is longer. A log read costs about two status polls; quiet logs add
-# at most 1/QUIET_READ_POLLS of that per poll (bench figure 4).
-QUIET_READ_S = 30.0
-QUIET_READ_POLLS = 6
-
 # Where a line of the job's log goes: the task log, at a level (logging's).
 Write = Callable[[int, str], None]
 
@@ -136,34 +129,20 @@ def lines_after(text: str, count: int) -> list[str]:
 
 
 class LogReader:
-    """The new lines of one job's log, read after read. It keeps in memory the window size, when to
-    read next, and the log's last lines (a failure's message shows them); the cursor is what travels
+    """The new lines of one job's log, read after read. It keeps in memory the window size and the
+    log's last lines (a failure's message shows them); the cursor is what travels
     between tries. ``write``: where its own notices go (the task log)."""
 
-    def __init__(self, submission_id: str, poll_interval_s: float, write: Write) -> None:
+    def __init__(self, submission_id: str, write: Write) -> None:
         self.submission_id = submission_id
-        self.poll_interval_s = poll_interval_s
         self.write = write
         self.window = MIN_WINDOW
         self.last_lines: list[str] = []
         # Gloo's reason for a worker's abort, kept past the tail (a native stack dump follows it).
         self.network_line: str | None = None
         self.gap: str | None = None  # why the log could not be read, once told
-        self.quiet_s = 0.0  # how long the log has been read without anything new: the next read's delay
-        self.next_read_at = 0.0
 
-    def due(self, now: float) -> bool:
-        return now >= self.next_read_at
-
-    def _schedule(self, new_lines: int, now: float) -> None:
-        """After a read at ``now``: at the next poll if anything came, else twice as late as last
-        time, up to the longest quiet delay (never sooner than the next poll)."""
-        longest = max(QUIET_READ_S, QUIET_READ_POLLS * self.poll_interval_s)
-        self.quiet_s = 0.0 if new_lines else min(max(2 * self.quiet_s, self.poll_interval_s), longest)
-        self.next_read_at = now + self.quiet_s
-
-    async def new_lines(self, hook: RayJobsApi, info: dict | None, cursor: LogCursor, *, ended: bool,
-                        now: float) -> list[str]:
+    async def new_lines(self, hook: RayJobsApi, info: dict | None, cursor: LogCursor, *, ended: bool) -> list[str]:
         """The lines after the cursor (with the unterminated last one once the job has ended). When the
         log cannot be read (its node gone), one notice says so, and the rest is read from the whole
         log once the job has ended."""
@@ -177,7 +156,6 @@ class LogReader:
                                             "its rest is read once the job ends.")
         if self.gap is not None and ended:
             lines = await self._whole(hook, cursor)
-        self._schedule(len(lines), now)
         self.network_line = next((line for line in reversed(lines) if GLOO_REASON.search(line)), self.network_line)
         return lines
 

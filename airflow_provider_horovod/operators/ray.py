@@ -56,8 +56,8 @@ class BaseRayJobOperator(BaseOperator):
         its first seconds is finished in the worker, without a deferral. False: wait in the worker.
     :param wait_for_completion: False: submit, push the submission id and return (a
         ``RayJobSensor`` waits).
-    :param poll_interval_seconds: seconds between status polls. The log is read at each poll while it
-        grows; a quiet log less often (up to 30 s or 6 polls apart, docs/reliability.md).
+    :param poll_interval_seconds: seconds between polls of the job's status and log: a line reaches
+        the task log at the next poll (docs/reliability.md).
     :param pending_timeout_seconds: fail (and stop the job) when it waits longer than this for
         resources: the job's driver (the job PENDING) or a training's workers (the job RUNNING, its
         worker group not started). None: wait without limit.

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import free_port
+from conftest import MIGRATED_DB, free_port
 from support.stack import Stack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -17,10 +17,10 @@ STACK_DAGS = ("ahp_stack_training", "ahp_stack_quick", "ahp_stack_short", "ahp_s
 
 
 @pytest.fixture(scope="session")
-def stack(ray_cluster, tmp_path_factory):
+def stack(airflow_db, ray_cluster, tmp_path_factory):
     running = Stack(tmp_path_factory.mktemp("stack"), REPO / "tests" / "dags_stack", free_port())
     try:
-        running.start()
+        running.start(migrated_db=MIGRATED_DB)
         for dag_id in STACK_DAGS:
             running.wait_for_dag(dag_id)
         yield running

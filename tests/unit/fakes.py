@@ -171,7 +171,7 @@ class FakeRay:
     async def a_endpoint(self):
         return self.endpoint
 
-    async def a_get_job_info(self, submission_id: str) -> dict | None:
+    async def a_get_job_info(self, submission_id: str, fresh_within_s: float | None = None) -> dict | None:
         return self.get_job_info(submission_id)
 
     async def a_get_job_logs(self, submission_id: str) -> str:

@@ -13,7 +13,8 @@ from airflow_provider_horovod import build_horovod as bh
 FAKE_SDIST = {
     # (0.28.1 already sets 17 for a Gloo of its own, further down: the edit must still happen.)
     "CMakeLists.txt": "cmake_minimum_required(VERSION 3.13)\nset(CMAKE_CXX_STANDARD 14)\nproject(horovod)\n"
-                      'string(PREPEND GLOO_CMAKE "set(CMAKE_CXX_STANDARD 17)\\n")\n',
+                      'string(PREPEND GLOO_CMAKE "set(CMAKE_CXX_STANDARD 17)\\n")\n'
+                      'string(REPLACE "-O2" "-O3" CMAKE_CXX_FLAGS_RELWITHDEBINFO "${FLAGS}")\n',
     "horovod/torch/CMakeLists.txt": "set(CMAKE_CXX_STANDARD 14)\nadd_library(pytorch)\n",
     "third_party/gloo/CMakeLists.txt": 'set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} -std=c++11")\n',
     "horovod/common/group_table.h": "// Copyright\n#ifndef GROUP_TABLE_H\n#include <mutex>\n#include <vector>\n",
@@ -53,12 +54,15 @@ def fake_sdist(root: Path, files: dict[str, str] = FAKE_SDIST) -> Path:
     return root
 
 
-def test_patch_sources_makes_the_six_edits(tmp_path):
+def test_patch_sources_makes_the_seven_edits(tmp_path):
     src = fake_sdist(tmp_path)
     bh.patch_sources(src)
     read = lambda rel: (src / rel).read_text()  # noqa: E731
-    assert read("CMakeLists.txt") == ("cmake_minimum_required(VERSION 3.13)\nset(CMAKE_CXX_STANDARD 17)\n"
-                                      'project(horovod)\nstring(PREPEND GLOO_CMAKE "set(CMAKE_CXX_STANDARD 17)\\n")\n')
+    # C++17, and RelWithDebInfo's flags without -g (CMake's are "-O2 -g -DNDEBUG": "-O3 -DNDEBUG").
+    assert read("CMakeLists.txt") == (
+        "cmake_minimum_required(VERSION 3.13)\nset(CMAKE_CXX_STANDARD 17)\n"
+        'project(horovod)\nstring(PREPEND GLOO_CMAKE "set(CMAKE_CXX_STANDARD 17)\\n")\n'
+        'string(REPLACE "-O2 -g" "-O3" CMAKE_CXX_FLAGS_RELWITHDEBINFO "${FLAGS}")\n')
     assert read("horovod/torch/CMakeLists.txt") == "set(CMAKE_CXX_STANDARD 17)\nadd_library(pytorch)\n"
     assert read("third_party/gloo/CMakeLists.txt") == 'set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} -std=c++17")\n'
     # The include goes right before the first #include, not before the comment or the guard.
@@ -102,6 +106,33 @@ def test_patch_sources_refuses_a_missing_file(tmp_path):
     files = {rel: text for rel, text in FAKE_SDIST.items() if rel != "horovod/common/group_table.h"}
     with pytest.raises(bh.SourceChanged, match="group_table.h is missing"):
         bh.patch_sources(fake_sdist(tmp_path, files))
+
+
+@pytest.fixture
+def no_subprocess(monkeypatch):
+    """main() on a target whose torch is known and whose Horovod is missing; building and installing are recorded."""
+    calls = []
+    monkeypatch.setattr(bh, "torch_and_py_tag", lambda py: ("2.13.0+cpu", "cp311"))
+    monkeypatch.setattr(bh, "horovod_installed", lambda py: False)
+    monkeypatch.setattr(bh, "build_wheel", lambda *a: calls.append("build") or Path("/nowhere/horovod.whl"))
+    monkeypatch.setattr(bh, "install", lambda py, wheel: calls.append(f"install {wheel.name}"))
+    monkeypatch.setattr(bh, "check_build", lambda py, gpu: calls.append("check"))
+    return calls
+
+
+def test_if_cached_never_compiles(tmp_path, no_subprocess):
+    assert bh.main(["--if-cached", "--cache", str(tmp_path)]) == bh.NOT_CACHED
+    assert no_subprocess == []
+    directory = bh.wheel_dir(tmp_path, "2.13.0+cpu", "cp311")
+    directory.mkdir(parents=True)
+    (directory / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl").write_bytes(b"")
+    assert bh.main(["--if-cached", "--cache", str(tmp_path)]) == 0
+    assert no_subprocess == ["install horovod-0.28.1-cp311-cp311-linux_x86_64.whl", "check"]
+
+
+def test_wheel_only_fills_the_cache_and_installs_nothing(tmp_path, no_subprocess):
+    assert bh.main(["--wheel-only", "--cache", str(tmp_path)]) == 0
+    assert no_subprocess == ["build"]
 
 
 def test_cache_key_names_the_edits():

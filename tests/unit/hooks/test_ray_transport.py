@@ -11,7 +11,9 @@ import pytest
 from airflow_provider_horovod.hooks import ray_transport
 from airflow_provider_horovod.hooks.ray_connection import RayEndpoint
 from airflow_provider_horovod.hooks.ray_transport import (
+    BATCH_FROM,
     RETRIES,
+    JobBoard,
     SharedSessions,
     Transient,
     a_send,
@@ -155,3 +157,84 @@ def test_tls_verification_settings(tmp_path):
     assert [c["subject"] for c in trusted.get_ca_certs()] == [((("commonName", "ahp test CA"),),)]
     folder = tls_verify(str(tmp_path))  # a folder of CA files, as requests took it
     assert isinstance(folder, ssl.SSLContext) and folder.verify_mode == ssl.CERT_REQUIRED
+
+
+# --- the job board --------------------------------------------------------------------------------
+
+class Lister:
+    """The cluster's unended jobs, as the State API lists them; counts the lists."""
+
+    def __init__(self, running: list[str], fail: bool = False):
+        self.running, self.fail, self.calls = running, fail, 0
+
+    async def __call__(self) -> list[dict]:
+        self.calls += 1
+        await asyncio.sleep(0.01)
+        if self.fail:
+            raise RuntimeError("HTTP 500")
+        return [{"submission_id": sid, "status": "RUNNING"} for sid in self.running]
+
+
+def board_answers(board: JobBoard, sids: list[str], lister: Lister, fresh_within_s: float = 5.0) -> list:
+    async def ask_all():
+        return await asyncio.gather(*(board.info(sid, fresh_within_s, lister) for sid in sids))
+
+    return asyncio.run(ask_all())
+
+
+def test_many_waiting_jobs_share_one_list_and_an_ended_job_asks_itself():
+    sids = [f"job-{i}" for i in range(BATCH_FROM)]
+    lister = Lister(running=sids[1:])
+    board = JobBoard()
+    # The first round counts the waiting jobs: the first of them ask for their own, the last lists.
+    assert board_answers(board, sids, lister)[:-1] == [None] * (BATCH_FROM - 1) and lister.calls == 1
+    board.listed_at -= 10
+    answers = board_answers(board, sids, lister)
+    assert lister.calls == 2
+    assert answers[0] is None  # not among the unended: it ended (or was deleted); its own request tells
+    assert [a["submission_id"] for a in answers[1:]] == sids[1:]
+    # Within fresh_within_s the list is reused; past it, listed again, once for all.
+    board_answers(board, sids, lister)
+    assert lister.calls == 2
+    board.listed_at -= 10
+    board_answers(board, sids, lister)
+    assert lister.calls == 3
+
+
+def test_few_waiting_jobs_each_ask_for_their_own():
+    lister = Lister(running=["a", "b"])
+    assert board_answers(JobBoard(), ["a", "b"], lister) == [None, None] and lister.calls == 0
+
+
+def test_a_job_no_longer_asking_stops_counting():
+    board = JobBoard()
+    sids = [f"job-{i}" for i in range(BATCH_FROM)]
+    board_answers(board, sids, Lister(sids))
+    board.waiting = {sid: until - 100 for sid, until in board.waiting.items()}  # they stopped asking long ago
+    board.pruned_at -= 100
+    lister = Lister(sids)
+    assert board_answers(board, sids[:2], lister) == [None, None] and lister.calls == 0
+
+
+def test_a_failed_list_lets_each_job_ask_for_its_own():
+    sids = [f"job-{i}" for i in range(BATCH_FROM)]
+    lister = Lister(sids, fail=True)
+    assert board_answers(JobBoard(), sids, lister) == [None] * BATCH_FROM and lister.calls == 1
+
+
+def test_an_asker_cancelled_during_the_list_does_not_cancel_it_for_the_others():
+    sids = [f"job-{i}" for i in range(BATCH_FROM)]
+    lister = Lister(sids)
+    board = JobBoard()
+
+    async def scenario():
+        first = asyncio.ensure_future(board.info(sids[0], 5.0, lister))
+        others = [asyncio.ensure_future(board.info(sid, 5.0, lister)) for sid in sids[1:]]
+        await asyncio.sleep(0)
+        first.cancel()
+        return await asyncio.gather(*others)
+
+    # The first nine ask before the board batches; make it batch from the start.
+    board.waiting = {sid: float("inf") for sid in sids}
+    answers = asyncio.run(scenario())
+    assert lister.calls == 1 and [a["submission_id"] for a in answers] == sids[1:]

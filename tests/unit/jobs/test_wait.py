@@ -11,11 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_horovod.contract import LOG_TAIL_LINES, META_RESOURCES, JobStatus
+from airflow_provider_horovod.contract import LOG_TAIL_LINES, META_RESOURCES, RESULT_MARK, JobStatus
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayClusterUnreachableError, RayJobError
 from airflow_provider_horovod.jobs import wait as wait_module
 from airflow_provider_horovod.jobs.logs import LogCursor
 from airflow_provider_horovod.jobs.wait import (
+    FINISHING_POLL_S,
+    FINISHING_S,
     JobEvent,
     Outcome,
     Poll,
@@ -430,17 +432,19 @@ class Clock:
 
     def __init__(self, monkeypatch, start: float = 1_000_000.0):
         self.now = start
-        monkeypatch.setattr(wait_module, "time", SimpleNamespace(time=lambda: self.now))
+        monkeypatch.setattr(wait_module, "time", SimpleNamespace(time=lambda: self.now, monotonic=lambda: self.now))
         monkeypatch.setattr(wait_module.asyncio, "sleep", self.sleep)
 
     async def sleep(self, seconds: float) -> None:
         self.now += seconds
 
 
-def follow_at(ray: FakeRay, interval: float, clock: Clock, policy: WaitPolicy = WaitPolicy()):
+def follow_at(ray: FakeRay, interval: float, clock: Clock, policy: WaitPolicy = WaitPolicy(),
+              written_at: dict | None = None):
     """follow polling every ``interval`` (clock) seconds; the event, the streamed lines, and the
-    clock at each log read."""
+    clock at each log read (and, in ``written_at``, when each line was written)."""
     streamed, read_at = [], []
+    seen = written_at if written_at is not None else {}
     real = ray.a_get_log_tail
 
     async def tail(*args):
@@ -454,57 +458,66 @@ def follow_at(ray: FakeRay, interval: float, clock: Clock, policy: WaitPolicy = 
 
     event = asyncio.run(follow(ray, SID, policy=dataclasses.replace(policy, poll_interval_s=interval),
                                cursor=LogCursor(SID),
-                               write=lambda level, line: streamed.append(line[len("[ray] "):]),
+                               write=lambda level, line: (streamed.append(line[len("[ray] "):]),
+                                                          seen.setdefault(line[len("[ray] "):], clock.now)),
                                save_cursor=save))
     return event, streamed, read_at
 
 
-def test_a_quiet_log_is_read_less_often_and_every_line_still_arrives(monkeypatch):
+def test_a_quiet_log_is_read_at_every_poll_and_a_line_after_a_quiet_spell_arrives_at_the_next(monkeypatch):
     clock = Clock(monkeypatch)
     start = clock.now
     # Polls every 10 s: 3 polls of new lines, a quiet stretch of 40 polls with one line at poll 25,
     # then the job ends with one more line.
     logs = [numbered(3), numbered(6), numbered(9)] + [numbered(9)] * 22 + [numbered(10)] * 18 + [numbered(11)]
     ray = FakeRay({SID: [job("RUNNING")] * (len(logs) - 1) + [job("SUCCEEDED")]}, logs={SID: logs})
-    event, streamed, read_at = follow_at(ray, 10.0, clock)
+    written_at = {}
+    event, streamed, read_at = follow_at(ray, 10.0, clock, written_at=written_at)
     assert event.succeeded and streamed == numbered(11).splitlines()  # each line once, the last at the end
-    polls = len(logs)
-    assert len(read_at) < polls / 2
-    gaps = [round(b - a) for a, b in zip(read_at, read_at[1:])]
-    # Every poll while lines come; then 10, 20, 40, 60, 60 ... s apart (6 polls at most, longer than
-    # 30 s); every poll again after a line.
-    assert gaps[:7] == [10, 10, 10, 10, 20, 40, 60] and max(gaps) == longest_quiet_read(10.0) == 60
-    line_at = start + 25 * 10  # the poll that first could see the line "epoch 9"
-    seen_at = min(t for t in read_at if t >= line_at)
-    assert seen_at - line_at <= longest_quiet_read(10.0)
-    assert read_at[read_at.index(seen_at) + 1] - seen_at == 10  # read at the next poll again
-    assert read_at[-1] == start + (polls - 1) * 10  # and at the end, whatever the schedule said
+    assert read_at == [start + poll * 10 for poll in range(len(logs))]
+    assert written_at[numbered(10).splitlines()[-1]] == start + 25 * 10  # at the first poll after it came
 
 
-def test_a_quiet_log_is_read_before_a_stall_is_called(monkeypatch):
+def test_once_the_runtime_has_said_its_last_the_status_is_asked_every_tenth_of_a_second(monkeypatch):
     clock = Clock(monkeypatch)
-    # A line every 30 s, within a 25 s stall timeout but not within the quiet log's read delay
-    # (reads 10, then 20 s apart): the log is read before a stall is called.
-    logs = [numbered(1 + poll // 3) for poll in range(30)]
-    ray = FakeRay({SID: [job("RUNNING")] * 29 + [job("SUCCEEDED")]}, logs={SID: logs})
-    event, streamed, read_at = follow_at(ray, 10.0, clock, WaitPolicy(stall_timeout_s=25))
-    assert event.succeeded and streamed == numbered(10).splitlines() and ray.stopped == []
-
-
-def longest_quiet_read(poll_interval_s: float) -> float:
-    from airflow_provider_horovod.jobs.logs import QUIET_READ_POLLS, QUIET_READ_S
-
-    return max(QUIET_READ_S, QUIET_READ_POLLS * poll_interval_s)
-
-
-def test_at_a_short_poll_interval_a_quiet_log_is_read_every_30_s_at_most(monkeypatch):
-    clock = Clock(monkeypatch)
-    logs = [numbered(3)] + [numbered(3)] * 200 + [numbered(4)]
+    done = numbered(3) + f"{RESULT_MARK}{{}}\n"
+    logs = [numbered(3)] * 5 + [done] * 12 + [done]
     ray = FakeRay({SID: [job("RUNNING")] * (len(logs) - 1) + [job("SUCCEEDED")]}, logs={SID: logs})
+    asked_at = []
+    real = ray.a_get_job_info
+
+    async def info(sid, fresh_within_s=None):
+        asked_at.append((clock.now, fresh_within_s))
+        return await real(sid)
+
+    ray.a_get_job_info = info
     event, streamed, read_at = follow_at(ray, 1.0, clock)
-    gaps = [round(b - a) for a, b in zip(read_at, read_at[1:])]
-    assert event.succeeded and streamed == numbered(4).splitlines()
-    assert gaps[:7] == [1, 1, 2, 4, 8, 16, 30] and max(gaps) == longest_quiet_read(1.0) == 30
+    gaps = [round(b[0] - a[0], 3) for a, b in zip(asked_at, asked_at[1:])]
+    assert event.succeeded and streamed[-1].startswith(RESULT_MARK)
+    # A poll interval apart until the line is read (at poll 6); a tenth of a second from then on, each
+    # poll asking for the job's own info.
+    seen = gaps.index(FINISHING_POLL_S)
+    assert seen == 5 and gaps == [1.0] * seen + [FINISHING_POLL_S] * (len(gaps) - seen)
+    assert {fresh for _, fresh in asked_at[:seen + 1]} == {0.5}
+    assert {fresh for _, fresh in asked_at[seen + 1:]} == {None}
+
+
+def test_the_finishing_polls_last_at_most_finishing_s(monkeypatch):
+    clock = Clock(monkeypatch)
+    done = f"{RESULT_MARK}{{}}\n"
+    polls = int(FINISHING_S / FINISHING_POLL_S) + 20
+    ray = FakeRay({SID: [job("RUNNING")] * polls + [job("SUCCEEDED")]}, logs={SID: [done] * (polls + 1)})
+    asked_at = []
+    real = ray.a_get_job_info
+
+    async def info(sid, fresh_within_s=None):
+        asked_at.append(clock.now)
+        return await real(sid)
+
+    ray.a_get_job_info = info
+    follow_at(ray, 1.0, clock)
+    gaps = [round(b - a, 3) for a, b in zip(asked_at, asked_at[1:])]
+    assert gaps[0] == FINISHING_POLL_S and gaps[-1] == 1.0  # back to the interval once FINISHING_S is over
 
 
 def test_the_synchronous_wait_runs_follow_and_closes_the_hook():

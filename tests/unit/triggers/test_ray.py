@@ -107,17 +107,27 @@ def test_run_streams_each_line_once_and_yields_one_event(run, monkeypatch, capsy
     assert "get_job_logs" not in ray.calls  # read by windows of the log's end
 
 
-def test_a_job_ending_right_after_the_deferral_holds_its_event_until_not_before(run):
+def test_a_job_ending_right_after_the_deferral_holds_its_event_until_not_before(run, monkeypatch):
     # Airflow 3.3.2 fails a task resumed before it saw the deferring worker exit (apache/airflow#67287).
     ray = FakeRay({SID: [job("RUNNING"), job("SUCCEEDED")]}, logs={SID: ["", "done\n"]})
     started = time.time()
-    events = run(RayJobTrigger(submission_id=SID, policy=FAST, not_before=started + 1.5), ray)
+    trigger = with_task(RayJobTrigger(submission_id=SID, policy=FAST, not_before=started + 1.5), monkeypatch, XComs())
+    events = run(trigger, ray)
     assert time.time() - started >= 1.5 and JobEvent.from_dict(events[0].payload).succeeded
     # Past it, nothing is held.
     ray = FakeRay({SID: [job("SUCCEEDED")]}, logs={SID: ["done\n"]})
     started = time.time()
-    run(RayJobTrigger(submission_id=SID, policy=FAST, not_before=started - 60), ray)
+    trigger = with_task(RayJobTrigger(submission_id=SID, policy=FAST, not_before=started - 60), monkeypatch, XComs())
+    run(trigger, ray)
     assert time.time() - started < 1.5
+
+
+def test_run_inline_without_a_triggerer_holds_nothing(run):
+    # `airflow dags test` runs the trigger in the worker, which has already deferred: no race to guard.
+    ray = FakeRay({SID: [job("RUNNING"), job("SUCCEEDED")]}, logs={SID: ["", "done\n"]})
+    started = time.time()
+    events = run(RayJobTrigger(submission_id=SID, policy=FAST, not_before=started + 30), ray)
+    assert time.time() - started < 10 and JobEvent.from_dict(events[0].payload).succeeded
 
 
 def test_a_serialized_cursor_repeats_no_line(run, monkeypatch, capsys):
