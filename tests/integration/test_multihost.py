@@ -155,13 +155,15 @@ def _free_port(address: str) -> int:
 
 
 def ensure_nodes(hosts: testhosts.Hosts, count: int) -> None:
-    """Host 2's Ray node up (count 2) or stopped (count 1)."""
-    alive = hosts.alive_nodes()
+    """Host 2's Ray node up (count 2) or stopped (count 1): one node of 2 CPUs per host, as the tests'
+    placements assume (two nodes on host 2 would take both 2-CPU workers there)."""
+    alive = wait_until(hosts.alive_nodes, 60, "the head's dashboard to list its nodes")  # [] when it did not answer
     if count == 2 and hosts[1].address not in alive:
         hosts.join(hosts[1], num_cpus=2)
     elif count == 1 and hosts[1].address in alive:
         hosts.stop_ray(hosts[1])
-    hosts.wait_for_nodes(count, timeout=60)
+    expected = sorted(h.address for h in hosts.hosts[:count])
+    wait_until(lambda: hosts.alive_nodes() == expected, 60, f"exactly the nodes {expected}")
 
 
 def operator(hosts: testhosts.Hosts, train_fn, **kwargs):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support.tasks import jobs_of, wait_for_status
 
-from airflow_provider_horovod.contract import TaskRun
+from airflow_provider_horovod.contract import SYNC_WAIT_BEFORE_DEFER_S, TaskRun
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +72,12 @@ def test_a_job_of_a_second_never_defers_and_succeeds_20_times_in_a_row(stack, ra
     assert [ti["state"] for ti in tis] == ["success"] * 20, stack.log_tail("scheduler")
     for run_id in run_ids:
         records = stack.task_log(SHORT, run_id, "short")
-        assert not any(DEFERRED in str(r.get("event")) for r in records), run_id
+        if any(DEFERRED in str(r.get("event")) for r in records):
+            # Only a job that outlasted the worker's follow may defer: on a loaded machine, its start alone
+            # (runtime_env, driver) can take that long. The follow starts just before Ray's start_time.
+            [job] = jobs_of(ray_hook, run_id, dag_id=SHORT, task_id="short")
+            took_s = (job["end_time"] - job["start_time"]) / 1000
+            assert took_s > SYNC_WAIT_BEFORE_DEFER_S - 1, (run_id, took_s)
         assert stack.xcom(SHORT, run_id, "short") == 42
 
 

@@ -342,17 +342,19 @@ class Hosts:
         self.wait_for_nodes(len(self.hosts), timeout=timeout)
 
     def alive_nodes(self) -> list[str]:
-        """Addresses of the Ray nodes alive, as the head's dashboard tells the root namespace."""
+        """Addresses of the Ray nodes alive, one per node (a host's twice if it runs two), as the head's
+        State API tells the root namespace; [] when it does not answer. (The dashboard's node summary
+        shows one node per address, the dead one where a host's node died and another joined.)"""
         import urllib.request
 
-        request = urllib.request.Request(f"{self.dashboard_url}/nodes?view=summary",
+        request = urllib.request.Request(f"{self.dashboard_url}/api/v0/nodes?limit=1000",
                                          headers={"Authorization": f"Bearer {self.token}"})
         try:
             with urllib.request.urlopen(request, timeout=5) as response:
-                summary = json.load(response)["data"]["summary"]
+                nodes = json.load(response)["data"]["result"]["result"]
         except (OSError, ValueError, KeyError):
             return []
-        return sorted(n["raylet"]["nodeManagerAddress"] for n in summary if n["raylet"].get("state") == "ALIVE")
+        return sorted(n["node_ip"] for n in nodes if n.get("state") == "ALIVE")
 
     def wait_for_nodes(self, count: int, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
