@@ -29,6 +29,13 @@ os.environ.pop("AIRFLOW_CONN_RAY_DEFAULT", None)  # set by the ray_cluster fixtu
 TEST_HOME.mkdir(parents=True, exist_ok=True)
 
 
+def pytest_configure(config):
+    if os.environ.get("AHP_TIMINGS_DIR"):
+        from support.timing import Timings
+
+        config.pluginmanager.register(Timings(), "ahp-timings")
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if "tests/integration" in str(item.fspath):

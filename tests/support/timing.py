@@ -1,0 +1,73 @@
+"""Wall time against CPU time per test, so waiting (which can overlap) is told apart from work (which
+cannot on a small machine). CPU is the whole machine's busy time over the test (every process: the
+Ray head, Airflow's components, the test itself), from ``/proc/stat``.
+
+Registered by ``tests/conftest.py`` when ``AHP_TIMINGS_DIR`` is set: each pytest run writes
+``$AHP_TIMINGS_DIR/<run name>.json`` (the name from ``AHP_TIMINGS_NAME``), and
+``python tests/support/timing.py DIR`` prints the total and the slowest tests of all runs together.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def machine_busy_s() -> float:
+    """Seconds of CPU the machine spent busy since boot, all cores together."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:]]
+    except OSError:
+        return 0.0
+    # user nice system idle iowait irq softirq steal: everything but idle and iowait.
+    busy = sum(fields[:8]) - fields[3] - fields[4]
+    return busy / _TICKS
+
+
+class Timings:
+    def __init__(self) -> None:
+        self.rows: dict[str, dict[str, float]] = {}
+        self.started = time.monotonic()
+        self.busy_started = machine_busy_s()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        wall, busy = time.monotonic(), machine_busy_s()
+        yield
+        self.rows[item.nodeid] = {"wall_s": round(time.monotonic() - wall, 2),
+                                  "cpu_s": round(machine_busy_s() - busy, 2)}
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        folder = os.environ.get("AHP_TIMINGS_DIR")
+        if not folder or not self.rows:
+            return
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+        name = os.environ.get("AHP_TIMINGS_NAME", "tests") + (f"-{worker}" if worker else "")
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        summary = {"wall_s": round(time.monotonic() - self.started, 1),
+                   "cpu_s": round(machine_busy_s() - self.busy_started, 1), "tests": self.rows}
+        Path(folder, f"{name}.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
+
+
+def report(folder: str, slowest: int = 20) -> str:
+    runs = {p.stem: json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.json"))}
+    rows = [(nodeid, run, t) for run, data in runs.items() for nodeid, t in data["tests"].items()]
+    lines = [f"{'run':<28} {'tests':>6} {'wall':>9} {'cpu':>9}"]
+    for run, data in runs.items():
+        lines.append(f"{run:<28} {len(data['tests']):>6} {data['wall_s']:>8.1f}s {data['cpu_s']:>8.1f}s")
+    lines.append(f"\n{slowest} slowest tests (wall; cpu = the whole machine's busy seconds meanwhile):")
+    for nodeid, run, t in sorted(rows, key=lambda r: -r[2]["wall_s"])[:slowest]:
+        lines.append(f"{t['wall_s']:>8.1f}s {t['cpu_s']:>8.1f}s  [{run}] {nodeid}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(report(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 20))
