@@ -30,6 +30,7 @@ demo: setup
 # Lint, import order and the line length (ruff), and types (mypy) of the package.
 lint: setup-test
 	$(AIRFLOW_VENV)/bin/ruff check .
+	$(AIRFLOW_VENV)/bin/ruff format --check .
 	$(AIRFLOW_VENV)/bin/mypy
 
 # Three runs: the cluster side's own tests in its environment; everything else from Airflow's

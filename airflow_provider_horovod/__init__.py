@@ -37,15 +37,9 @@ def get_provider_info() -> dict:
             },
             {"integration-name": "Ray", "python-modules": ["airflow_provider_horovod.operators.ray"]},
         ],
-        "sensors": [
-            {"integration-name": "Ray", "python-modules": ["airflow_provider_horovod.sensors.ray"]}
-        ],
-        "hooks": [
-            {"integration-name": "Ray", "python-modules": ["airflow_provider_horovod.hooks.ray"]}
-        ],
-        "triggers": [
-            {"integration-name": "Ray", "python-modules": ["airflow_provider_horovod.triggers.ray"]}
-        ],
+        "sensors": [{"integration-name": "Ray", "python-modules": ["airflow_provider_horovod.sensors.ray"]}],
+        "hooks": [{"integration-name": "Ray", "python-modules": ["airflow_provider_horovod.hooks.ray"]}],
+        "triggers": [{"integration-name": "Ray", "python-modules": ["airflow_provider_horovod.triggers.ray"]}],
         "extra-links": [
             "airflow_provider_horovod.links.ray.RayJobLink",
             "airflow_provider_horovod.links.mlflow.MlflowRunLink",
@@ -68,13 +62,13 @@ def get_provider_info() -> dict:
                     "ca_bundle": {
                         "label": "CA bundle",
                         "description": "Path of a CA bundle file, or a folder of CA files, on the Airflow workers, "
-                                       "to verify the dashboard's certificate with.",
+                        "to verify the dashboard's certificate with.",
                         "schema": {"type": ["string", "null"]},
                     },
                     "shared_storage": {
                         "label": "Local storage is shared",
                         "description": "On when local storage paths are on a filesystem shared by every Ray node and "
-                                       "the Airflow workers (else use s3:// storage).",
+                        "the Airflow workers (else use s3:// storage).",
                         "schema": {"type": ["boolean", "null"], "default": False},
                     },
                     "runtime_env": {
@@ -89,9 +83,9 @@ def get_provider_info() -> dict:
                     },
                     "prices": {
                         "label": "Prices",
-                        "description": 'JSON prices of the cluster\'s resources, which turn a task\'s cost into an '
-                                       'amount (a task\'s own prices win), e.g. {"cpu_hour": 0.048, '
-                                       '"gpu_hour": 2.45, "currency": "USD"}.',
+                        "description": "JSON prices of the cluster's resources, which turn a task's cost into an "
+                        'amount (a task\'s own prices win), e.g. {"cpu_hour": 0.048, '
+                        '"gpu_hour": 2.45, "currency": "USD"}.',
                         "schema": {"type": ["string", "null"]},
                     },
                 },

@@ -48,8 +48,10 @@ NOT_CACHED = 3
 TORCH_FIX = "pip install 'airflow-provider-horovod[cluster]' (or pip install torch)"
 
 # Where Horovod 0.28.1 sets up the Gloo device of a process set (every hvd.init() makes process set 0).
-PROCESS_SET_DEVICE = ("  device_attr.iface = gloo_iface_;\n  device_attr.ai_family = AF_UNSPEC;\n"
-                      "  auto dev = CreateDevice(device_attr);\n\n  global_ctx = global_context.ctx;")
+PROCESS_SET_DEVICE = (
+    "  device_attr.iface = gloo_iface_;\n  device_attr.ai_family = AF_UNSPEC;\n"
+    "  auto dev = CreateDevice(device_attr);\n\n  global_ctx = global_context.ctx;"
+)
 # The text the fix below puts into the built library; the runtime (runtime/horovod_v2.py) looks for it
 # to know whether the installed Horovod has the fix.
 PROCESS_SET_IFACE_MARKER = "Gloo process set device on interface"
@@ -61,12 +63,18 @@ REPLACEMENTS = (
     ("horovod/torch/CMakeLists.txt", "set(CMAKE_CXX_STANDARD 14)", "set(CMAKE_CXX_STANDARD 17)"),
     ("third_party/gloo/CMakeLists.txt", "-std=c++11", "-std=c++17"),
     # No debug information: it is a good part of the compile time on small machines and most of the wheel.
-    ("CMakeLists.txt", 'string(REPLACE "-O2" "-O3" CMAKE_CXX_FLAGS_RELWITHDEBINFO',
-     'string(REPLACE "-O2 -g" "-O3" CMAKE_CXX_FLAGS_RELWITHDEBINFO'),
-    ("horovod/common/gloo/gloo_context.cc", PROCESS_SET_DEVICE,
-     "  // Process sets on HOROVOD_GLOO_IFACE too: 0.28.1 read this set's own gloo_iface_, never set.\n"
-     "  gloo_iface_ = global_context.gloo_iface_;\n"
-     f"  LOG(DEBUG) << \"{PROCESS_SET_IFACE_MARKER} '\" << gloo_iface_ << \"'\";\n" + PROCESS_SET_DEVICE),
+    (
+        "CMakeLists.txt",
+        'string(REPLACE "-O2" "-O3" CMAKE_CXX_FLAGS_RELWITHDEBINFO',
+        'string(REPLACE "-O2 -g" "-O3" CMAKE_CXX_FLAGS_RELWITHDEBINFO',
+    ),
+    (
+        "horovod/common/gloo/gloo_context.cc",
+        PROCESS_SET_DEVICE,
+        "  // Process sets on HOROVOD_GLOO_IFACE too: 0.28.1 read this set's own gloo_iface_, never set.\n"
+        "  gloo_iface_ = global_context.gloo_iface_;\n"
+        f'  LOG(DEBUG) << "{PROCESS_SET_IFACE_MARKER} \'" << gloo_iface_ << "\'";\n' + PROCESS_SET_DEVICE,
+    ),
 )
 # Changes whenever the edits do, so a wheel built with older edits is never taken from the cache
 # (not for the debug information: a wheel with it works the same).
@@ -134,8 +142,10 @@ def patch_sources(src_dir: Path) -> None:
         if old in text:
             path.write_text(text.replace(old, new))
         elif new not in text:
-            raise SourceChanged(f"Horovod's source changed: {rel} has no {old!r} to turn into {new!r}; "
-                                "the edits in airflow_provider_horovod/build_horovod.py need updating")
+            raise SourceChanged(
+                f"Horovod's source changed: {rel} has no {old!r} to turn into {new!r}; "
+                "the edits in airflow_provider_horovod/build_horovod.py need updating"
+            )
         if new not in path.read_text():
             raise SourceChanged(f"the edit of {rel} did not land: no {new!r}")
     for rel, include in INCLUDES:
@@ -143,8 +153,10 @@ def patch_sources(src_dir: Path) -> None:
         text = path.read_text()
         if not re.search(rf"^{re.escape(include)}", text, re.M):
             if not re.search(r"^#include", text, re.M):
-                raise SourceChanged(f"Horovod's source changed: {rel} has no #include line to put {include!r} "
-                                    "before; the edits in airflow_provider_horovod/build_horovod.py need updating")
+                raise SourceChanged(
+                    f"Horovod's source changed: {rel} has no #include line to put {include!r} "
+                    "before; the edits in airflow_provider_horovod/build_horovod.py need updating"
+                )
             path.write_text(re.sub(r"^#include", f"{include}\n#include", text, count=1, flags=re.M))
         if not re.search(rf"^{re.escape(include)}", path.read_text(), re.M):
             raise SourceChanged(f"the edit of {rel} did not land: no {include!r}")
@@ -153,8 +165,10 @@ def patch_sources(src_dir: Path) -> None:
 def _source_file(src_dir: Path, rel: str) -> Path:
     path = src_dir / rel
     if not path.is_file():
-        raise SourceChanged(f"Horovod's source changed: {rel} is missing from {src_dir}; "
-                            "the edits in airflow_provider_horovod/build_horovod.py need updating")
+        raise SourceChanged(
+            f"Horovod's source changed: {rel} is missing from {src_dir}; "
+            "the edits in airflow_provider_horovod/build_horovod.py need updating"
+        )
     return path
 
 
@@ -164,12 +178,22 @@ def wants_torch_nccl(env: Mapping[str, str], gpu_operations: str) -> bool:
     return gpu_operations == "NCCL" and not named
 
 
-def build_env(base: Mapping[str, str], gpu_operations: str = "", nccl_include: str | None = None,
-              nccl_lib: str | None = None, jobs: int | None = None) -> dict[str, str]:
+def build_env(
+    base: Mapping[str, str],
+    gpu_operations: str = "",
+    nccl_include: str | None = None,
+    nccl_lib: str | None = None,
+    jobs: int | None = None,
+) -> dict[str, str]:
     """The environment for `pip wheel` of Horovod: base plus what selects PyTorch, Gloo and (for a GPU build) NCCL."""
     env = dict(base)
-    env.update(HOROVOD_WITH_PYTORCH="1", HOROVOD_WITHOUT_MPI="1", HOROVOD_WITHOUT_TENSORFLOW="1",
-               HOROVOD_WITHOUT_MXNET="1", HOROVOD_CPU_OPERATIONS="GLOO")
+    env.update(
+        HOROVOD_WITH_PYTORCH="1",
+        HOROVOD_WITHOUT_MPI="1",
+        HOROVOD_WITHOUT_TENSORFLOW="1",
+        HOROVOD_WITHOUT_MXNET="1",
+        HOROVOD_CPU_OPERATIONS="GLOO",
+    )
     if gpu_operations:
         env["HOROVOD_GPU_OPERATIONS"] = gpu_operations
     else:
@@ -203,8 +227,9 @@ def required_features(gpu_operations: str = "") -> tuple[str, ...]:
 def _run(cmd: Sequence[str | os.PathLike], what: str, **kwargs) -> subprocess.CompletedProcess:
     """Run cmd with its output captured; on failure show that output and raise BuildError."""
     try:
-        return subprocess.run(list(map(str, cmd)), check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, **kwargs)
+        return subprocess.run(
+            list(map(str, cmd)), check=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs
+        )
     except subprocess.CalledProcessError as e:
         sys.stdout.write(e.stdout or "")
         sys.stdout.flush()
@@ -236,8 +261,10 @@ def torch_and_py_tag(py: str) -> tuple[str, str]:
         raise BuildError(f"cannot run {py}: {e}") from None
     if proc.returncode != 0:
         detail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise BuildError(f"torch is not importable by {py} ({detail}); Horovod compiles against it. "
-                         f"Install it first: {py} -m {TORCH_FIX}")
+        raise BuildError(
+            f"torch is not importable by {py} ({detail}); Horovod compiles against it. "
+            f"Install it first: {py} -m {TORCH_FIX}"
+        )
     torch_version, py_tag = proc.stdout.split()[-2:]
     return torch_version, py_tag
 
@@ -265,8 +292,22 @@ def build_wheel(py: str, torch_version: str, gpu_operations: str, out_dir: Path)
     with tempfile.TemporaryDirectory(prefix="build-horovod-") as tmp:
         work = Path(tmp)
         _say("  downloading the sdist")
-        _run([py, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
-              "-d", work, f"horovod=={HOROVOD_VERSION}"], "downloading Horovod's sdist")
+        _run(
+            [
+                py,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "--no-build-isolation",
+                "-d",
+                work,
+                f"horovod=={HOROVOD_VERSION}",
+            ],
+            "downloading Horovod's sdist",
+        )
         sdist = work / f"horovod-{HOROVOD_VERSION}.tar.gz"
         if not sdist.is_file():
             raise BuildError(f"pip download gave no {sdist.name} in {work}")
@@ -300,8 +341,11 @@ def build_wheel(py: str, torch_version: str, gpu_operations: str, out_dir: Path)
         dist.mkdir()
         _say(f"  compiling ({env['MAKEFLAGS']})")
         # No build isolation: Horovod must compile against the torch installed in the target environment.
-        _run([py, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", dist, src],
-             "building Horovod's wheel", env=env)
+        _run(
+            [py, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", dist, src],
+            "building Horovod's wheel",
+            env=env,
+        )
         built = cached_wheel(dist)
         if built is None:
             raise BuildError(f"pip wheel left no horovod wheel in {dist}")
@@ -339,20 +383,38 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m airflow_provider_horovod.build_horovod",
         description=f"Build Horovod {HOROVOD_VERSION} against the installed torch (with the edits it needs for "
-                    "torch >= 2.1), install it and check it.")
-    parser.add_argument("--gpu", action="store_true",
-                        help="build with NCCL (HOROVOD_GPU_OPERATIONS=NCCL does the same); needs CUDA's nvcc")
-    parser.add_argument("--cache", metavar="DIR", type=Path,
-                        help="where wheels are kept (default: $HOROVOD_WHEEL_CACHE, else "
-                             "${XDG_CACHE_HOME:-~/.cache}/airflow-provider-horovod)")
-    parser.add_argument("--python", metavar="PY", default=sys.executable,
-                        help="the interpreter to build and install into (default: this one)")
+        "torch >= 2.1), install it and check it.",
+    )
+    parser.add_argument(
+        "--gpu",
+        action="store_true",
+        help="build with NCCL (HOROVOD_GPU_OPERATIONS=NCCL does the same); needs CUDA's nvcc",
+    )
+    parser.add_argument(
+        "--cache",
+        metavar="DIR",
+        type=Path,
+        help="where wheels are kept (default: $HOROVOD_WHEEL_CACHE, else "
+        "${XDG_CACHE_HOME:-~/.cache}/airflow-provider-horovod)",
+    )
+    parser.add_argument(
+        "--python",
+        metavar="PY",
+        default=sys.executable,
+        help="the interpreter to build and install into (default: this one)",
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check-only", action="store_true", help="only run horovodrun --check-build")
-    mode.add_argument("--if-cached", action="store_true",
-                      help=f"never compile: exit {NOT_CACHED} when no installed Horovod nor cached wheel fits")
-    mode.add_argument("--wheel-only", action="store_true",
-                      help="only make sure the cache holds the wheel for this torch and Python (compile it if not)")
+    mode.add_argument(
+        "--if-cached",
+        action="store_true",
+        help=f"never compile: exit {NOT_CACHED} when no installed Horovod nor cached wheel fits",
+    )
+    mode.add_argument(
+        "--wheel-only",
+        action="store_true",
+        help="only make sure the cache holds the wheel for this torch and Python (compile it if not)",
+    )
     return parser.parse_args(argv)
 
 
@@ -366,8 +428,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.wheel_only and horovod_installed(py):
                 _say(f"horovod {HOROVOD_VERSION} already installed for {py}")
             else:
-                directory = wheel_dir(args.cache or default_cache_root(os.environ), torch_version, py_tag,
-                                      gpu_operations)
+                directory = wheel_dir(
+                    args.cache or default_cache_root(os.environ), torch_version, py_tag, gpu_operations
+                )
                 wheel = cached_wheel(directory)
                 if wheel is None and args.if_cached:
                     _say(f"no cached horovod wheel in {directory}")

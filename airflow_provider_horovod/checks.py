@@ -20,13 +20,28 @@ DATASET_SCHEMES = ("", "file", "s3", "gs")
 # Variables that must not travel in runtime_env: Ray shows env_vars to every dashboard reader.
 SECRET_ENV_PATTERN = re.compile(r"(SECRET|TOKEN|PASSWORD|CREDENTIAL|ACCESS_KEY)", re.IGNORECASE)
 # Ray 2.60's runtime_env fields (ray.runtime_env.RuntimeEnv.known_fields, private ones left out).
-RUNTIME_ENV_FIELDS = ("conda", "config", "container", "env_vars", "excludes", "image_uri", "java_jars", "pip",
-                      "py_executable", "py_modules", "uv", "worker_process_setup_hook", "working_dir")
+RUNTIME_ENV_FIELDS = (
+    "conda",
+    "config",
+    "container",
+    "env_vars",
+    "excludes",
+    "image_uri",
+    "java_jars",
+    "pip",
+    "py_executable",
+    "py_modules",
+    "uv",
+    "worker_process_setup_hook",
+    "working_dir",
+)
 URI_SCHEMES = ("gcs", "s3", "gs", "https", "http", "file", "azure", "abfss")
 
 
-NUM_WORKERS_FIX = ("give a whole number of Horovod workers, 1 or more (e.g. 2), or an elastic range [min, max] of "
-                   "whole numbers with 1 <= min <= max (e.g. [2, 4]).")
+NUM_WORKERS_FIX = (
+    "give a whole number of Horovod workers, 1 or more (e.g. 2), or an elastic range [min, max] of "
+    "whole numbers with 1 <= min <= max (e.g. [2, 4])."
+)
 
 
 def check_num_workers(value: Any, trainer_api: Any = None) -> int | list[int]:
@@ -35,8 +50,12 @@ def check_num_workers(value: Any, trainer_api: Any = None) -> int | list[int]:
     Ray's HorovodTrainer (``trainer_api="legacy"``) takes a number only."""
     checked = _num_workers(value)
     if isinstance(checked, list) and trainer_api == "legacy":
-        raise InvalidParameterError("num_workers", value, "trainer_api='legacy' (Ray's HorovodTrainer) has no elastic "
-                                    "training: give a number of workers, or use trainer_api='v2' for a range.")
+        raise InvalidParameterError(
+            "num_workers",
+            value,
+            "trainer_api='legacy' (Ray's HorovodTrainer) has no elastic "
+            "training: give a number of workers, or use trainer_api='v2' for a range.",
+        )
     return checked
 
 
@@ -50,8 +69,9 @@ def _num_workers(value: Any) -> int | list[int]:
     if isinstance(value, (list, tuple)) and len(value) == 2 and all(_whole(n) for n in value):
         low, high = value
         if not 1 <= low <= high:
-            raise InvalidParameterError("num_workers", given, f"min {low} must be at least 1 and at most max {high}; "
-                                        + NUM_WORKERS_FIX)
+            raise InvalidParameterError(
+                "num_workers", given, f"min {low} must be at least 1 and at most max {high}; " + NUM_WORKERS_FIX
+            )
         return low if low == high else [low, high]
     if not _whole(value) or value < 1:
         raise InvalidParameterError("num_workers", given, NUM_WORKERS_FIX)
@@ -65,19 +85,23 @@ def _whole(value: Any) -> bool:
 def check_storage_path(value: Any) -> str:
     """The storage root, normalised: an absolute local path, or ``s3://bucket/prefix``."""
     if not isinstance(value, str) or not value.strip():
-        raise InvalidParameterError("storage_path", value,
-                                    "give a local path, a file:// URI or an s3://bucket/prefix URI.")
+        raise InvalidParameterError(
+            "storage_path", value, "give a local path, a file:// URI or an s3://bucket/prefix URI."
+        )
     parsed = urlparse(value)
     if parsed.scheme not in STORAGE_SCHEMES:
         raise InvalidParameterError(
-            "storage_path", value,
-            f"scheme {parsed.scheme!r} is not supported; use a local path, file:// or s3://bucket/prefix.")
+            "storage_path",
+            value,
+            f"scheme {parsed.scheme!r} is not supported; use a local path, file:// or s3://bucket/prefix.",
+        )
     if parsed.scheme == "s3" and not parsed.netloc:
         raise InvalidParameterError("storage_path", value, "name the bucket: s3://bucket/prefix.")
     # file://data/x would silently mean /x on host "data", and file:// alone the worker's cwd.
     if parsed.scheme == "file" and (parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/")):
-        raise InvalidParameterError("storage_path", value,
-                                    "a file:// URI takes an absolute path after the third slash: file:///abs/path.")
+        raise InvalidParameterError(
+            "storage_path", value, "a file:// URI takes an absolute path after the third slash: file:///abs/path."
+        )
     if parsed.scheme == "" and not os.path.isabs(value):
         raise InvalidParameterError("storage_path", value, "give an absolute local path (the Ray workers resolve it).")
     # Local paths as Ray Train needs them (absolute, no scheme); s3:// as it is, without a trailing slash.
@@ -95,7 +119,8 @@ def check_json(parameter: str, value: Any) -> dict:
         return json.loads(json.dumps(dict(value)))
     except (TypeError, ValueError) as err:
         raise InvalidParameterError(
-            parameter, value, f"it must be JSON-serialisable ({err}); pass paths or numbers, not objects.") from None
+            parameter, value, f"it must be JSON-serialisable ({err}); pass paths or numbers, not objects."
+        ) from None
 
 
 def check_args(parameter: str, value: Any) -> list:
@@ -108,7 +133,8 @@ def check_args(parameter: str, value: Any) -> list:
         return json.loads(json.dumps(list(value)))
     except (TypeError, ValueError) as err:
         raise InvalidParameterError(
-            parameter, value, f"it must be JSON-serialisable ({err}); pass paths or numbers, not objects.") from None
+            parameter, value, f"it must be JSON-serialisable ({err}); pass paths or numbers, not objects."
+        ) from None
 
 
 def check_resources(value: Any, use_gpu: bool, parameter: str = "resources_per_worker") -> dict[str, float] | None:
@@ -121,13 +147,15 @@ def check_resources(value: Any, use_gpu: bool, parameter: str = "resources_per_w
         if not isinstance(name, str) or not name:
             raise InvalidParameterError(parameter, value, f"resource name {name!r} must be a non-empty string.")
         if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not math.isfinite(amount):
-            raise InvalidParameterError(parameter, value,
-                                        f"amount {amount!r} of {name!r} is not a number; give e.g. {{{name!r}: 1}}.")
+            raise InvalidParameterError(
+                parameter, value, f"amount {amount!r} of {name!r} is not a number; give e.g. {{{name!r}: 1}}."
+            )
         if amount < 0:
             raise InvalidParameterError(parameter, value, f"amount of {name!r} is negative; use 0 or more.")
         if name.lower() in ("cpu", "gpu", "memory") and name not in ("CPU", "GPU", "memory"):
-            raise InvalidParameterError(parameter, value,
-                                        f"unknown resource {name!r}: Ray spells it 'CPU', 'GPU' or 'memory'.")
+            raise InvalidParameterError(
+                parameter, value, f"unknown resource {name!r}: Ray spells it 'CPU', 'GPU' or 'memory'."
+            )
         out[name] = float(amount)
     if out.get("GPU") and not use_gpu:
         raise InvalidParameterError(parameter, value, "asks for GPUs while use_gpu=False; set use_gpu=True.")
@@ -168,8 +196,9 @@ def check_seconds(parameter: str, value: Any, *, allow_none: bool = False) -> fl
 
 def check_max_failures(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-        raise InvalidParameterError("max_failures", value,
-                                    "give 0 (no retry), a positive count, or -1 (retry without limit).")
+        raise InvalidParameterError(
+            "max_failures", value, "give 0 (no retry), a positive count, or -1 (retry without limit)."
+        )
     return value
 
 
@@ -180,11 +209,13 @@ def check_horovod_env(value: Any) -> dict[str, str]:
         raise InvalidParameterError("horovod_env", value, 'give a dict such as {"HOROVOD_CYCLE_TIME": "1"}.')
     for key in value:
         if not isinstance(key, str) or not key.startswith("HOROVOD_"):
-            raise InvalidParameterError("horovod_env", value,
-                                        f"key {key!r} is not a HOROVOD_* variable; put others in runtime_env.")
+            raise InvalidParameterError(
+                "horovod_env", value, f"key {key!r} is not a HOROVOD_* variable; put others in runtime_env."
+            )
         if isinstance(value[key], (Mapping, list, tuple, set)) or value[key] is None:
-            raise InvalidParameterError("horovod_env", value,
-                                        f"{key} must be a string or a number, e.g. {{{key!r}: \"1\"}}.")
+            raise InvalidParameterError(
+                "horovod_env", value, f'{key} must be a string or a number, e.g. {{{key!r}: "1"}}.'
+            )
     return {k: str(v) for k, v in value.items()}
 
 
@@ -195,8 +226,12 @@ def check_nics(value: Any) -> list[str] | None:
         value = [value]
     # A list, not a set: the order matters (each host uses the first of them it has).
     if not isinstance(value, (list, tuple)) or not value or not all(isinstance(n, str) and n for n in value):
-        raise InvalidParameterError("horovod_nics", value, 'give a list of interface names in order of preference, '
-                                    'e.g. ["eth0"] or ["ens5", "eth0"]: each host uses the first of them it has.')
+        raise InvalidParameterError(
+            "horovod_nics",
+            value,
+            "give a list of interface names in order of preference, "
+            'e.g. ["eth0"] or ["ens5", "eth0"]: each host uses the first of them it has.',
+        )
     return list(dict.fromkeys(value))
 
 
@@ -221,46 +256,62 @@ def check_runtime_env(value: Any, parameter: str = "runtime_env") -> dict:
     shown = masked(value)
     unknown = sorted(str(k) for k in value if k not in RUNTIME_ENV_FIELDS)
     if unknown:
-        raise InvalidParameterError(parameter, shown, f"unknown field {unknown[0]!r}; Ray's runtime_env fields are: "
-                                                      f"{', '.join(RUNTIME_ENV_FIELDS)}.")
+        raise InvalidParameterError(
+            parameter,
+            shown,
+            f"unknown field {unknown[0]!r}; Ray's runtime_env fields are: {', '.join(RUNTIME_ENV_FIELDS)}.",
+        )
     env_vars = value.get("env_vars") or {}
     if not isinstance(env_vars, Mapping):
         raise InvalidParameterError(parameter, shown, 'env_vars must be a dict of strings, e.g. {"A": "1"}.')
     for key, var in env_vars.items():
         if SECRET_ENV_PATTERN.search(str(key)):
             raise InvalidParameterError(
-                parameter, shown,
+                parameter,
+                shown,
                 f"env var {key!r} looks like a secret, and Ray shows runtime_env to every dashboard reader; give "
-                "the cluster its credentials (instance role, cluster env) instead.")
+                "the cluster its credentials (instance role, cluster env) instead.",
+            )
         if not isinstance(key, str) or not isinstance(var, str):
-            raise InvalidParameterError(parameter, shown,
-                                        f'env var {key!r} must map a string to a string, e.g. {{"A": "1"}}.')
+            raise InvalidParameterError(
+                parameter, shown, f'env var {key!r} must map a string to a string, e.g. {{"A": "1"}}.'
+            )
     working_dir = value.get("working_dir")
     if working_dir is not None:
         if not isinstance(working_dir, str):
             raise InvalidParameterError(parameter, shown, "working_dir must be a local folder or a URI (a string).")
         local_zip = working_dir.endswith(".zip") and os.path.isfile(working_dir)
         if not is_uri(working_dir) and not os.path.isdir(working_dir) and not local_zip:
-            raise InvalidParameterError(parameter, shown,
-                                        f"working_dir {working_dir!r} is not a folder here; give an existing local "
-                                        "folder or .zip file (it is uploaded) or a URI.")
+            raise InvalidParameterError(
+                parameter,
+                shown,
+                f"working_dir {working_dir!r} is not a folder here; give an existing local "
+                "folder or .zip file (it is uploaded) or a URI.",
+            )
     py_modules = value.get("py_modules")
     if py_modules is not None:
         if not isinstance(py_modules, (list, tuple)) or not all(isinstance(m, str) for m in py_modules):
-            raise InvalidParameterError(parameter, shown,
-                                        "py_modules must be a list of local folders, .whl files or URIs.")
+            raise InvalidParameterError(
+                parameter, shown, "py_modules must be a list of local folders, .whl files or URIs."
+            )
         for module in py_modules:
-            if not is_uri(module) and not (os.path.isdir(module) or (os.path.isfile(module) and module.endswith((".whl",
-                          ".py")))):
-                raise InvalidParameterError(parameter, shown,
-                                            f"py_modules entry {module!r} is neither an existing folder, "
-                                                              ".py or .whl file here, nor a URI.")
+            if not is_uri(module) and not (
+                os.path.isdir(module) or (os.path.isfile(module) and module.endswith((".whl", ".py")))
+            ):
+                raise InvalidParameterError(
+                    parameter,
+                    shown,
+                    f"py_modules entry {module!r} is neither an existing folder, .py or .whl file here, nor a URI.",
+                )
     pip = value.get("pip")
     pip_file = isinstance(pip, str) and os.path.isfile(pip)
     if pip is not None and not (isinstance(pip, (list, tuple, Mapping)) or pip_file):
-        raise InvalidParameterError(parameter, shown,
-                                    'pip must be a list of requirements (e.g. ["pandas==2.2"]), a dict '
-                                                      '{"packages": [...]}, or the path of a requirements file.')
+        raise InvalidParameterError(
+            parameter,
+            shown,
+            'pip must be a list of requirements (e.g. ["pandas==2.2"]), a dict '
+            '{"packages": [...]}, or the path of a requirements file.',
+        )
     excludes = value.get("excludes")
     if excludes is not None and not (isinstance(excludes, (list, tuple)) and all(isinstance(e, str) for e in excludes)):
         raise InvalidParameterError(parameter, shown, 'excludes must be a list of patterns, e.g. ["*.ckpt"].')
@@ -286,28 +337,37 @@ def check_conn_id(parameter: str, value: Any, fix: str) -> str:
 
 
 def check_ray_conn_id(value: Any) -> str:
-    return check_conn_id("ray_conn_id", value,
-                         "give the id of a connection of type 'ray', or leave the default 'ray_default' (an embedded "
-                         "local Ray cluster when no such connection exists).")
+    return check_conn_id(
+        "ray_conn_id",
+        value,
+        "give the id of a connection of type 'ray', or leave the default 'ray_default' (an embedded "
+        "local Ray cluster when no such connection exists).",
+    )
 
 
 def check_submission_id(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidParameterError(
-            "submission_id", value,
-            "give the Ray job's submission id, e.g. \"{{ ti.xcom_pull(task_ids='train', key='submission_id') }}\".")
+            "submission_id",
+            value,
+            "give the Ray job's submission id, e.g. \"{{ ti.xcom_pull(task_ids='train', key='submission_id') }}\".",
+        )
     sid = value.strip()
     if sid == "None":
         # What "{{ ti.xcom_pull(...) }}" renders to when the upstream task pushed nothing.
         raise InvalidParameterError(
-            "submission_id", sid,
+            "submission_id",
+            sid,
             "the template rendered None: the task it pulls from pushed no submission id; check task_ids and "
-            "key='submission_id' in xcom_pull.")
+            "key='submission_id' in xcom_pull.",
+        )
     if any(c in sid for c in "/?#") or any(c.isspace() for c in sid):
         raise InvalidParameterError(
-            "submission_id", sid,
+            "submission_id",
+            sid,
             "a Ray submission id has no spaces, '/', '?' or '#'; give the id as the Ray dashboard shows it "
-            "(e.g. 'raysubmit_...', or 'ahp-...-a1' for HorovodTrainOperator's jobs).")
+            "(e.g. 'raysubmit_...', or 'ahp-...-a1' for HorovodTrainOperator's jobs).",
+        )
     return sid
 
 
@@ -333,10 +393,12 @@ def check_datasets(value: Any, *, code_ships: bool = False) -> tuple[dict[str, d
             specs[name] = {"uri": item, "format": dataset_format(item)}
         else:
             raise InvalidParameterError(
-                parameter, item,
+                parameter,
+                item,
                 "give a local path, file://, s3:// or gs:// URI of parquet, csv or json files, or a function run on "
                 'the cluster that returns a ray.data.Dataset ("package.module:function", or the function itself; a '
-                "Dataset object cannot travel, wrap it in a function).")
+                "Dataset object cannot travel, wrap it in a function).",
+            )
     return specs, files
 
 
@@ -349,13 +411,17 @@ def check_forwarding(forward: Any, aws_conn_id: str | None, ttl_s: Any) -> bool:
         return False
     if not aws_conn_id:
         raise InvalidParameterError(
-            "forward_aws_credentials", forward,
-            "set aws_conn_id to the AWS connection whose keys get the session credentials, or leave it False.")
+            "forward_aws_credentials",
+            forward,
+            "set aws_conn_id to the AWS connection whose keys get the session credentials, or leave it False.",
+        )
     whole = isinstance(ttl_s, int) and not isinstance(ttl_s, bool)
     if not whole or not MIN_CREDENTIALS_TTL_S <= ttl_s <= MAX_CREDENTIALS_TTL_S:
-        raise InvalidParameterError("aws_credentials_ttl_seconds", ttl_s,
-                                    f"give whole seconds from {MIN_CREDENTIALS_TTL_S} to {MAX_CREDENTIALS_TTL_S} "
-                                    "(what STS accepts).")
+        raise InvalidParameterError(
+            "aws_credentials_ttl_seconds",
+            ttl_s,
+            f"give whole seconds from {MIN_CREDENTIALS_TTL_S} to {MAX_CREDENTIALS_TTL_S} (what STS accepts).",
+        )
     return True
 
 
@@ -373,12 +439,19 @@ def check_job_tags(value: Any) -> dict[str, str]:
         if not isinstance(key, str) or not key.strip():
             raise InvalidParameterError("job_tags", value, f"tag name {key!r} must be a non-empty string.")
         if not isinstance(text, str):
-            raise InvalidParameterError("job_tags", value, f"tag {key!r} has the {type(text).__name__} {text!r}: "
-                                        f"Ray's job metadata holds strings only; give it as {str(text)!r}.")
+            raise InvalidParameterError(
+                "job_tags",
+                value,
+                f"tag {key!r} has the {type(text).__name__} {text!r}: "
+                f"Ray's job metadata holds strings only; give it as {str(text)!r}.",
+            )
         if key.startswith(META_PREFIX) or key in RESERVED_META_KEYS:
             raise InvalidParameterError(
-                "job_tags", value, f"tag {key!r} is reserved: the provider names its own metadata {META_PREFIX}* and "
-                f"{', '.join(RESERVED_META_KEYS[:-1])} (and Ray {RESERVED_META_KEYS[-1]}); rename the tag.")
+                "job_tags",
+                value,
+                f"tag {key!r} is reserved: the provider names its own metadata {META_PREFIX}* and "
+                f"{', '.join(RESERVED_META_KEYS[:-1])} (and Ray {RESERVED_META_KEYS[-1]}); rename the tag.",
+            )
     return dict(value)
 
 
@@ -401,18 +474,24 @@ def check_prices(value: Any) -> dict[str, Any] | None:
 
 
 MLFLOW_SCHEMES = ("http", "https", "databricks")
-MLFLOW_URI_FIX = ("give the address of an MLflow tracking server that the Ray cluster reaches, e.g. "
-                  "'http://mlflow:5000' (or 'databricks'), or None for no tracking.")
+MLFLOW_URI_FIX = (
+    "give the address of an MLflow tracking server that the Ray cluster reaches, e.g. "
+    "'http://mlflow:5000' (or 'databricks'), or None for no tracking."
+)
 
 
 def check_mlflow(tracking_uri: Any, conn_id: Any) -> None:
     """One of ``mlflow_tracking_uri`` and ``mlflow_conn_id`` at most (the connection holds the URI)."""
     if tracking_uri and conn_id:
-        raise InvalidParameterError("mlflow_conn_id", conn_id, "give either mlflow_tracking_uri or mlflow_conn_id "
-                                    "(whose host is the tracking URI), not both.")
+        raise InvalidParameterError(
+            "mlflow_conn_id",
+            conn_id,
+            "give either mlflow_tracking_uri or mlflow_conn_id (whose host is the tracking URI), not both.",
+        )
     if conn_id is not None:
-        check_conn_id("mlflow_conn_id", conn_id, "give the id of a connection whose host is the MLflow tracking URI, "
-                      "or None.")
+        check_conn_id(
+            "mlflow_conn_id", conn_id, "give the id of a connection whose host is the MLflow tracking URI, or None."
+        )
 
 
 def check_mlflow_tracking_uri(value: Any, parameter: str = "mlflow_tracking_uri") -> str | None:
@@ -426,9 +505,13 @@ def check_mlflow_tracking_uri(value: Any, parameter: str = "mlflow_tracking_uri"
     if parts is None or parts.scheme not in MLFLOW_SCHEMES or (parts.scheme != "databricks" and not parts.hostname):
         raise InvalidParameterError(parameter, value, MLFLOW_URI_FIX)
     if parts.username or parts.password:
-        raise InvalidParameterError(parameter, "<a URI with credentials>", "keep credentials out of the URI: put the "
-                                    "server's address in an MLflow connection (host; login and password, or a token "
-                                    "as password) and give mlflow_conn_id.")
+        raise InvalidParameterError(
+            parameter,
+            "<a URI with credentials>",
+            "keep credentials out of the URI: put the "
+            "server's address in an MLflow connection (host; login and password, or a token "
+            "as password) and give mlflow_conn_id.",
+        )
     return value.strip()
 
 
@@ -436,8 +519,11 @@ def check_mlflow_experiment_name(value: Any, default: str) -> str:
     if value is None:
         return default
     if not isinstance(value, str) or not value.strip():
-        raise InvalidParameterError("mlflow_experiment_name", value, "give the name of an MLflow experiment (created "
-                                    "when missing), or None for the DAG's id.")
+        raise InvalidParameterError(
+            "mlflow_experiment_name",
+            value,
+            "give the name of an MLflow experiment (created when missing), or None for the DAG's id.",
+        )
     return value.strip()
 
 
@@ -447,8 +533,11 @@ def mlflow_connection(conn_id: str, conn: Any) -> tuple[str, dict[str, str]]:
     ``password`` are basic auth, a ``password`` alone a token."""
     host = (getattr(conn, "host", None) or "").strip()
     if not host:
-        raise InvalidParameterError("mlflow_conn_id", conn_id, "its connection has no host: set the host to the "
-                                    "MLflow tracking URI, e.g. http://mlflow:5000.")
+        raise InvalidParameterError(
+            "mlflow_conn_id",
+            conn_id,
+            "its connection has no host: set the host to the MLflow tracking URI, e.g. http://mlflow:5000.",
+        )
     if "://" not in host and host != "databricks":
         port = f":{conn.port}" if getattr(conn, "port", None) else ""
         host = f"{getattr(conn, 'schema', None) or 'http'}://{host}{port}"

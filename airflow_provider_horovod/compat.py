@@ -69,11 +69,9 @@ async def trigger_xcom_get(key: str, *, dag_id: str, task_id: str, run_id: str, 
     return await asyncio.to_thread(xcom.get_one, **ids)
 
 
-async def trigger_xcom_set(key: str, value: Any, *, dag_id: str, task_id: str, run_id: str,
-                           map_index: int) -> None:
+async def trigger_xcom_set(key: str, value: Any, *, dag_id: str, task_id: str, run_id: str, map_index: int) -> None:
     xcom = _xcom()
-    ids = {"key": key, "value": value, "dag_id": dag_id, "task_id": task_id, "run_id": run_id,
-           "map_index": map_index}
+    ids = {"key": key, "value": value, "dag_id": dag_id, "task_id": task_id, "run_id": run_id, "map_index": map_index}
     if hasattr(xcom, "aset"):
         await xcom.aset(**ids)
     else:
@@ -85,8 +83,9 @@ async def task_was_killed(*, dag_id: str, task_id: str, run_id: str, map_index: 
     user (a triggerer restart leaves the task deferred)."""
     from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
-    states = await asyncio.to_thread(RuntimeTaskInstance.get_task_states, dag_id=dag_id, map_index=map_index,
-                                     task_ids=[task_id], run_ids=[run_id])
+    states = await asyncio.to_thread(
+        RuntimeTaskInstance.get_task_states, dag_id=dag_id, map_index=map_index, task_ids=[task_id], run_ids=[run_id]
+    )
     key = task_id if map_index < 0 else f"{task_id}_{map_index}"
     state = (states.get(run_id) or {}).get(key)
     return state is not None and str(state) != "deferred"
@@ -105,8 +104,13 @@ def without_retry(error: JobFailure) -> JobFailure:
     ``AirflowFailException``, which Airflow 3.1 and 3.2 know, and which 3.3's retry_policy does not
     overrule): a user's error or a wrong configuration fails the same way again."""
     final = UserCodeFailed if isinstance(error, UserCodeError) else ConfigurationFailed
-    return final(str(error), failure=error.failure, submission_id=error.submission_id, status=error.status,
-                 error_type=error.error_type)
+    return final(
+        str(error),
+        failure=error.failure,
+        submission_id=error.submission_id,
+        status=error.status,
+        error_type=error.error_type,
+    )
 
 
 @contextlib.contextmanager

@@ -73,7 +73,8 @@ class JobStatus(str, enum.Enum):
             raise UnknownJobStatusError(
                 f"Ray reported the job status {value!r}, which airflow-provider-horovod {VERSION} does not know "
                 f"(it knows {', '.join(s.value for s in cls)}): check that the cluster runs a Ray version it "
-                "supports (the [cluster] extra's).") from None
+                "supports (the [cluster] extra's)."
+            ) from None
 
 
 class TrainerApi(str, enum.Enum):
@@ -119,7 +120,12 @@ FAILURE_MARK = "AHP_FAILURE "
 
 # Why a run's worker group (re)started at its size, in ResultRecord.segments.
 SEGMENT_START, SEGMENT_GROW, SEGMENT_SHRINK, SEGMENT_NODE_LOST, SEGMENT_FAILURE = (
-    "start", "grow", "shrink", "node lost", "failure")
+    "start",
+    "grow",
+    "shrink",
+    "node lost",
+    "failure",
+)
 SEGMENT_REASONS = (SEGMENT_START, SEGMENT_GROW, SEGMENT_SHRINK, SEGMENT_NODE_LOST, SEGMENT_FAILURE)
 # The runtime's backend tells each worker of a group the reason, for rank 0's note of it.
 WORKER_GROUP_REASON_ENV = "AHP_WORKER_GROUP_REASON"
@@ -202,8 +208,12 @@ class TaskRun:
 
     def metadata(self) -> dict[str, str]:
         """The Ray job metadata naming this task run (plain strings, shown in the dashboard)."""
-        return {"airflow_dag_id": self.dag_id, "airflow_task_id": self.task_id, "airflow_run_id": self.run_id,
-                "airflow_map_index": str(self.map_index)}
+        return {
+            "airflow_dag_id": self.dag_id,
+            "airflow_task_id": self.task_id,
+            "airflow_run_id": self.run_id,
+            "airflow_map_index": str(self.map_index),
+        }
 
 
 def attempt_of(submission_id: str) -> int | None:
@@ -256,11 +266,17 @@ def default_storage_path() -> str:
 
 # --- How a function is called ----------------------------------------------------------------------
 
+
 def required_positional(fn: Callable) -> int:
     """How many positional parameters ``fn`` needs: Ray Train passes ``config`` only to a training
     function that needs one, so the Airflow side checks it and the runtime calls by it."""
-    return len([p for p in inspect.signature(fn).parameters.values()
-                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)])
+    return len(
+        [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    )
 
 
 def check_ray_version(version: str | None) -> str | None:
@@ -269,12 +285,15 @@ def check_ray_version(version: str | None) -> str | None:
     if found and low <= (int(found[1]), int(found[2])) < high:
         return None
     wanted = f">={low[0]}.{low[1]},<{high[0]}.{high[1]}"
-    return (f"it runs Ray {version or 'of an unknown version'}, and airflow-provider-horovod's runtime supports "
-            f"Ray {wanted}. Install ray[default,train]{wanted} on the cluster (the provider's [cluster] extra "
-            f"does), or use a provider release that supports Ray {version or ''}.")
+    return (
+        f"it runs Ray {version or 'of an unknown version'}, and airflow-provider-horovod's runtime supports "
+        f"Ray {wanted}. Install ray[default,train]{wanted} on the cluster (the provider's [cluster] extra "
+        f"does), or use a provider release that supports Ray {version or ''}."
+    )
 
 
 # --- The documents: what a job is asked to do, and what its attempt leaves -------------------------
+
 
 class _Document:
     """JSON in and out. A reader ignores fields it does not know (a newer provider wrote them)."""
@@ -286,8 +305,10 @@ class _Document:
     def from_json(cls, text: str) -> Any:
         data = json.loads(text)
         if data.get("version", FORMAT) != FORMAT:
-            raise ValueError(f"{cls.__name__} of format {data.get('version')!r} is not {FORMAT}: the provider on the "
-                             "cluster and in Airflow differ. The job ships its own copy, so resubmit it.")
+            raise ValueError(
+                f"{cls.__name__} of format {data.get('version')!r} is not {FORMAT}: the provider on the "
+                "cluster and in Airflow differ. The job ships its own copy, so resubmit it."
+            )
         known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -469,6 +490,7 @@ class ResultRecord(TaskRecord):
 
 # --- What a task returns (its XCom) ---------------------------------------------------------------
 
+
 class SubmittedJob(TypedDict):
     """Pushed under ``XCOM_JOB`` at submission, and returned when the task does not wait."""
 
@@ -547,15 +569,34 @@ class Cost(TypedDict):
     prices: dict[str, Any] | None
 
 
-def training_result(record: ResultRecord, *, dashboard_url: str, attempts: list[dict] | None = None,
-                    cost: Cost | None = None, job_tags: dict[str, str] | None = None) -> TrainingResult:
+def training_result(
+    record: ResultRecord,
+    *,
+    dashboard_url: str,
+    attempts: list[dict] | None = None,
+    cost: Cost | None = None,
+    job_tags: dict[str, str] | None = None,
+) -> TrainingResult:
     """The one place a training's result is built from its attempt's record."""
     return TrainingResult(
-        checkpoint_uri=record.checkpoint_uri, best_checkpoint_uri=record.best_checkpoint_uri or record.checkpoint_uri,
-        metrics=record.metrics, submission_id=record.submission_id, dashboard_url=dashboard_url,
-        storage_uri=record.storage_uri, run_uri=record.run_uri, world_size=record.world_size, attempt=record.attempt,
-        trainer_api=record.trainer_api, resumed_from=record.resumed_from, timings=record.timings,
-        return_value=record.return_value, timeline_uri=record.timeline_uri,
-        checkpoint_score_attribute=record.checkpoint_score_attribute, segments=list(record.segments),
-        attempts=list(attempts or []), cost=cost,
-        job_tags=dict(job_tags or {}), mlflow=record.tracking)
+        checkpoint_uri=record.checkpoint_uri,
+        best_checkpoint_uri=record.best_checkpoint_uri or record.checkpoint_uri,
+        metrics=record.metrics,
+        submission_id=record.submission_id,
+        dashboard_url=dashboard_url,
+        storage_uri=record.storage_uri,
+        run_uri=record.run_uri,
+        world_size=record.world_size,
+        attempt=record.attempt,
+        trainer_api=record.trainer_api,
+        resumed_from=record.resumed_from,
+        timings=record.timings,
+        return_value=record.return_value,
+        timeline_uri=record.timeline_uri,
+        checkpoint_score_attribute=record.checkpoint_score_attribute,
+        segments=list(record.segments),
+        attempts=list(attempts or []),
+        cost=cost,
+        job_tags=dict(job_tags or {}),
+        mlflow=record.tracking,
+    )

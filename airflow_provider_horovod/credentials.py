@@ -20,7 +20,8 @@ def _hook(aws_conn_id: str, client_type: str):
     except ImportError:
         raise MissingExtraError(
             "forward_aws_credentials needs the Amazon provider where Airflow runs: pip install "
-            "'airflow-provider-horovod[amazon]'.") from None
+            "'airflow-provider-horovod[amazon]'."
+        ) from None
     return AwsBaseHook(aws_conn_id=aws_conn_id, client_type=client_type)
 
 

@@ -39,8 +39,14 @@ class RayVersionMismatchError(HorovodProviderError, RuntimeError):
 class RayJobError(HorovodProviderError, RuntimeError):
     """A Ray job ended FAILED or STOPPED, or could not be submitted."""
 
-    def __init__(self, message: str, *, submission_id: str | None = None, status: str | None = None,
-                 error_type: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        submission_id: str | None = None,
+        status: str | None = None,
+        error_type: str | None = None,
+    ):
         self.submission_id = submission_id
         self.status = status
         self.error_type = error_type
@@ -57,8 +63,15 @@ class JobFailure(RayJobError):
     can match them. ``failure``: the attempt's failure as a dict (class, rank, exception, the
     traceback trimmed to the user's own frames, what to do)."""
 
-    def __init__(self, message: str, *, failure: dict | None = None, submission_id: str | None = None,
-                 status: str | None = None, error_type: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        failure: dict | None = None,
+        submission_id: str | None = None,
+        status: str | None = None,
+        error_type: str | None = None,
+    ):
         super().__init__(message, submission_id=submission_id, status=status, error_type=error_type)
         self.failure = failure or {}
 

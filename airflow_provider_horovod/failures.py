@@ -54,18 +54,18 @@ _ERRORS: dict[FailureClass, type[exceptions.JobFailure]] = {
 # What to do, by class: the last line of the task's log.
 HINTS = {
     FailureClass.USER_CODE: "fix the function, then clear the task. A user's error is not retried, by Airflow or by "
-                            "Ray Train (retry_on_user_error=True retries it).",
+    "Ray Train (retry_on_user_error=True retries it).",
     FailureClass.CONFIGURATION: "fix what the task asks for (runtime_env, import paths, versions), then clear the "
-                                "task. It is not retried (retry_on_user_error=True retries it).",
+    "task. It is not retried (retry_on_user_error=True retries it).",
     FailureClass.INFRASTRUCTURE: "nothing in the task: a worker, a node or the network failed. The task's retry "
-                                 "resumes from the last checkpoint; raise max_failures to let Ray Train restart "
-                                 "the workers within the attempt.",
+    "resumes from the last checkpoint; raise max_failures to let Ray Train restart "
+    "the workers within the attempt.",
     FailureClass.PREEMPTION: "nothing in the task: a node was preempted. The task's retry resumes from the last "
-                             "checkpoint.",
+    "checkpoint.",
     FailureClass.CAPACITY: "give the cluster the resources the workers ask for, lower num_workers or "
-                           "resources_per_worker, or raise pending_timeout_seconds. The task is retried.",
+    "resources_per_worker, or raise pending_timeout_seconds. The task is retried.",
     FailureClass.STORAGE: "check that the storage answers and that the cluster and Airflow may write and read it. "
-                          "The task is retried; a finished training is reused.",
+    "The task is retried; a finished training is reused.",
 }
 
 
@@ -121,13 +121,30 @@ def of_line(line: str) -> Failure | None:
 # --- what the runtime saw ------------------------------------------------------------------------------
 
 # Ray's own errors when an actor (a worker, the controller) or its node died.
-DIED = {"ActorDiedError", "RayActorError", "WorkerCrashedError", "ActorUnavailableError", "NodeDiedError",
-        "WorkerHealthCheckFailedError", "OutOfMemoryError", "LocalRayletDiedError", "ObjectLostError"}
+DIED = {
+    "ActorDiedError",
+    "RayActorError",
+    "WorkerCrashedError",
+    "ActorUnavailableError",
+    "NodeDiedError",
+    "WorkerHealthCheckFailedError",
+    "OutOfMemoryError",
+    "LocalRayletDiedError",
+    "ObjectLostError",
+}
 # Errors of the ranks' communication: a peer gone, a rendezvous or a collective timed out.
-COMMUNICATION = {"HorovodInternalError", "HostsUpdatedInterrupt", "GlooError", "DistBackendError",
-                 "ConnectionResetError", "BrokenPipeError", "RendezvousConnectionError"}
-COMMUNICATION_TEXT = re.compile(r"gloo|nccl|connection (refused|reset)|timed out waiting|rendezvous|collective",
-                                re.IGNORECASE)
+COMMUNICATION = {
+    "HorovodInternalError",
+    "HostsUpdatedInterrupt",
+    "GlooError",
+    "DistBackendError",
+    "ConnectionResetError",
+    "BrokenPipeError",
+    "RendezvousConnectionError",
+}
+COMMUNICATION_TEXT = re.compile(
+    r"gloo|nccl|connection (refused|reset)|timed out waiting|rendezvous|collective", re.IGNORECASE
+)
 STARTUP_TIMEOUT = {"WorkerGroupStartupTimeoutError", "PendingTimeoutError"}
 # Raised by the runtime itself when the job cannot run as asked.
 CONFIGURATION = {"ModuleNotFoundError", "ImportError", "RuntimeEnvSetupError"}
@@ -140,13 +157,18 @@ def of_error(error: BaseException, *, user_code: bool = True) -> Failure:
     errors marked by the runtime (``mark_user_error``)."""
     chain = error_chain(error)
     ranked = {rank: e for link in chain for rank, e in (getattr(link, "worker_failures", None) or {}).items()}
-    if any(getattr(e, "preempted", False) for e in [*chain, *ranked.values()]) or \
-            any(type(e).__name__ == "PreemptionError" for e in chain):
+    if any(getattr(e, "preempted", False) for e in [*chain, *ranked.values()]) or any(
+        type(e).__name__ == "PreemptionError" for e in chain
+    ):
         return _failure(FailureClass.PREEMPTION, error, chain)
     # The backend's own check before hvd.init(): its whole message names every connection that failed.
     if network := [e for e in [*chain, *_controller_failures(chain)] if type(e).__name__ == "HorovodNetworkError"]:
-        return Failure(FailureClass.INFRASTRUCTURE, str(network[0]).strip(), error_type="HorovodNetworkError",
-                       message=str(network[0]).strip())
+        return Failure(
+            FailureClass.INFRASTRUCTURE,
+            str(network[0]).strip(),
+            error_type="HorovodNetworkError",
+            message=str(network[0]).strip(),
+        )
     if any(type(e).__name__ in STARTUP_TIMEOUT for e in [*chain, *_controller_failures(chain)]):
         return _failure(FailureClass.CAPACITY, error, chain)
     for rank in sorted(ranked):
@@ -162,8 +184,10 @@ def of_error(error: BaseException, *, user_code: bool = True) -> Failure:
     if any(type(e).__name__ in CONFIGURATION for e in chain):
         return _failure(FailureClass.CONFIGURATION, error, chain)
     # Ray keeps only the text of an actor's constructor error (Train V2's controller opens the storage).
-    if any(STORAGE_TEXT.search(str(e)) and (isinstance(e, OSError) or getattr(e, "actor_init_failed", False))
-           for e in chain):
+    if any(
+        STORAGE_TEXT.search(str(e)) and (isinstance(e, OSError) or getattr(e, "actor_init_failed", False))
+        for e in chain
+    ):
         return _failure(FailureClass.STORAGE, error, chain)
     if user_code:
         return user_failure(error)
@@ -186,8 +210,14 @@ def user_failure(error: BaseException, rank: int | None = None) -> Failure:
     of configuration (the runtime_env), not of its code."""
     summary = f"{type(error).__name__}: {first_line(error)}"
     failure_class = FailureClass.CONFIGURATION if isinstance(error, ImportError) else FailureClass.USER_CODE
-    return Failure(failure_class, summary, rank=rank, error_type=type(error).__name__, message=str(error),
-                   traceback=user_frames(error))
+    return Failure(
+        failure_class,
+        summary,
+        rank=rank,
+        error_type=type(error).__name__,
+        message=str(error),
+        traceback=user_frames(error),
+    )
 
 
 def user_frames(error: BaseException) -> str:
@@ -202,8 +232,13 @@ def user_frames(error: BaseException) -> str:
 def _users(filename: str) -> bool:
     path = filename.replace("\\", "/")
     provider = "/airflow_provider_horovod/" in path and "/airflow_provider_horovod/examples/" not in path
-    return not (path.startswith("<") or "/site-packages/" in path or "/dist-packages/" in path or provider
-                or re.search(r"/lib/python3\.\d+/", path) is not None)
+    return not (
+        path.startswith("<")
+        or "/site-packages/" in path
+        or "/dist-packages/" in path
+        or provider
+        or re.search(r"/lib/python3\.\d+/", path) is not None
+    )
 
 
 def error_chain(error: BaseException | None) -> list[BaseException]:
@@ -245,15 +280,20 @@ def _died(error: BaseException) -> bool:
 
 def _communication(error: BaseException) -> bool:
     name = type(error).__name__
-    return name in COMMUNICATION or (name in ("RuntimeError", "OSError", "TimeoutError")
-                                     and bool(COMMUNICATION_TEXT.search(str(error))))
+    return name in COMMUNICATION or (
+        name in ("RuntimeError", "OSError", "TimeoutError") and bool(COMMUNICATION_TEXT.search(str(error)))
+    )
 
 
 def class_of_provider_error(error: BaseException) -> FailureClass:
     """An error of the provider's own that ended a wait: the connection's settings are the task's to
     fix; anything else (the dashboard gone) is infrastructure."""
-    settings = (exceptions.RayConnectionConfigError, exceptions.RayAuthenticationError,
-                exceptions.RayVersionMismatchError, exceptions.InvalidParameterError)
+    settings = (
+        exceptions.RayConnectionConfigError,
+        exceptions.RayAuthenticationError,
+        exceptions.RayVersionMismatchError,
+        exceptions.InvalidParameterError,
+    )
     return FailureClass.CONFIGURATION if isinstance(error, settings) else FailureClass.INFRASTRUCTURE
 
 
@@ -284,8 +324,11 @@ def of_job(info: dict | None, runtime: Failure | None, *, provider_job: bool = T
         return Failure(JOB_ERRORS[error_type], summary, message=text)
     if isinstance(code, int) and (code < 0 or code > 128):
         signal = abs(code) if code < 0 else code - 128
-        return Failure(FailureClass.INFRASTRUCTURE, f"the job's driver was killed (exit code {code}, signal {signal}): "
-                       "the kernel's OOM killer, or a lost node", message=text)
+        return Failure(
+            FailureClass.INFRASTRUCTURE,
+            f"the job's driver was killed (exit code {code}, signal {signal}): the kernel's OOM killer, or a lost node",
+            message=text,
+        )
     if not provider_job and error_type == "JOB_ENTRYPOINT_COMMAND_ERROR":
         return Failure(FailureClass.USER_CODE, summary, message=text)
     return Failure(FailureClass.INFRASTRUCTURE, summary, message=text)
@@ -294,9 +337,11 @@ def of_job(info: dict | None, runtime: Failure | None, *, provider_job: bool = T
 # Gloo's reason, in the line a worker's abort leaves ("[.../gloo/transport/tcp/pair.cc:799] connect
 # [127.0.1.1]:4492: Connection refused /path/lib.so(+0x..)"): the one line of a C++ dump worth reading.
 GLOO_REASON = re.compile(r"\[\S*gloo/\S+\.(?:cc|h):\d+\] (?P<reason>.+?)\s*(?= /\S+\.so|$)")
-NETWORK_HINT = ("Horovod's ranks could not reach each other: check that the nodes reach each other on the "
-                "interfaces chosen (horovod_nics), that no firewall drops Gloo's ports, and horovod_timeout_s "
-                "(docs/multi-node.md).")
+NETWORK_HINT = (
+    "Horovod's ranks could not reach each other: check that the nodes reach each other on the "
+    "interfaces chosen (horovod_nics), that no firewall drops Gloo's ports, and horovod_timeout_s "
+    "(docs/multi-node.md)."
+)
 
 
 def network_reason(lines: Sequence[str]) -> str | None:

@@ -34,7 +34,8 @@ def check_import_path(parameter: str, path: str, *, check_importable: bool = Tru
         found = None
     if found is None:
         raise InvalidParameterError(
-            parameter, path,
+            parameter,
+            path,
             f"module {module!r} is not importable here; install it where Airflow and Ray run, ship it "
             "with runtime_env (py_modules/working_dir), or pass the function itself.",
         )
@@ -45,7 +46,8 @@ def check_import_path(parameter: str, path: str, *, check_importable: bool = Tru
         public = [n for n in sorted(defined) if not n.startswith("_")]
         hint = difflib.get_close_matches(name, public, n=3) or public[:10]
         raise InvalidParameterError(
-            parameter, path,
+            parameter,
+            path,
             f"module {module!r} defines no {name!r}; check the name"
             + (f" (it has {', '.join(hint)})." if hint else "."),
         )
@@ -108,8 +110,11 @@ def _pickled_by_value_modules(fn: Callable) -> list:
     if module.__name__.split(".")[0] == "airflow_provider_horovod":
         return []  # the provider travels with every job
     file = getattr(module, "__file__", None) or ""
-    installed = (any(part in file for part in ("site-packages", "dist-packages")) or not file
-                 or file.startswith(sysconfig.get_paths()["stdlib"]))
+    installed = (
+        any(part in file for part in ("site-packages", "dist-packages"))
+        or not file
+        or file.startswith(sysconfig.get_paths()["stdlib"])
+    )
     return [] if installed else [module]
 
 
@@ -126,7 +131,8 @@ def pickle_callable(parameter: str, fn: Any) -> bytes:
         return cloudpickle.dumps(fn)
     except Exception as err:  # cloudpickle raises many kinds
         raise InvalidParameterError(
-            parameter, fn,
+            parameter,
+            fn,
             f"it cannot be pickled ({type(err).__name__}: {err}); import heavy objects (models, clients, "
             "open files) inside the function instead of capturing them.",
         ) from None
@@ -148,8 +154,15 @@ def import_path_of(fn: Any) -> str | None:
     return f"{module_name}:{qualname}" if target is fn else None
 
 
-def ship_function(parameter: str, fn: Any, file_name: str, *, code_ships: bool = False,
-                  max_args: int | None = None, arity_fix: str = "") -> tuple[dict[str, str], dict[str, bytes]]:
+def ship_function(
+    parameter: str,
+    fn: Any,
+    file_name: str,
+    *,
+    code_ships: bool = False,
+    max_args: int | None = None,
+    arity_fix: str = "",
+) -> tuple[dict[str, str], dict[str, bytes]]:
     """``({"import": path} or {"pickle": file, "source": its file}, files)`` for a function given as an import path or
     a callable. ``code_ships``: the job's runtime_env brings code, so an import path is not looked
     up here. ``max_args``: how many required positional parameters the function may have."""

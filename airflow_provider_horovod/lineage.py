@@ -24,8 +24,10 @@ if TYPE_CHECKING:
 
 # The facet's key in a run's facets, and where its JSON schema lives (shipped beside the code).
 FACET_KEY = "horovod"
-SCHEMA_URL = ("https://github.com/airflow-provider-horovod/airflow-provider-horovod/blob/"
-              f"v{VERSION}/docs/openlineage/HorovodRunFacet.json")
+SCHEMA_URL = (
+    "https://github.com/airflow-provider-horovod/airflow-provider-horovod/blob/"
+    f"v{VERSION}/docs/openlineage/HorovodRunFacet.json"
+)
 PRODUCER = f"airflow-provider-horovod/{VERSION}"
 # Environment variables the job gets: the Airflow task's OpenLineage run, as "namespace/job/run id",
 # the names dbt's and other OpenLineage integrations read.
@@ -111,9 +113,18 @@ def function_name(function: Any) -> str | None:
     return f"{module}:{name}" if module and name else None
 
 
-def training_lineage(*, datasets_param: Any, inlets: Any, outlets: Any, num_workers: Any, trainer_api: Any,
-                     train_fn: Any, train_loop_config: Any, submission_id: str | None,
-                     result: dict[str, Any] | None) -> OperatorLineage:
+def training_lineage(
+    *,
+    datasets_param: Any,
+    inlets: Any,
+    outlets: Any,
+    num_workers: Any,
+    trainer_api: Any,
+    train_fn: Any,
+    train_loop_config: Any,
+    submission_id: str | None,
+    result: dict[str, Any] | None,
+) -> OperatorLineage:
     """A training's lineage: every dataset URI (and the task's inlets) in, the task's outlets out, and
     the checkpoint once there is one. ``result``: the task's result (None: not finished)."""
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -123,30 +134,47 @@ def training_lineage(*, datasets_param: Any, inlets: Any, outlets: Any, num_work
     checkpoints = [result.get("checkpoint_uri"), result.get("best_checkpoint_uri")] if result else []
     config = train_loop_config if isinstance(train_loop_config, dict) else None
     facet = HorovodRunFacet(
-        jobKind="train", submissionId=result.get("submission_id") or submission_id,
-        attempts=result.get("attempt"), failedAttempts=result.get("attempts") if result else None,
+        jobKind="train",
+        submissionId=result.get("submission_id") or submission_id,
+        attempts=result.get("attempt"),
+        failedAttempts=result.get("attempts") if result else None,
         worldSize=result.get("world_size") or (num_workers if isinstance(num_workers, int) else None),
         trainer=result.get("trainer_api") or (trainer_api if isinstance(trainer_api, str) else None),
-        trainFunction=function_name(train_fn), hyperparameters=config, metrics=result.get("metrics"),
-        cost=result.get("cost"), dashboardUrl=result.get("dashboard_url"), producer=PRODUCER)
-    return OperatorLineage(inputs=datasets([*uris, *asset_uris(inlets)]),
-                           outputs=datasets([*checkpoints, *asset_uris(outlets)]),
-                           run_facets={FACET_KEY: facet})
+        trainFunction=function_name(train_fn),
+        hyperparameters=config,
+        metrics=result.get("metrics"),
+        cost=result.get("cost"),
+        dashboardUrl=result.get("dashboard_url"),
+        producer=PRODUCER,
+    )
+    return OperatorLineage(
+        inputs=datasets([*uris, *asset_uris(inlets)]),
+        outputs=datasets([*checkpoints, *asset_uris(outlets)]),
+        run_facets={FACET_KEY: facet},
+    )
 
 
-def task_lineage(*, inlets: Any, outlets: Any, python_callable: Any, submission_id: str | None,
-                 result: dict[str, Any] | None) -> OperatorLineage:
+def task_lineage(
+    *, inlets: Any, outlets: Any, python_callable: Any, submission_id: str | None, result: dict[str, Any] | None
+) -> OperatorLineage:
     """A ``@task.ray`` job's lineage: the task's inlets in, its outlets out (what the function
     reads and writes is its own: it can emit lineage of its own, under the parent run it is given)."""
     from airflow.providers.openlineage.extractors import OperatorLineage
 
     result = result or {}
-    facet = HorovodRunFacet(jobKind="task", submissionId=result.get("submission_id") or submission_id,
-                            attempts=result.get("attempt"), failedAttempts=result.get("attempts"),
-                            trainFunction=function_name(python_callable), cost=result.get("cost"),
-                            dashboardUrl=result.get("dashboard_url"), producer=PRODUCER)
-    return OperatorLineage(inputs=datasets(asset_uris(inlets)), outputs=datasets(asset_uris(outlets)),
-                           run_facets={FACET_KEY: facet})
+    facet = HorovodRunFacet(
+        jobKind="task",
+        submissionId=result.get("submission_id") or submission_id,
+        attempts=result.get("attempt"),
+        failedAttempts=result.get("attempts"),
+        trainFunction=function_name(python_callable),
+        cost=result.get("cost"),
+        dashboardUrl=result.get("dashboard_url"),
+        producer=PRODUCER,
+    )
+    return OperatorLineage(
+        inputs=datasets(asset_uris(inlets)), outputs=datasets(asset_uris(outlets)), run_facets={FACET_KEY: facet}
+    )
 
 
 def parent_run_env(ti: Any) -> dict[str, str]:

@@ -140,7 +140,8 @@ def ensure_running(timeout: float = 120.0) -> LocalCluster:
             f"where Airflow runs, and {', '.join(missing)} is missing. Install it with pip install "
             "'airflow-provider-horovod[cluster]' and build Horovod with python -m "
             "airflow_provider_horovod.build_horovod; "
-            "or create the ray_default connection to your Ray cluster (type 'ray').")
+            "or create the ray_default connection to your Ray cluster (type 'ray')."
+        )
     state = state_dir()
     with _locked(state):
         if cluster := _running(state):
@@ -166,8 +167,9 @@ def _ray_env(state: str, *, joinable: bool = False) -> dict[str, str]:
     }
 
 
-def _start(state: str, timeout: float, num_cpus: int | None = None, extra_args: tuple[str, ...] = (),
-           joinable: bool = False) -> LocalCluster:
+def _start(
+    state: str, timeout: float, num_cpus: int | None = None, extra_args: tuple[str, ...] = (), joinable: bool = False
+) -> LocalCluster:
     token = _token(state)
     temp_dir = _temp_dir(state)
     os.makedirs(temp_dir, exist_ok=True)
@@ -176,15 +178,22 @@ def _start(state: str, timeout: float, num_cpus: int | None = None, extra_args: 
     # GPUs are left for Ray to detect: on a GPU workstation use_gpu=True trains on them, as
     # HorovodRunner's local mode trains on the driver's GPUs.
     cmd = [
-        _ray_cli(), "start", "--head",
-        "--node-ip-address=127.0.0.1", f"--port={gcs}",
-        "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
-        f"--dashboard-agent-listen-port={agent}", f"--ray-client-server-port={client}",
-        f"--temp-dir={temp_dir}", f"--num-cpus={cpus}", "--disable-usage-stats",
+        _ray_cli(),
+        "start",
+        "--head",
+        "--node-ip-address=127.0.0.1",
+        f"--port={gcs}",
+        "--include-dashboard=true",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dashboard}",
+        f"--dashboard-agent-listen-port={agent}",
+        f"--ray-client-server-port={client}",
+        f"--temp-dir={temp_dir}",
+        f"--num-cpus={cpus}",
+        "--disable-usage-stats",
         *extra_args,
     ]
-    run = subprocess.run(cmd, env=_ray_env(state, joinable=joinable), capture_output=True, text=True,
-                         timeout=timeout)
+    run = subprocess.run(cmd, env=_ray_env(state, joinable=joinable), capture_output=True, text=True, timeout=timeout)
     if run.returncode != 0:
         raise RuntimeError(f"Could not start the local Ray head:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
     cluster = LocalCluster(f"http://127.0.0.1:{dashboard}", f"127.0.0.1:{gcs}", temp_dir, token)
@@ -194,13 +203,28 @@ def _start(state: str, timeout: float, num_cpus: int | None = None, extra_args: 
             raise RuntimeError(f"The local Ray dashboard did not answer at {cluster.dashboard_url}")
         time.sleep(0.5)
     with open(os.path.join(state, STATE_FILE), "w") as f:
-        json.dump({"dashboard_url": cluster.dashboard_url, "gcs_address": cluster.gcs_address,
-                   "temp_dir": temp_dir, "num_cpus": cpus}, f)
+        json.dump(
+            {
+                "dashboard_url": cluster.dashboard_url,
+                "gcs_address": cluster.gcs_address,
+                "temp_dir": temp_dir,
+                "num_cpus": cpus,
+            },
+            f,
+        )
     return cluster
 
 
-def join_node(state: str, cluster: LocalCluster, *, num_cpus: int, num_gpus: int = 0,
-              extra_args: tuple[str, ...] = (), hostname: str | None = None, timeout: float = 120.0) -> None:
+def join_node(
+    state: str,
+    cluster: LocalCluster,
+    *,
+    num_cpus: int,
+    num_gpus: int = 0,
+    extra_args: tuple[str, ...] = (),
+    hostname: str | None = None,
+    timeout: float = 120.0,
+) -> None:
     """Start one more node on this machine and join it to the cluster (for tests across nodes; the
     head started ``joinable``); ``down`` stops it with the head, since it keeps its logs in the
     head's session folder.
@@ -211,9 +235,15 @@ def join_node(state: str, cluster: LocalCluster, *, num_cpus: int, num_gpus: int
     namespaces (needs root) with a private /etc/hosts that resolves the name, as Gloo needs.
     """
     cmd = [
-        _ray_cli(), "start", f"--address={cluster.gcs_address}",
-        "--node-ip-address=127.0.0.1", f"--dashboard-agent-listen-port={_free_port()}",
-        f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", "--disable-usage-stats", *extra_args,
+        _ray_cli(),
+        "start",
+        f"--address={cluster.gcs_address}",
+        "--node-ip-address=127.0.0.1",
+        f"--dashboard-agent-listen-port={_free_port()}",
+        f"--num-cpus={num_cpus}",
+        f"--num-gpus={num_gpus}",
+        "--disable-usage-stats",
+        *extra_args,
     ]
     if hostname:
         hosts = os.path.join(state, f"hosts-{hostname}")

@@ -119,8 +119,9 @@ class JobPlan:
         """The Ray request of one attempt; ``resume``: from the last checkpoint of those before it."""
         changes: dict[str, Any] = {"submission_id": self.task_run.submission_id(attempt), "attempt": attempt}
         if isinstance(self.spec, TrainingSpec):
-            changes["resume_from"] = [attempt_uri(self.storage_uri, n) for n in range(attempt - 1, 0, -1)] if resume \
-                else []
+            changes["resume_from"] = (
+                [attempt_uri(self.storage_uri, n) for n in range(attempt - 1, 0, -1)] if resume else []
+            )
         spec = dataclasses.replace(self.spec, **changes)
         files = {**self.files, **(extra_files or {}), SPEC_FILE: spec.to_json().encode()}
         module = payload_module(files)
@@ -128,43 +129,85 @@ class JobPlan:
         env["py_modules"] = [provider_folder(), *(self.runtime_env.get("py_modules") or [])]
         env["env_vars"] = {**self.env_vars, **(self.runtime_env.get("env_vars") or {})}
         # The user's tags first: checks.check_job_tags keeps them off the provider's keys.
-        metadata = {**self.job_tags, **self.task_run.metadata(), META_KIND: self.kind.value,
-                    META_STORAGE_URI: spec.storage_uri, META_ATTEMPT: str(attempt), META_RESULT_URI: spec.result_uri,
-                    META_RESOURCES: json.dumps(self.resources, sort_keys=True),
-                    META_WORKER_RESOURCES: json.dumps(self.worker_resources, sort_keys=True)}
+        metadata = {
+            **self.job_tags,
+            **self.task_run.metadata(),
+            META_KIND: self.kind.value,
+            META_STORAGE_URI: spec.storage_uri,
+            META_ATTEMPT: str(attempt),
+            META_RESULT_URI: spec.result_uri,
+            META_RESOURCES: json.dumps(self.resources, sort_keys=True),
+            META_WORKER_RESOURCES: json.dumps(self.worker_resources, sort_keys=True),
+        }
         if self.job_tags:
             metadata[META_TAGS] = json.dumps(sorted(self.job_tags))
         if self.prices:
             metadata[META_PRICES] = json.dumps(self.prices, sort_keys=True)
         if isinstance(spec, TrainingSpec):
             # An elastic run as "min-max" (its resources above count min: what it needs to start).
-            metadata[META_NUM_WORKERS] = f"{spec.min_workers}-{spec.max_workers}" if spec.elastic \
-                else str(spec.num_workers)
-        return JobRequest(submission_id=spec.submission_id,
-                          entrypoint=f"python -m {RUNTIME_ENTRYPOINT} {self.kind.value} {module}",
-                          runtime_env=env, metadata=metadata, payload_module=module, files=files,
-                          driver_resources={k: v for k, v in self.driver_resources.items() if v is not None})
+            metadata[META_NUM_WORKERS] = (
+                f"{spec.min_workers}-{spec.max_workers}" if spec.elastic else str(spec.num_workers)
+            )
+        return JobRequest(
+            submission_id=spec.submission_id,
+            entrypoint=f"python -m {RUNTIME_ENTRYPOINT} {self.kind.value} {module}",
+            runtime_env=env,
+            metadata=metadata,
+            payload_module=module,
+            files=files,
+            driver_resources={k: v for k, v in self.driver_resources.items() if v is not None},
+        )
 
 
-def training_plan(task_run: TaskRun, *, train_fn: Callable | str, train_call: tuple[Any, Any] | None,
-                  train_loop_config: Any, datasets: Any, num_workers: Any, use_gpu: Any, resources_per_worker: Any,
-                  checkpoint_num_to_keep: Any, checkpoint_score_attribute: Any, checkpoint_score_order: Any,
-                  max_failures: Any, horovod_timeout_s: Any, horovod_nics: Any, horovod_env: Any, runtime_env: Any,
-                  trainer_api: Any, forward_aws_credentials: Any, aws_conn_id: str | None,
-                  aws_credentials_ttl_seconds: Any, check_cluster_resources: Any, materialize_datasets: Any,
-                  horovod_timeline: Any, storage_path: str | None, pending_timeout_s: float | None,
-                  ray_conn_id: str, retry_on_user_error: bool = False, job_tags: Any = None,
-                  prices: Any = None,
-                  elastic_resize_monitor_interval_s: Any = ELASTIC_RESIZE_MONITOR_INTERVAL_S,
-                  mlflow_tracking_uri: Any = None, mlflow_experiment_name: Any = None,
-                  mlflow_auth: dict[str, str] | None = None, try_number: int | None = None) -> JobPlan:
+def training_plan(
+    task_run: TaskRun,
+    *,
+    train_fn: Callable | str,
+    train_call: tuple[Any, Any] | None,
+    train_loop_config: Any,
+    datasets: Any,
+    num_workers: Any,
+    use_gpu: Any,
+    resources_per_worker: Any,
+    checkpoint_num_to_keep: Any,
+    checkpoint_score_attribute: Any,
+    checkpoint_score_order: Any,
+    max_failures: Any,
+    horovod_timeout_s: Any,
+    horovod_nics: Any,
+    horovod_env: Any,
+    runtime_env: Any,
+    trainer_api: Any,
+    forward_aws_credentials: Any,
+    aws_conn_id: str | None,
+    aws_credentials_ttl_seconds: Any,
+    check_cluster_resources: Any,
+    materialize_datasets: Any,
+    horovod_timeline: Any,
+    storage_path: str | None,
+    pending_timeout_s: float | None,
+    ray_conn_id: str,
+    retry_on_user_error: bool = False,
+    job_tags: Any = None,
+    prices: Any = None,
+    elastic_resize_monitor_interval_s: Any = ELASTIC_RESIZE_MONITOR_INTERVAL_S,
+    mlflow_tracking_uri: Any = None,
+    mlflow_experiment_name: Any = None,
+    mlflow_auth: dict[str, str] | None = None,
+    try_number: int | None = None,
+) -> JobPlan:
     """The plan of a training, every parameter checked. ``train_call``: the arguments every worker
     calls ``train_fn`` with (``@task.horovod``); None: Ray Train's ``train_fn(config)``."""
     env = checks.check_runtime_env(runtime_env)
     code_ships = any(env.get(k) for k in CODE_FIELDS)
-    fn, fn_files = ship_function("train_fn", train_fn, "train_fn.pkl", code_ships=code_ships,
-                                 max_args=None if train_call else 1,
-                                 arity_fix="it must take no argument or one (`config`, from train_loop_config).")
+    fn, fn_files = ship_function(
+        "train_fn",
+        train_fn,
+        "train_fn.pkl",
+        code_ships=code_ships,
+        max_args=None if train_call else 1,
+        arity_fix="it must take no argument or one (`config`, from train_loop_config).",
+    )
     dataset_refs, dataset_files = checks.check_datasets(datasets, code_ships=code_ships)
     forward = checks.check_forwarding(forward_aws_credentials, aws_conn_id, aws_credentials_ttl_seconds)
     root = checks.check_storage_path(storage_path or default_storage_path())
@@ -177,13 +220,15 @@ def training_plan(task_run: TaskRun, *, train_fn: Callable | str, train_call: tu
         train_loop_config=checks.check_json("train_loop_config", train_loop_config),
         datasets=dataset_refs,
         num_workers=checks.check_num_workers(num_workers, trainer_api=trainer_api),
-        elastic_resize_monitor_interval_s=checks.check_positive("elastic_resize_monitor_interval_s",
-                                                                elastic_resize_monitor_interval_s),
+        elastic_resize_monitor_interval_s=checks.check_positive(
+            "elastic_resize_monitor_interval_s", elastic_resize_monitor_interval_s
+        ),
         use_gpu=gpu,
         resources_per_worker=checks.check_resources(resources_per_worker, gpu),
         trainer_api=checks.check_choice("trainer_api", trainer_api, tuple(api.value for api in TrainerApi)),
-        checkpoint_num_to_keep=checks.check_positive("checkpoint_num_to_keep", checkpoint_num_to_keep, allow_none=True,
-                                                     integer=True),
+        checkpoint_num_to_keep=checks.check_positive(
+            "checkpoint_num_to_keep", checkpoint_num_to_keep, allow_none=True, integer=True
+        ),
         checkpoint_score_attribute=checkpoint_score_attribute,
         checkpoint_score_order=checks.check_choice("checkpoint_score_order", checkpoint_score_order, ("max", "min")),
         max_failures=checks.check_max_failures(max_failures),
@@ -196,8 +241,9 @@ def training_plan(task_run: TaskRun, *, train_fn: Callable | str, train_call: tu
         horovod_timeline=checks.check_bool("horovod_timeline", horovod_timeline),
         train_args=checks.check_args("op_args", train_call[0]) if train_call else None,
         train_kwargs=checks.check_json("op_kwargs", train_call[1]) if train_call else None,
-        tracking=tracking_settings(task_run, checks.check_mlflow_tracking_uri(mlflow_tracking_uri),
-                                   mlflow_experiment_name, try_number),
+        tracking=tracking_settings(
+            task_run, checks.check_mlflow_tracking_uri(mlflow_tracking_uri), mlflow_experiment_name, try_number
+        ),
     )
     # Train V2 routes a worker's print() to a logger and, as Ray's workers replace sys.stdout, to
     # stdout as well: every line would be in the job's log twice.
@@ -212,21 +258,44 @@ def training_plan(task_run: TaskRun, *, train_fn: Callable | str, train_call: tu
     # An MLflow connection's credentials travel with the job's code, never in its runtime_env.
     tracking_files = {MLFLOW_AUTH_FILE: json.dumps(mlflow_auth).encode()} if spec.tracking and mlflow_auth else {}
     files = {**fn_files, **dataset_files, **tracking_files}
-    return JobPlan(task_run=task_run, spec=spec, files=files, runtime_env=env,
-                   resources=spec.total_resources(), storage_root=root, ray_conn_id=ray_conn_id, env_vars=env_vars,
-                   check_cluster_resources=checks.check_bool("check_cluster_resources", check_cluster_resources),
-                   forward_aws=(str(aws_conn_id), int(aws_credentials_ttl_seconds)) if forward else None,
-                   worker_resources=spec.worker_resources(), job_tags=checks.check_job_tags(job_tags),
-                   prices=checks.check_prices(prices))
+    return JobPlan(
+        task_run=task_run,
+        spec=spec,
+        files=files,
+        runtime_env=env,
+        resources=spec.total_resources(),
+        storage_root=root,
+        ray_conn_id=ray_conn_id,
+        env_vars=env_vars,
+        check_cluster_resources=checks.check_bool("check_cluster_resources", check_cluster_resources),
+        forward_aws=(str(aws_conn_id), int(aws_credentials_ttl_seconds)) if forward else None,
+        worker_resources=spec.worker_resources(),
+        job_tags=checks.check_job_tags(job_tags),
+        prices=checks.check_prices(prices),
+    )
 
 
-def task_plan(task_run: TaskRun, *, python_callable: Any, op_args: Any, op_kwargs: Any, num_cpus: Any, num_gpus: Any,
-              memory: Any, resources: Any, runtime_env: Any, storage_path: str | None, ray_conn_id: str,
-              job_tags: Any = None, prices: Any = None) -> JobPlan:
+def task_plan(
+    task_run: TaskRun,
+    *,
+    python_callable: Any,
+    op_args: Any,
+    op_kwargs: Any,
+    num_cpus: Any,
+    num_gpus: Any,
+    memory: Any,
+    resources: Any,
+    runtime_env: Any,
+    storage_path: str | None,
+    ray_conn_id: str,
+    job_tags: Any = None,
+    prices: Any = None,
+) -> JobPlan:
     """The plan of one function run as a Ray job, every parameter checked."""
     env = checks.check_runtime_env(runtime_env)
-    function, files = ship_function("python_callable", python_callable, "function.pkl",
-                                    code_ships=any(env.get(k) for k in CODE_FIELDS))
+    function, files = ship_function(
+        "python_callable", python_callable, "function.pkl", code_ships=any(env.get(k) for k in CODE_FIELDS)
+    )
     driver = {
         "num_cpus": checks.check_positive("num_cpus", num_cpus, allow_none=True) if num_cpus else None,
         "num_gpus": checks.check_positive("num_gpus", num_gpus, allow_none=True) if num_gpus else None,
@@ -234,20 +303,35 @@ def task_plan(task_run: TaskRun, *, python_callable: Any, op_args: Any, op_kwarg
         "resources": checks.check_resources(resources, use_gpu=True, parameter="resources"),
     }
     root = checks.check_storage_path(storage_path or default_storage_path())
-    spec = TaskSpec(submission_id=task_run.submission_id(1), storage_uri=task_run.storage_uri(root),
-                    python_version=python_version(), function=function, args=checks.check_args("op_args", op_args),
-                    kwargs=checks.check_json("op_kwargs", op_kwargs))
+    spec = TaskSpec(
+        submission_id=task_run.submission_id(1),
+        storage_uri=task_run.storage_uri(root),
+        python_version=python_version(),
+        function=function,
+        args=checks.check_args("op_args", op_args),
+        kwargs=checks.check_json("op_kwargs", op_kwargs),
+    )
     asked = {k: v for k, v in driver.items() if v}
     # The driver holds what the job asked for (Ray's entrypoint_num_cpus); the function needs no more.
     held = {"CPU": float(driver["num_cpus"] or 0), "GPU": float(driver["num_gpus"] or 0)}
-    return JobPlan(task_run=task_run, spec=spec, files=files, runtime_env=env, resources=asked, storage_root=root,
-                   ray_conn_id=ray_conn_id, driver_resources=driver,
-                   worker_resources={k: v for k, v in held.items() if v}, job_tags=checks.check_job_tags(job_tags),
-                   prices=checks.check_prices(prices))
+    return JobPlan(
+        task_run=task_run,
+        spec=spec,
+        files=files,
+        runtime_env=env,
+        resources=asked,
+        storage_root=root,
+        ray_conn_id=ray_conn_id,
+        driver_resources=driver,
+        worker_resources={k: v for k, v in held.items() if v},
+        job_tags=checks.check_job_tags(job_tags),
+        prices=checks.check_prices(prices),
+    )
 
 
-def tracking_settings(task_run: TaskRun, tracking_uri: str | None, experiment_name: Any,
-                      try_number: int | None) -> dict[str, Any] | None:
+def tracking_settings(
+    task_run: TaskRun, tracking_uri: str | None, experiment_name: Any, try_number: int | None
+) -> dict[str, Any] | None:
     """``TrainingSpec.tracking``: where the training logs (the experiment defaults to the DAG's id), the
     run's name, the key a retry finds the run by, and the Airflow identifiers as tags; None: no tracking."""
     if tracking_uri is None:
@@ -258,9 +342,13 @@ def tracking_settings(task_run: TaskRun, tracking_uri: str | None, experiment_na
         "experiment_name": checks.check_mlflow_experiment_name(experiment_name, task_run.dag_id),
         "run_name": f"{task_run.task_id}{map_part} {task_run.run_id}",
         "run_key": task_run.base_id,
-        "tags": {"airflow.dag_id": task_run.dag_id, "airflow.task_id": task_run.task_id,
-                 "airflow.run_id": task_run.run_id, "airflow.map_index": str(task_run.map_index),
-                 **({"airflow.try_number": str(try_number)} if try_number is not None else {})},
+        "tags": {
+            "airflow.dag_id": task_run.dag_id,
+            "airflow.task_id": task_run.task_id,
+            "airflow.run_id": task_run.run_id,
+            "airflow.map_index": str(task_run.map_index),
+            **({"airflow.try_number": str(try_number)} if try_number is not None else {}),
+        },
     }
 
 

@@ -26,11 +26,9 @@ from airflow_provider_horovod.exceptions import HorovodProviderError, MissingExt
 
 # botocore's defaults (60 s to connect, 60 s per read, 5 tries) would hold a task for minutes when
 # the S3 endpoint is down or hangs; these fail within about a minute.
-S3_CLIENT_CONFIG = {"connect_timeout": 10, "read_timeout": 30,
-                    "retries": {"max_attempts": 3, "mode": "standard"}}
+S3_CLIENT_CONFIG = {"connect_timeout": 10, "read_timeout": 30, "retries": {"max_attempts": 3, "mode": "standard"}}
 # Checking the bucket before submitting is one small request: a short wait is enough.
-S3_PROBE_CONFIG = {"connect_timeout": 5, "read_timeout": 10,
-                   "retries": {"max_attempts": 2, "mode": "standard"}}
+S3_PROBE_CONFIG = {"connect_timeout": 5, "read_timeout": 10, "retries": {"max_attempts": 2, "mode": "standard"}}
 
 
 class StorageUnavailableError(HorovodProviderError, ConnectionError):
@@ -77,8 +75,9 @@ class Storage:
             return f"the AWS connection {self.aws_conn_id!r}"
         return "the worker's AWS environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...), as aws_conn_id is None"
 
-    def unavailable(self, uri: str, err: Exception, client=None, *, bucket_request: bool = False
-                    ) -> StorageUnavailableError:
+    def unavailable(
+        self, uri: str, err: Exception, client=None, *, bucket_request: bool = False
+    ) -> StorageUnavailableError:
         """A clear error for a failed S3 request on ``uri``: what failed, where, and what to do."""
         from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
 
@@ -89,20 +88,26 @@ class Storage:
         if isinstance(err, ClientError):
             code = str(err.response.get("Error", {}).get("Code", ""))
         if code == "NoSuchBucket" or (code == "404" and bucket_request):
-            why = (f"the bucket {bucket!r} does not exist at {endpoint}. Create it, or fix storage_path. "
-                   f"Endpoint and credentials come from {source}.")
+            why = (
+                f"the bucket {bucket!r} does not exist at {endpoint}. Create it, or fix storage_path. "
+                f"Endpoint and credentials come from {source}."
+            )
         elif code in ("404", "NoSuchKey"):
             why = f"it does not exist at {endpoint}. Endpoint and credentials come from {source}."
         elif code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"):
-            why = (f"{endpoint} refused access to the bucket {bucket!r} ({code}). Check the credentials of "
-                   f"{source} and their permissions on the bucket.")
+            why = (
+                f"{endpoint} refused access to the bucket {bucket!r} ({code}). Check the credentials of "
+                f"{source} and their permissions on the bucket."
+            )
         elif isinstance(err, (NoCredentialsError, PartialCredentialsError)):
             why = f"no AWS credentials were found in {source}. Give the connection keys, or set aws_conn_id."
         elif isinstance(err, ClientError):
             why = f"{endpoint} answered {code or 'an error'} ({err}). Check the storage and {source}."
         else:
-            why = (f"the S3 endpoint {endpoint} does not answer ({type(err).__name__}: {err}). Check that "
-                   f"the S3 service is up and reachable from here, and the endpoint set in {source}.")
+            why = (
+                f"the S3 endpoint {endpoint} does not answer ({type(err).__name__}: {err}). Check that "
+                f"the S3 service is up and reachable from here, and the endpoint set in {source}."
+            )
         return StorageUnavailableError(f"Storage {uri} cannot be used: {why}")
 
     @contextmanager
@@ -183,16 +188,21 @@ class Storage:
                 return before, None
             try:
                 with self._request(uri):
-                    self._s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(after, sort_keys=True).encode(),
-                                        **condition)
+                    self._s3.put_object(
+                        Bucket=bucket, Key=key, Body=json.dumps(after, sort_keys=True).encode(), **condition
+                    )
                 return before, after
             except StorageUnavailableError as err:
                 cause = err.__cause__
-                if not (isinstance(cause, ClientError) and cause.response.get("Error", {}).get("Code") in (
-                        "PreconditionFailed", "ConditionalRequestConflict", "412")):
+                if not (
+                    isinstance(cause, ClientError)
+                    and cause.response.get("Error", {}).get("Code")
+                    in ("PreconditionFailed", "ConditionalRequestConflict", "412")
+                ):
                     raise
-        raise StorageUnavailableError(f"Storage {uri} cannot be updated: other writers kept changing it "
-                                      f"({tries} tries).")
+        raise StorageUnavailableError(
+            f"Storage {uri} cannot be updated: other writers kept changing it ({tries} tries)."
+        )
 
     def exists(self, uri: str) -> bool:
         return self.read_text(uri) is not None
@@ -205,10 +215,8 @@ class Storage:
             return os.path.isdir(path) and any(files for _, _, files in os.walk(path))
         bucket, _, prefix = path.partition("/")
         with self._request(uri):
-            pages = self._s3.get_paginator("list_objects_v2").paginate(
-                Bucket=bucket, Prefix=prefix.rstrip("/") + "/")
-            return any(not obj["Key"].endswith("/")
-                       for page in pages for obj in page.get("Contents", []))
+            pages = self._s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix.rstrip("/") + "/")
+            return any(not obj["Key"].endswith("/") for page in pages for obj in page.get("Contents", []))
 
     def folders_with_files(self, uri: str) -> set[str]:
         """Names of the folders directly in ``uri`` that hold at least one file (the checkpoints Ray
@@ -226,7 +234,7 @@ class Storage:
         with self._request(uri):
             for page in self._s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
                 for obj in page.get("Contents", []):
-                    rest = obj["Key"][len(prefix):]
+                    rest = obj["Key"][len(prefix) :]
                     if "/" in rest and not rest.endswith("/"):
                         names.add(rest.split("/", 1)[0])
         return names
@@ -258,7 +266,7 @@ class Storage:
                 for obj in page.get("Contents", []):
                     if obj["Key"].endswith("/"):
                         continue  # a folder marker, as pyarrow writes them
-                    target = os.path.join(dest, obj["Key"][len(prefix):])
+                    target = os.path.join(dest, obj["Key"][len(prefix) :])
                     os.makedirs(os.path.dirname(target), exist_ok=True)
                     self._s3.download_file(bucket, obj["Key"], target)
         return dest
@@ -287,6 +295,7 @@ def check_aws_conn_id(aws_conn_id: str | None) -> None:
         BaseHook.get_connection(aws_conn_id)
     except AirflowNotFoundException:
         raise InvalidParameterError(
-            "aws_conn_id", aws_conn_id,
+            "aws_conn_id",
+            aws_conn_id,
             "no such connection; create it (type aws), or leave aws_conn_id=None to use the worker's AWS environment.",
         ) from None

@@ -60,8 +60,9 @@ class BenchTI(SimpleNamespace):
     """Enough of a task instance for the operator's execute(): ids and an XCom store."""
 
     def __init__(self, run_id: str):
-        super().__init__(dag_id="bench_checkpoint_io", task_id="train", run_id=run_id, map_index=-1,
-                         try_number=1, xcoms={})
+        super().__init__(
+            dag_id="bench_checkpoint_io", task_id="train", run_id=run_id, map_index=-1, try_number=1, xcoms={}
+        )
 
     def xcom_push(self, key, value):
         self.xcoms[key] = value
@@ -75,13 +76,18 @@ def figure() -> Figure:
 
     size_mb = env_int("BENCH_CKPT_MB", 300)
     rounds = env_int("BENCH_CKPT_ROUNDS", repeats(3) + 1)
-    fig = Figure(5, "Checkpoint I/O", HOW.format(bucket=BUCKET, size=size_mb, rounds=rounds,
-                                                 files=len(CHECKPOINT_SHARES) + 1))
+    fig = Figure(
+        5, "Checkpoint I/O", HOW.format(bucket=BUCKET, size=size_mb, rounds=rounds, files=len(CHECKPOINT_SHARES) + 1)
+    )
     address = os.environ.get(RAY_ADDRESS_ENV)
     op = HorovodTrainOperator(
-        task_id="train", train_fn=checkpoint_io, num_workers=1, deferrable=False,
+        task_id="train",
+        train_fn=checkpoint_io,
+        num_workers=1,
+        deferrable=False,
         train_loop_config={"size_mb": size_mb, "repeats": rounds, "bucket": BUCKET},
-        storage_path=f"s3://{BUCKET}/checkpoint-io", checkpoint_num_to_keep=1,
+        storage_path=f"s3://{BUCKET}/checkpoint-io",
+        checkpoint_num_to_keep=1,
         runtime_env={"env_vars": {"RAY_ADDRESS": address}} if address else None,
     )
     log(f"checkpoint I/O: {rounds} rounds of {size_mb} MiB, ours vs boto3's TransferManager, up and down")
@@ -103,45 +109,101 @@ def figure() -> Figure:
         return Sample([t[key] for t in timings])
 
     rows = [
-        Row("upload throughput", "report() via operator (checkpoint_io)", rate("ray_up_s"),
-            "boto3 TransferManager", rate("boto3_up_s"), "MiB/s", "target A/B >= 0.9"),
-        Row("upload throughput", "pyarrow copy_files, Ray's settings", rate("pyarrow_up_s"),
-            "boto3 TransferManager", rate("boto3_up_s"), "MiB/s", "Ray Train's upload before the routing"),
-        Row("download throughput", "Checkpoint.as_directory() (Ray's pyarrow)", rate("ray_down_s"),
-            "boto3 TransferManager", rate("boto3_down_s"), "MiB/s", "target A/B >= 0.9"),
-        Row("download throughput", "pyarrow copy_files, Ray's settings", rate("pyarrow_down_s"),
-            "boto3 TransferManager", rate("boto3_down_s"), "MiB/s", "the copy under A, called directly"),
-        Row("upload time", "report() via operator (checkpoint_io)", times("ray_up_s"),
-            "boto3 TransferManager", times("boto3_up_s"), "s", ""),
-        Row("download time", "Checkpoint.as_directory() (Ray's pyarrow)", times("ray_down_s"),
-            "boto3 TransferManager", times("boto3_down_s"), "s", ""),
+        Row(
+            "upload throughput",
+            "report() via operator (checkpoint_io)",
+            rate("ray_up_s"),
+            "boto3 TransferManager",
+            rate("boto3_up_s"),
+            "MiB/s",
+            "target A/B >= 0.9",
+        ),
+        Row(
+            "upload throughput",
+            "pyarrow copy_files, Ray's settings",
+            rate("pyarrow_up_s"),
+            "boto3 TransferManager",
+            rate("boto3_up_s"),
+            "MiB/s",
+            "Ray Train's upload before the routing",
+        ),
+        Row(
+            "download throughput",
+            "Checkpoint.as_directory() (Ray's pyarrow)",
+            rate("ray_down_s"),
+            "boto3 TransferManager",
+            rate("boto3_down_s"),
+            "MiB/s",
+            "target A/B >= 0.9",
+        ),
+        Row(
+            "download throughput",
+            "pyarrow copy_files, Ray's settings",
+            rate("pyarrow_down_s"),
+            "boto3 TransferManager",
+            rate("boto3_down_s"),
+            "MiB/s",
+            "the copy under A, called directly",
+        ),
+        Row(
+            "upload time",
+            "report() via operator (checkpoint_io)",
+            times("ray_up_s"),
+            "boto3 TransferManager",
+            times("boto3_up_s"),
+            "s",
+            "",
+        ),
+        Row(
+            "download time",
+            "Checkpoint.as_directory() (Ray's pyarrow)",
+            times("ray_down_s"),
+            "boto3 TransferManager",
+            times("boto3_down_s"),
+            "s",
+            "",
+        ),
     ]
     fig.tables.append(table(rows))
     pair_up = Sample([t["boto3_up_s"] / t["ray_up_s"] for t in timings])
     pair_down = Sample([t["boto3_down_s"] / t["ray_down_s"] for t in timings])
-    fig.notes.append(f"Round by round (each round runs every way back to back), the throughput ratio A/B has median "
-                     f"{fmt(pair_up.median)} up ({pair_up.spread()}) and {fmt(pair_down.median)} down "
-                     f"({pair_down.spread()}), {pair_up.n} rounds.")
+    fig.notes.append(
+        f"Round by round (each round runs every way back to back), the throughput ratio A/B has median "
+        f"{fmt(pair_up.median)} up ({pair_up.spread()}) and {fmt(pair_down.median)} down "
+        f"({pair_down.spread()}), {pair_up.n} rounds."
+    )
     routed = all(t.get("routed") for t in timings)
-    fig.notes.append(f"The provider's routing was {'in place' if routed else '**not** in place'} in the worker "
-                     "(`ray.train.v2._internal.execution.storage._pyarrow_fs_copy_files` wrapped); every read-back "
-                     f"{'matched' if all(t.get('read_back_ok') for t in timings) else '**did not match**'} the "
-                     "checkpoint's files and sizes.")
-    fig.notes.append("The previous run of this figure (128 MiB, one large file, Ray Train's own pyarrow upload) "
-                     "measured A/B = 0.456 against boto3's `upload_file`; the pyarrow rows above show that path "
-                     "on today's files.")
+    fig.notes.append(
+        f"The provider's routing was {'in place' if routed else '**not** in place'} in the worker "
+        "(`ray.train.v2._internal.execution.storage._pyarrow_fs_copy_files` wrapped); every read-back "
+        f"{'matched' if all(t.get('read_back_ok') for t in timings) else '**did not match**'} the "
+        "checkpoint's files and sizes."
+    )
+    fig.notes.append(
+        "The previous run of this figure (128 MiB, one large file, Ray Train's own pyarrow upload) "
+        "measured A/B = 0.456 against boto3's `upload_file`; the pyarrow rows above show that path "
+        "on today's files."
+    )
     up_vs_arrow = ratio(rows[0].a.median, rows[1].a.median)
-    fig.notes.append(f"Uploads through the routing ran {fmt(up_vs_arrow)}x as fast as Ray Train's own pyarrow upload "
-                     "(single-threaded: `use_threads=False`). Downloads are not routed: Ray Train reads with threads "
-                     "on, which measured faster than boto3's TransferManager.")
+    fig.notes.append(
+        f"Uploads through the routing ran {fmt(up_vs_arrow)}x as fast as Ray Train's own pyarrow upload "
+        "(single-threaded: `use_threads=False`). Downloads are not routed: Ray Train reads with threads "
+        "on, which measured faster than boto3's TransferManager."
+    )
     for what, row in (("upload", rows[0]), ("download (read back)", rows[2])):
         r = row.ratio
         met = r >= TARGET if r == r else None
-        fig.targets.append(Target(
-            f"5. checkpoint {what} at least 0.9 of boto3's TransferManager", met,
-            f"A/B = {fmt(r)} ({fmt(row.a.median)} against {fmt(row.b.median)} MiB/s, {size_mb} MiB in "
-            f"{len(CHECKPOINT_SHARES) + 1} files; target >= {TARGET}); {'met' if met else 'missed'} by "
-            f"{fmt(abs(r - TARGET))}",
-            "" if met else "compare the transfer settings of `runtime/checkpoint_io.py` (8 files x 8 parts of "
-            "16 MiB) with TransferConfig()'s, and what Ray Train does around the copy (directory markers, listing)"))
+        fig.targets.append(
+            Target(
+                f"5. checkpoint {what} at least 0.9 of boto3's TransferManager",
+                met,
+                f"A/B = {fmt(r)} ({fmt(row.a.median)} against {fmt(row.b.median)} MiB/s, {size_mb} MiB in "
+                f"{len(CHECKPOINT_SHARES) + 1} files; target >= {TARGET}); {'met' if met else 'missed'} by "
+                f"{fmt(abs(r - TARGET))}",
+                ""
+                if met
+                else "compare the transfer settings of `runtime/checkpoint_io.py` (8 files x 8 parts of "
+                "16 MiB) with TransferConfig()'s, and what Ray Train does around the copy (directory markers, listing)",
+            )
+        )
     return fig

@@ -31,8 +31,11 @@ def moto_server():
     endpoint = f"http://127.0.0.1:{port}"
     (OUT / "logs").mkdir(parents=True, exist_ok=True)
     with open(OUT / "logs" / "moto.log", "w") as out:
-        proc = subprocess.Popen([str(Path(PY).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [str(Path(PY).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -43,13 +46,15 @@ def moto_server():
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise RuntimeError(f"moto_server did not start; see {OUT / 'logs' / 'moto.log'}") from None
                 time.sleep(0.2)
-        os.environ.update({
-            "AWS_ENDPOINT_URL": endpoint,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_EC2_METADATA_DISABLED": "true",
-        })
+        os.environ.update(
+            {
+                "AWS_ENDPOINT_URL": endpoint,
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_EC2_METADATA_DISABLED": "true",
+            }
+        )
         import boto3
 
         boto3.client("s3").create_bucket(Bucket=BUCKET)

@@ -120,10 +120,33 @@ class Row:
 
 
 def table(rows: list[Row]) -> str:
-    header = ["measure", "ours (A)", "A median", "A spread", "alternative (B)", "B median", "B spread", "A / B",
-              "repeats A, B", "note"]
-    body = [[f"{r.what} ({r.unit})", r.a_label, fmt(r.a.median), r.a.spread(), r.b_label, fmt(r.b.median),
-             r.b.spread(), fmt(r.ratio), f"{r.a.n}, {r.b.n}", r.note] for r in rows]
+    header = [
+        "measure",
+        "ours (A)",
+        "A median",
+        "A spread",
+        "alternative (B)",
+        "B median",
+        "B spread",
+        "A / B",
+        "repeats A, B",
+        "note",
+    ]
+    body = [
+        [
+            f"{r.what} ({r.unit})",
+            r.a_label,
+            fmt(r.a.median),
+            r.a.spread(),
+            r.b_label,
+            fmt(r.b.median),
+            r.b.spread(),
+            fmt(r.ratio),
+            f"{r.a.n}, {r.b.n}",
+            r.note,
+        ]
+        for r in rows
+    ]
     return plain_table(header, body)
 
 
@@ -187,20 +210,24 @@ def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def run_logged(cmd: list[str], log_name: str, *, env: dict | None = None, timeout: float = 600,
-               check: bool = True) -> tuple[subprocess.CompletedProcess, float]:
+def run_logged(
+    cmd: list[str], log_name: str, *, env: dict | None = None, timeout: float = 600, check: bool = True
+) -> tuple[subprocess.CompletedProcess, float]:
     """Run a command with its output in bench/out/logs/<log_name>; (result, wall seconds)."""
     logs = OUT / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
-                         cwd=REPO)
+    run = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, cwd=REPO
+    )
     wall = time.monotonic() - started
-    (logs / log_name).write_text(f"$ {' '.join(cmd)}\nrc={run.returncode} wall={wall:.2f}s\n--- stdout\n"
-                                 f"{run.stdout}\n--- stderr\n{run.stderr}")
+    (logs / log_name).write_text(
+        f"$ {' '.join(cmd)}\nrc={run.returncode} wall={wall:.2f}s\n--- stdout\n{run.stdout}\n--- stderr\n{run.stderr}"
+    )
     if check and run.returncode != 0:
-        raise RuntimeError(f"{cmd[:4]} failed (rc {run.returncode}); see {logs / log_name}:\n"
-                           f"{(run.stdout + run.stderr)[-3000:]}")
+        raise RuntimeError(
+            f"{cmd[:4]} failed (rc {run.returncode}); see {logs / log_name}:\n{(run.stdout + run.stderr)[-3000:]}"
+        )
     return run, wall
 
 

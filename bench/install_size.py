@@ -62,8 +62,14 @@ def clean_env() -> dict[str, str]:
 
 
 def freeze(venv: Path) -> set[str]:
-    run = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"], capture_output=True,
-                         text=True, check=True, env=clean_env(), cwd=venv)
+    run = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=clean_env(),
+        cwd=venv,
+    )
     return {line.split("==")[0].lower() for line in run.stdout.splitlines() if "==" in line}
 
 
@@ -75,14 +81,17 @@ def pip_install(venv: Path, args: list[str], log_name: str, expect: str | None =
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=clean_env(), cwd=venv)
     wall = time.monotonic() - started
     (OUT / "logs").mkdir(parents=True, exist_ok=True)
-    (OUT / "logs" / log_name).write_text(f"$ {' '.join(cmd)}\nrc={run.returncode} wall={wall:.2f}s\n--- stdout\n"
-                                         f"{run.stdout}\n--- stderr\n{run.stderr}")
+    (OUT / "logs" / log_name).write_text(
+        f"$ {' '.join(cmd)}\nrc={run.returncode} wall={wall:.2f}s\n--- stdout\n{run.stdout}\n--- stderr\n{run.stderr}"
+    )
     if run.returncode != 0:
         raise RuntimeError(f"pip install {args} failed (rc {run.returncode}); see {OUT / 'logs' / log_name}")
     installed = [line for line in run.stdout.splitlines() if line.startswith("Successfully installed")]
     if expect and not any(expect in line for line in installed):
-        raise RuntimeError(f"pip did not install {expect} (found installed already: a path leaking into the venv?); "
-                           f"see {OUT / 'logs' / log_name}")
+        raise RuntimeError(
+            f"pip did not install {expect} (found installed already: a path leaking into the venv?); "
+            f"see {OUT / 'logs' / log_name}"
+        )
     return wall
 
 
@@ -96,8 +105,11 @@ def wheel() -> Path:
     wheels = sorted(glob.glob(str(REPO / ".build" / "dist" / "*.whl")), key=os.path.getmtime)
     if not wheels:
         log("no wheel in .build/dist: building it")
-        run_logged([sys.executable, "-m", "build", "--wheel", "--outdir", str(REPO / ".build" / "dist"), str(REPO)],
-                   "install-size-build.log", timeout=600)
+        run_logged(
+            [sys.executable, "-m", "build", "--wheel", "--outdir", str(REPO / ".build" / "dist"), str(REPO)],
+            "install-size-build.log",
+            timeout=600,
+        )
         wheels = sorted(glob.glob(str(REPO / ".build" / "dist" / "*.whl")), key=os.path.getmtime)
     return Path(wheels[-1])
 
@@ -125,10 +137,12 @@ def figure() -> Figure:
     root.mkdir(parents=True)
     stock, contrast = root / "stock", root / "contrast"
     records = []
-    version = subprocess.run([python, "-c", "import platform; print(platform.python_version())"], capture_output=True,
-                             text=True).stdout.strip()
-    fig = Figure(7, "Install size of the Airflow side", HOW.format(python=version, airflow=AIRFLOW, wheel=whl.name,
-                                                                   ray=RAY))
+    version = subprocess.run(
+        [python, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True
+    ).stdout.strip()
+    fig = Figure(
+        7, "Install size of the Airflow side", HOW.format(python=version, airflow=AIRFLOW, wheel=whl.name, ray=RAY)
+    )
     try:
         log(f"fresh venv ({python}) + {AIRFLOW}")
         subprocess.run([python, "-m", "venv", str(stock)], check=True)
@@ -144,8 +158,9 @@ def figure() -> Figure:
         records.append(step("+ [amazon]", stock, records[1], wall, set(records[1]["packages"])))
         log(f"contrast: stock + {RAY}")
         wall = pip_install(contrast, [RAY], "install-size-ray.log")
-        records.append(step(f"stock + {RAY} (previous packaging)", contrast, records[0], wall,
-                            set(records[0]["packages"])))
+        records.append(
+            step(f"stock + {RAY} (previous packaging)", contrast, records[0], wall, set(records[0]["packages"]))
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     from bench.common import save_raw
@@ -155,21 +170,44 @@ def figure() -> Figure:
     for r in records:
         added = r.get("added_bytes")
         biggest = ", ".join(f"{k} {v / MB:.1f}" for k, v in r.get("biggest", [])) or "-"
-        body.append([r["step"], fmt(r["bytes"] / MB), "-" if added is None or r is records[0] else fmt(added / MB),
-                     str(len(r.get("new_packages", []))) if r is not records[0] else str(len(r["packages"])),
-                     biggest, f"{r['install_s']:.0f}"])
-    fig.tables.append(plain_table(["step", "venv (MB)", "added (MB)", "distributions added",
-                                   "biggest additions in site-packages (MB)", "pip install (s)"], body))
+        body.append(
+            [
+                r["step"],
+                fmt(r["bytes"] / MB),
+                "-" if added is None or r is records[0] else fmt(added / MB),
+                str(len(r.get("new_packages", []))) if r is not records[0] else str(len(r["packages"])),
+                biggest,
+                f"{r['install_s']:.0f}",
+            ]
+        )
+    fig.tables.append(
+        plain_table(
+            [
+                "step",
+                "venv (MB)",
+                "added (MB)",
+                "distributions added",
+                "biggest additions in site-packages (MB)",
+                "pip install (s)",
+            ],
+            body,
+        )
+    )
     core, amazon, ray = records[1], records[2], records[3]
     fig.notes.append(f"Distributions the core adds to stock Airflow: {', '.join(core['new_packages']) or 'none'}.")
     fig.notes.append(f"`[amazon]` adds {len(amazon['new_packages'])}: {', '.join(amazon['new_packages'])}.")
     fig.notes.append(f"{RAY} adds {len(ray['new_packages'])}: {', '.join(ray['new_packages'])}.")
     added = core["added_bytes"] / MB
     met = added <= TARGET_MB
-    fig.targets.append(Target(
-        "7. provider core adds at most 50 MB to stock Airflow", met,
-        f"+{fmt(added)} MB over stock Airflow's {fmt(records[0]['bytes'] / MB)} MB; {'met' if met else 'missed'} by "
-        f"{fmt(abs(TARGET_MB - added))} MB (`[amazon]` adds {fmt(amazon['added_bytes'] / MB)} MB more; the "
-        f"previous packaging's {RAY} added {fmt(ray['added_bytes'] / MB)} MB)",
-        "" if met else "see the biggest additions: move what only the cluster needs out of the core dependencies"))
+    fig.targets.append(
+        Target(
+            "7. provider core adds at most 50 MB to stock Airflow",
+            met,
+            f"+{fmt(added)} MB over stock Airflow's {fmt(records[0]['bytes'] / MB)} MB; "
+            f"{'met' if met else 'missed'} by "
+            f"{fmt(abs(TARGET_MB - added))} MB (`[amazon]` adds {fmt(amazon['added_bytes'] / MB)} MB more; the "
+            f"previous packaging's {RAY} added {fmt(ray['added_bytes'] / MB)} MB)",
+            "" if met else "see the biggest additions: move what only the cluster needs out of the core dependencies",
+        )
+    )
     return fig

@@ -84,8 +84,10 @@ async def follow(sid: str, prefix: str) -> None:
 
     async def noted(self, method, path, **kwargs):
         if path.startswith("/api/jobs/"):  # a poll starts with its status request
-            progress.write(json.dumps([time.time(), time.process_time(), fetched["bytes"], fetched["requests"],
-                                       handler.lines]) + "\n")
+            progress.write(
+                json.dumps([time.time(), time.process_time(), fetched["bytes"], fetched["requests"], handler.lines])
+                + "\n"
+            )
             progress.flush()
         answer = await original(self, method, path, **kwargs)
         if path == "/api/v0/logs/file":
@@ -96,8 +98,9 @@ async def follow(sid: str, prefix: str) -> None:
         return answer
 
     RayHook._a_request = noted
-    trigger = RayJobTrigger(submission_id=sid, poll_interval_seconds=POLL_S, pending_timeout_seconds=None,
-                            stall_timeout_seconds=None)
+    trigger = RayJobTrigger(
+        submission_id=sid, poll_interval_seconds=POLL_S, pending_timeout_seconds=None, stall_timeout_seconds=None
+    )
     # The lines go to a file through a plain logging handler (the same writer as B's), in place of the
     # triggerer's routing of a trigger's log into the task log.
     out = logging.getLogger("bench.follow")
@@ -111,9 +114,18 @@ async def follow(sid: str, prefix: str) -> None:
         break
     handler.file.flush()
     with open(prefix + "-summary.json", "w") as f:
-        json.dump({"event": payload, "lines": handler.lines, "cpu_s": time.process_time() - started,
-                   "log_bytes": fetched["bytes"], "log_requests": fetched["requests"],
-                   "status_bytes": fetched["status_bytes"], "end": time.time()}, f)
+        json.dump(
+            {
+                "event": payload,
+                "lines": handler.lines,
+                "cpu_s": time.process_time() - started,
+                "log_bytes": fetched["bytes"],
+                "log_requests": fetched["requests"],
+                "status_bytes": fetched["status_bytes"],
+                "end": time.time(),
+            },
+            f,
+        )
     handler.close()
 
 
@@ -142,8 +154,9 @@ async def whole(sid: str, prefix: str) -> None:
                 written = max(written, len(lines))
                 cpu, wall = time.process_time() - c0, time.perf_counter() - t0
                 if i:  # the first poll of a window catches up on what came since the last: not counted
-                    polls.append({"t": time.time(), "cpu_s": cpu, "wall_s": wall, "bytes": len(text),
-                                  "log_lines": len(lines)})
+                    polls.append(
+                        {"t": time.time(), "cpu_s": cpu, "wall_s": wall, "bytes": len(text), "log_lines": len(lines)}
+                    )
                 await asyncio.sleep(max(0.0, POLL_S - wall))
             print(TAG + " " + json.dumps(polls), flush=True)
 
@@ -206,8 +219,13 @@ def figure(cluster) -> Figure:
     a_out = open(logs / "logstream-follow.log", "w")
     a = subprocess.Popen([PY, "-m", "bench.logstream", "follow", sid, prefix], stdout=a_out, stderr=subprocess.STDOUT)
     b_err = open(logs / "logstream-whole.log", "w")
-    b = subprocess.Popen([PY, "-m", "bench.logstream", "whole", sid, prefix], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=b_err, text=True)
+    b = subprocess.Popen(
+        [PY, "-m", "bench.logstream", "whole", sid, prefix],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=b_err,
+        text=True,
+    )
     windows = []
     try:
         for target in targets:
@@ -216,8 +234,9 @@ def figure(cluster) -> Figure:
             while True:
                 samples = read_progress(progress_file)
                 if a.poll() is not None:
-                    raise RuntimeError(f"the following trigger ended early (rc {a.returncode}); see "
-                                       f"{logs / 'logstream-follow.log'}")
+                    raise RuntimeError(
+                        f"the following trigger ended early (rc {a.returncode}); see {logs / 'logstream-follow.log'}"
+                    )
                 if len(samples) >= 3 and samples[-1][4] > 0 and samples[-1][4] >= start_at:
                     break
                 time.sleep(0.2)
@@ -232,9 +251,16 @@ def figure(cluster) -> Figure:
                 raise RuntimeError(f"the whole-log poller did not answer; see {logs / 'logstream-whole.log'}")
             polls = json.loads(reply.split(TAG + " ", 1)[1])
             h2, t2 = cluster_cpu(groups), time.time()
-            windows.append({"target": target, "a_only": [t0, t1], "a_b": [t1, t2], "b_polls": polls,
-                            "head_a": {k: (h1[k] - h0[k]) / (t1 - t0) for k in h0},
-                            "head_ab": {k: (h2[k] - h1[k]) / (t2 - t1) for k in h0}})
+            windows.append(
+                {
+                    "target": target,
+                    "a_only": [t0, t1],
+                    "a_b": [t1, t2],
+                    "b_polls": polls,
+                    "head_a": {k: (h1[k] - h0[k]) / (t1 - t0) for k in h0},
+                    "head_ab": {k: (h2[k] - h1[k]) / (t2 - t1) for k in h0},
+                }
+            )
         a.wait(timeout=total / rate + 600)
         head1, wall1 = cluster_cpu(groups), time.time()
     finally:
@@ -258,17 +284,28 @@ def figure(cluster) -> Figure:
     summary = json.loads((OUT / "logstream-summary.json").read_text())
     samples = read_progress(progress_file)
     job_log = hook.get_job_logs(sid)
-    raw = {"sid": sid, "total": total, "rate": rate, "windows": windows, "samples": samples, "summary": summary,
-           "head_run": {k: (head1[k] - head0[k]) / (wall1 - wall0) for k in head0}, "run_s": wall1 - wall0,
-           "job_log_bytes": len(job_log)}
+    raw = {
+        "sid": sid,
+        "total": total,
+        "rate": rate,
+        "windows": windows,
+        "samples": samples,
+        "summary": summary,
+        "head_run": {k: (head1[k] - head0[k]) / (wall1 - wall0) for k in head0},
+        "run_s": wall1 - wall0,
+        "job_log_bytes": len(job_log),
+    }
     save_raw("logstream", raw)
     return build(fig, raw, job_log)
 
 
 def check_lines(job_log: str) -> tuple[bool, str]:
     """A's streamed lines against the job's whole log: the same, in order, each once."""
-    streamed = [line[len("[ray] "):] for line in (OUT / "logstream-lines.txt").read_text().split("\n")
-                if line.startswith("[ray] ")]
+    streamed = [
+        line[len("[ray] ") :]
+        for line in (OUT / "logstream-lines.txt").read_text().split("\n")
+        if line.startswith("[ray] ")
+    ]
     expected = job_log.split("\n")
     if expected and expected[-1] == "":
         expected.pop()
@@ -278,8 +315,10 @@ def check_lines(job_log: str) -> tuple[bool, str]:
     repeated = sum(1 for line in streamed if line in seen or seen.add(line))
     missing = len(set(expected) - set(streamed))
     first = next((i for i, (x, y) in enumerate(zip(streamed, expected)) if x != y), min(len(streamed), len(expected)))
-    return False, (f"{len(streamed):,} lines streamed against {len(expected):,} in the job's log: {repeated} repeated, "
-                   f"{missing} missing, first difference at line {first + 1}")
+    return False, (
+        f"{len(streamed):,} lines streamed against {len(expected):,} in the job's log: {repeated} repeated, "
+        f"{missing} missing, first difference at line {first + 1}"
+    )
 
 
 def build(fig: Figure, raw: dict, job_log: str) -> Figure:
@@ -302,30 +341,76 @@ def build(fig: Figure, raw: dict, job_log: str) -> Figure:
         head_ab = (w["head_ab"]["dashboard"] + w["head_ab"]["dashboard agent"]) * 100
         label = f"log ~{w['target'] // 1000}k lines"
         rows += [
-            Row(f"{label}: triggerer CPU per poll", "RayJobTrigger (log windows)", a_cpu, "whole log every poll",
-                b_cpu, "ms", f"log at {fmt(length.median)} lines (A's polls)"),
-            Row(f"{label}: log bytes fetched per poll", "RayJobTrigger (log windows)", a_bytes,
-                "whole log every poll", b_bytes, "KiB", ""),
-            Row(f"{label}: head CPU (dashboard + agent)", "A's window, A alone", Sample([head_a]),
-                "B's window, minus A's", Sample([head_ab - head_a]), "% of a core", ""),
+            Row(
+                f"{label}: triggerer CPU per poll",
+                "RayJobTrigger (log windows)",
+                a_cpu,
+                "whole log every poll",
+                b_cpu,
+                "ms",
+                f"log at {fmt(length.median)} lines (A's polls)",
+            ),
+            Row(
+                f"{label}: log bytes fetched per poll",
+                "RayJobTrigger (log windows)",
+                a_bytes,
+                "whole log every poll",
+                b_bytes,
+                "KiB",
+                "",
+            ),
+            Row(
+                f"{label}: head CPU (dashboard + agent)",
+                "A's window, A alone",
+                Sample([head_a]),
+                "B's window, minus A's",
+                Sample([head_ab - head_a]),
+                "% of a core",
+                "",
+            ),
         ]
-        details.append([
-            f"~{w['target']:,}", f"{fmt(min(length.values or [0]))}-{fmt(max(length.values or [0]))}",
-            str(len(mine)), fmt(median([p[5] for p in mine])), fmt(median([p[3] for p in mine])),
-            fmt(a_cpu.median), fmt(a_bytes.median),
-            f"{fmt(w['head_a']['dashboard'] * 100)} / {fmt(w['head_a']['dashboard agent'] * 100)}",
-            f"{fmt(w['head_ab']['dashboard'] * 100)} / {fmt(w['head_ab']['dashboard agent'] * 100)}",
-            str(len(b)), fmt(b_cpu.median), fmt(b_bytes.median), fmt(median([p["wall_s"] * 1000 for p in b])),
-            str(len(a_only)),
-        ])
+        details.append(
+            [
+                f"~{w['target']:,}",
+                f"{fmt(min(length.values or [0]))}-{fmt(max(length.values or [0]))}",
+                str(len(mine)),
+                fmt(median([p[5] for p in mine])),
+                fmt(median([p[3] for p in mine])),
+                fmt(a_cpu.median),
+                fmt(a_bytes.median),
+                f"{fmt(w['head_a']['dashboard'] * 100)} / {fmt(w['head_a']['dashboard agent'] * 100)}",
+                f"{fmt(w['head_ab']['dashboard'] * 100)} / {fmt(w['head_ab']['dashboard agent'] * 100)}",
+                str(len(b)),
+                fmt(b_cpu.median),
+                fmt(b_bytes.median),
+                fmt(median([p["wall_s"] * 1000 for p in b])),
+                str(len(a_only)),
+            ]
+        )
         first = first or (a_cpu, a_bytes, length)
         last = (a_cpu, a_bytes, length)
     fig.tables.append(table(rows))
-    fig.tables.append(plain_table(
-        ["log length (target)", "lines at A's polls", "A polls", "new lines / poll", "log requests / poll",
-         "A CPU / poll (ms)", "A KiB / poll", "head, A alone: dashboard / agent %", "head, A + B: dashboard / agent %",
-         "B polls", "B CPU / poll (ms)", "B KiB / poll", "B poll wall (ms)", "A polls in the A-only window"],
-        details))
+    fig.tables.append(
+        plain_table(
+            [
+                "log length (target)",
+                "lines at A's polls",
+                "A polls",
+                "new lines / poll",
+                "log requests / poll",
+                "A CPU / poll (ms)",
+                "A KiB / poll",
+                "head, A alone: dashboard / agent %",
+                "head, A + B: dashboard / agent %",
+                "B polls",
+                "B CPU / poll (ms)",
+                "B KiB / poll",
+                "B poll wall (ms)",
+                "A polls in the A-only window",
+            ],
+            details,
+        )
+    )
     summary = raw["summary"]
     ok, how = check_lines(job_log)
     run_s = raw["run_s"]
@@ -338,28 +423,44 @@ def build(fig: Figure, raw: dict, job_log: str) -> Figure:
         f"the log) and used {summary['cpu_s']:.1f} s of CPU ({summary['cpu_s'] / run_s * 100:.1f}% of a core); the "
         f"head's dashboard used {head['dashboard'] * 100:.1f}% and its agent {head['dashboard agent'] * 100:.1f}% of a "
         f"core over the run (B's windows included). The job ended "
-        f"{summary['event'].get('job_status') or summary['event'].get('outcome')}.")
+        f"{summary['event'].get('job_status') or summary['event'].get('outcome')}."
+    )
     fig.notes.append(f"Streamed lines against the job's log: {how}.")
-    fig.notes.append("Fetching the whole log every poll costs in proportion to the log's length at every poll: "
-                     "over a log that grows to L lines at r lines a second that is about L^2 / (2r) lines fetched in "
-                     f"all ({full_reads_gib(raw):.1f}"
-                     " GiB here at one poll a second), against about twice the log for the windows.")
+    fig.notes.append(
+        "Fetching the whole log every poll costs in proportion to the log's length at every poll: "
+        "over a log that grows to L lines at r lines a second that is about L^2 / (2r) lines fetched in "
+        f"all ({full_reads_gib(raw):.1f}"
+        " GiB here at one poll a second), against about twice the log for the windows."
+    )
     if first and last and first is not last:
         cpu_ratio = ratio_of(last[0], first[0])
         bytes_ratio = ratio_of(last[1], first[1])
         met = cpu_ratio <= FLAT and bytes_ratio <= FLAT
-        fig.targets.append(Target(
-            "4b. per-poll cost flat as the log grows (longest log within 1.5x of the shortest)", met,
-            f"at {fmt(last[2].median)} lines against {fmt(first[2].median)}: CPU per poll {fmt(last[0].median)} "
-            f"against {fmt(first[0].median)} ms ({fmt(cpu_ratio)}x), bytes per poll {fmt(last[1].median)} against "
-            f"{fmt(first[1].median)} KiB ({fmt(bytes_ratio)}x)",
-            "" if met else "see the log requests per poll: a window that cannot be placed is asked for again, "
-            "longer (`jobs/logs.py`)"))
+        fig.targets.append(
+            Target(
+                "4b. per-poll cost flat as the log grows (longest log within 1.5x of the shortest)",
+                met,
+                f"at {fmt(last[2].median)} lines against {fmt(first[2].median)}: CPU per poll {fmt(last[0].median)} "
+                f"against {fmt(first[0].median)} ms ({fmt(cpu_ratio)}x), bytes per poll {fmt(last[1].median)} against "
+                f"{fmt(first[1].median)} KiB ({fmt(bytes_ratio)}x)",
+                ""
+                if met
+                else "see the log requests per poll: a window that cannot be placed is asked for again, "
+                "longer (`jobs/logs.py`)",
+            )
+        )
     else:
-        fig.targets.append(Target("4b. per-poll cost flat as the log grows", None,
-                           "fewer than two log lengths measured"))
-    fig.targets.append(Target("4b. streamed lines equal the job's log, each once", ok, how,
-                              "" if ok else "see bench/out/logstream-lines.txt against the job's log"))
+        fig.targets.append(
+            Target("4b. per-poll cost flat as the log grows", None, "fewer than two log lengths measured")
+        )
+    fig.targets.append(
+        Target(
+            "4b. streamed lines equal the job's log, each once",
+            ok,
+            how,
+            "" if ok else "see bench/out/logstream-lines.txt against the job's log",
+        )
+    )
     return fig
 
 

@@ -39,9 +39,9 @@ namespace's address. Both hosts share this machine's 2 cores, so the figures say
 cost, not what a network of real machines gives.
 
 *Steps/s*: one rank per host (`resources_per_worker={{"CPU": 2}}`), the same function on both paths:
-MLP {WORKLOAD['features']}-{WORKLOAD['hidden']}-{WORKLOAD['hidden']}-1, batch {WORKLOAD['batch']}, SGD with
-`hvd.DistributedOptimizer`, `torch.set_num_threads(1)`; rank 0 times {WORKLOAD['steps']} steps after
-{WORKLOAD['warmup']} warm-up steps, so launcher start-up is left out. A: `HorovodTrainOperator`
+MLP {WORKLOAD["features"]}-{WORKLOAD["hidden"]}-{WORKLOAD["hidden"]}-1, batch {WORKLOAD["batch"]}, SGD with
+`hvd.DistributedOptimizer`, `torch.set_num_threads(1)`; rank 0 times {WORKLOAD["steps"]} steps after
+{WORKLOAD["warmup"]} warm-up steps, so launcher start-up is left out. A: `HorovodTrainOperator`
 (Train V2, the provider's backend, no `horovod_nics`), run in this process as Airflow's worker would.
 B: `horovodrun -np 2 -H 10.79.0.1:1,10.79.0.2:1 --gloo` run on host 1 (its `ssh` to host 2 is a
 stand-in that runs the command in host 2's namespace); Horovod's launcher picks `eth0` by itself.
@@ -60,6 +60,7 @@ detection (the head marks a node dead after its missed heartbeats; the elastic p
 
 # --- what the ranks run (pickled by value for the operator; run as a script under horovodrun) -------
 
+
 def workload(config):
     """Rank 0's steps/s over the timed steps, and which hosts the ranks ran on."""
     import socket
@@ -72,10 +73,12 @@ def workload(config):
     torch.manual_seed(0)
     torch.set_num_threads(1)
     f, h = config["features"], config["hidden"]
-    model = torch.nn.Sequential(torch.nn.Linear(f, h), torch.nn.ReLU(), torch.nn.Linear(h, h), torch.nn.ReLU(),
-                                torch.nn.Linear(h, 1))
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.001),
-                                         named_parameters=model.named_parameters())
+    model = torch.nn.Sequential(
+        torch.nn.Linear(f, h), torch.nn.ReLU(), torch.nn.Linear(h, h), torch.nn.ReLU(), torch.nn.Linear(h, 1)
+    )
+    optimizer = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.001), named_parameters=model.named_parameters()
+    )
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     x, y = torch.randn(config["batch"], f), torch.randn(config["batch"], 1)
     started = 0.0
@@ -168,17 +171,27 @@ class Bench:
                 port = s.getsockname()[1]
             self.moto = ThreadedMotoServer(ip_address=hosts.root_address, port=port, verbose=False)
             self.moto.start()
-            s3 = {"AWS_ENDPOINT_URL": f"http://{hosts.root_address}:{port}", "AWS_ACCESS_KEY_ID": "testing",
-                  "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                  "AWS_EC2_METADATA_DISABLED": "true"}
+            s3 = {
+                "AWS_ENDPOINT_URL": f"http://{hosts.root_address}:{port}",
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_EC2_METADATA_DISABLED": "true",
+            }
             self.saved = {k: os.environ.get(k) for k in [*s3, f"AIRFLOW_CONN_{CONN_ID.upper()}"]}
             hosts.extra_env.update(s3)
             os.environ.update(s3)
             boto3.client("s3", endpoint_url=s3["AWS_ENDPOINT_URL"]).create_bucket(Bucket=BUCKET)
             hosts.start_cluster(num_cpus=2)
             os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps(
-                {"conn_type": "ray", "host": hosts[0].address, "port": self.testhosts.DASHBOARD_PORT,
-                 "password": hosts.token, "extra": {"shared_storage": False}})
+                {
+                    "conn_type": "ray",
+                    "host": hosts[0].address,
+                    "port": self.testhosts.DASHBOARD_PORT,
+                    "password": hosts.token,
+                    "extra": {"shared_storage": False},
+                }
+            )
             ssh_dir = os.path.join(hosts.workdir, "bin")
             os.makedirs(ssh_dir, exist_ok=True)
             with open(os.path.join(ssh_dir, "ssh"), "w") as f:
@@ -204,25 +217,38 @@ class Bench:
         from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
 
         # RAY_ADDRESS: Train V2's placement-group cleaner must find this cluster, not another on the machine.
-        return HorovodTrainOperator(task_id="train", train_fn=train_fn, ray_conn_id=CONN_ID, deferrable=False,
-                                    poll_interval_seconds=0.5, storage_path=f"s3://{BUCKET}/runs",
-                                    runtime_env={"env_vars": {"RAY_ADDRESS": self.hosts.gcs_address}}, **kwargs)
+        return HorovodTrainOperator(
+            task_id="train",
+            train_fn=train_fn,
+            ray_conn_id=CONN_ID,
+            deferrable=False,
+            poll_interval_seconds=0.5,
+            storage_path=f"s3://{BUCKET}/runs",
+            runtime_env={"env_vars": {"RAY_ADDRESS": self.hosts.gcs_address}},
+            **kwargs,
+        )
 
     def through_operator(self) -> dict:
         ti = _ti(f"steps-{uuid.uuid4().hex[:6]}")
-        result = self.operator(workload, num_workers=2, resources_per_worker={"CPU": 2},
-                               train_loop_config={**WORKLOAD, "ray": True}).execute({"ti": ti})
+        result = self.operator(
+            workload, num_workers=2, resources_per_worker={"CPU": 2}, train_loop_config={**WORKLOAD, "ray": True}
+        ).execute({"ti": ti})
         return result["return_value"]
 
     def through_horovodrun(self) -> dict:
         hosts = self.hosts
         bin_dir = os.path.dirname(self.testhosts.cluster_python())
         ssh_hosts = {h.address: [h.netns, h.name] for h in hosts.hosts}
-        command = (f"cd {REPO} && {bin_dir}/horovodrun -np 2 -H {hosts[0].address}:1,{hosts[1].address}:1 --gloo "
-                   f"--start-timeout 60 {self.testhosts.cluster_python()} -m bench.multihost worker "
-                   f"'{json.dumps(WORKLOAD)}'")
-        env = hosts.env(PATH=f"{self.ssh_dir}:{bin_dir}:{os.environ.get('PATH', '')}",
-                        AHP_BENCH_SSH_HOSTS=json.dumps(ssh_hosts), PYTHONPATH=str(REPO))
+        command = (
+            f"cd {REPO} && {bin_dir}/horovodrun -np 2 -H {hosts[0].address}:1,{hosts[1].address}:1 --gloo "
+            f"--start-timeout 60 {self.testhosts.cluster_python()} -m bench.multihost worker "
+            f"'{json.dumps(WORKLOAD)}'"
+        )
+        env = hosts.env(
+            PATH=f"{self.ssh_dir}:{bin_dir}:{os.environ.get('PATH', '')}",
+            AHP_BENCH_SSH_HOSTS=json.dumps(ssh_hosts),
+            PYTHONPATH=str(REPO),
+        )
         done = hosts.run(hosts[0], ["sh", "-c", command], env=env, timeout=300)
         found = [line.split("RESULT ", 1)[1] for line in done.stdout.splitlines() if "RESULT " in line]
         if not found:
@@ -235,29 +261,40 @@ class Bench:
 
         hosts = self.hosts
         ti = _ti(f"elastic-{uuid.uuid4().hex[:6]}")
-        op = self.operator(elastic_workload, num_workers=(2, 4), max_failures=2,
-                           elastic_resize_monitor_interval_s=MONITOR_S, train_loop_config={"steps": 45, "step_s": 0.5})
+        op = self.operator(
+            elastic_workload,
+            num_workers=(2, 4),
+            max_failures=2,
+            elastic_resize_monitor_interval_s=MONITOR_S,
+            train_loop_config={"steps": 45, "step_s": 0.5},
+        )
         thread, outcome = run_in_thread(op, {"ti": ti})
         _wait(lambda: [g for g in _groups(ti) if g["world_size"] == 4], 180, "a group of 4", outcome)
         _wait(lambda: _checkpoints(ti) >= 2, 120, "two checkpoints", outcome)
         time.sleep(3)
         lost_at = time.time()
         hosts.stop_ray(hosts[1])
-        shrunk = _wait(lambda: [g for g in _groups(ti) if g.get("reason") == "node lost"], 180, "the restart at 2",
-                       outcome)[0]
+        shrunk = _wait(
+            lambda: [g for g in _groups(ti) if g.get("reason") == "node lost"], 180, "the restart at 2", outcome
+        )[0]
         hosts.wait_for_nodes(1, timeout=60)
         time.sleep(2)  # a few steps at 2 before the host returns
         back_at = time.time()
         hosts.join(hosts[1], num_cpus=2)
-        grown = _wait(lambda: [g for g in _groups(ti) if g.get("reason") == "grow"], 180, "the restart at 4",
-                      outcome)[0]
+        grown = _wait(lambda: [g for g in _groups(ti) if g.get("reason") == "grow"], 180, "the restart at 4", outcome)[
+            0
+        ]
         thread.join(300)
         if "error" in outcome:
             raise outcome["error"]
         result = outcome["result"]
-        return {"lost_to_smaller_s": shrunk["started_at"] - lost_at, "back_to_larger_s": grown["started_at"] - back_at,
-                "segments": result["segments"], "world_size": result["world_size"],
-                "return_value": result["return_value"]}
+        return {
+            "lost_to_smaller_s": shrunk["started_at"] - lost_at,
+            "back_to_larger_s": grown["started_at"] - back_at,
+            "segments": result["segments"],
+            "world_size": result["world_size"],
+            "return_value": result["return_value"],
+        }
 
 
 def _ti(run_id: str):
@@ -278,8 +315,9 @@ def _groups(ti) -> list[dict]:
     from airflow_provider_horovod.contract import WORKER_GROUPS_FILE
 
     try:
-        return json.loads(boto3.client("s3").get_object(Bucket=BUCKET, Key=_s3_key(ti, "/" + WORKER_GROUPS_FILE))
-                          ["Body"].read())
+        return json.loads(
+            boto3.client("s3").get_object(Bucket=BUCKET, Key=_s3_key(ti, "/" + WORKER_GROUPS_FILE))["Body"].read()
+        )
     except Exception:  # noqa: BLE001 - not written yet
         return []
 
@@ -309,8 +347,11 @@ def figure() -> Figure:
     n = repeats(3)
     fig = Figure(9, "Across hosts", how(n))
     if reason := testhosts.unavailable_reason():
-        fig.targets.append(Target("9. steps/s across hosts through the operator >= 0.95 of horovodrun", None,
-                                  f"not measured: {reason}"))
+        fig.targets.append(
+            Target(
+                "9. steps/s across hosts through the operator >= 0.95 of horovodrun", None, f"not measured: {reason}"
+            )
+        )
         return fig
     raw: dict = {"operator": [], "horovodrun": [], "elastic": None}
     with Bench() as bench:
@@ -324,23 +365,43 @@ def figure() -> Figure:
     save_raw("multihost", raw)
     ours = Sample([r["steps_per_s"] for r in raw["operator"]])
     theirs = Sample([r["steps_per_s"] for r in raw["horovodrun"]])
-    rows = [Row("training steps, 1 rank per host", "operator (Train V2)", ours, "horovodrun --gloo", theirs,
-                "steps/s", f"target A/B >= {TARGET}")]
+    rows = [
+        Row(
+            "training steps, 1 rank per host",
+            "operator (Train V2)",
+            ours,
+            "horovodrun --gloo",
+            theirs,
+            "steps/s",
+            f"target A/B >= {TARGET}",
+        )
+    ]
     fig.tables.append(table(rows))
     elastic = raw["elastic"]
-    fig.notes.append(f"Elastic (2, 4): host 2 lost -> training at 2 after {fmt(elastic['lost_to_smaller_s'])} s; "
-                     f"host 2 back -> training at 4 after {fmt(elastic['back_to_larger_s'])} s (monitor interval "
-                     f"{MONITOR_S:g} s). Segments: "
-                     + ", ".join(f"{s['world_size']} ({s['reason']})" for s in elastic["segments"])
-                     + f"; final size {elastic['world_size']}.")
-    fig.notes.append("Hosts of each rank: operator " + ", ".join(sorted(raw["operator"][0]["hosts"]))
-                     + "; horovodrun " + ", ".join(sorted(raw["horovodrun"][0]["hosts"])) + ".")
+    fig.notes.append(
+        f"Elastic (2, 4): host 2 lost -> training at 2 after {fmt(elastic['lost_to_smaller_s'])} s; "
+        f"host 2 back -> training at 4 after {fmt(elastic['back_to_larger_s'])} s (monitor interval "
+        f"{MONITOR_S:g} s). Segments: "
+        + ", ".join(f"{s['world_size']} ({s['reason']})" for s in elastic["segments"])
+        + f"; final size {elastic['world_size']}."
+    )
+    fig.notes.append(
+        "Hosts of each rank: operator "
+        + ", ".join(sorted(raw["operator"][0]["hosts"]))
+        + "; horovodrun "
+        + ", ".join(sorted(raw["horovodrun"][0]["hosts"]))
+        + "."
+    )
     r = rows[0].ratio
     met = r >= TARGET if r == r else None
-    fig.targets.append(Target(
-        "9. steps/s across two hosts through the operator >= 0.95 of horovodrun --gloo", met,
-        f"A/B = {fmt(r)} (target >= {TARGET})",
-        "" if met else "both share this machine's 2 cores: rerun with BENCH_REPEATS=5 on a quiet machine"))
+    fig.targets.append(
+        Target(
+            "9. steps/s across two hosts through the operator >= 0.95 of horovodrun --gloo",
+            met,
+            f"A/B = {fmt(r)} (target >= {TARGET})",
+            "" if met else "both share this machine's 2 cores: rerun with BENCH_REPEATS=5 on a quiet machine",
+        )
+    )
     return fig
 
 

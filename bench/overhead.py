@@ -37,8 +37,13 @@ def samples(records: list[dict], way: str, key: str) -> Sample:
 
 
 def outside(records: list[dict], way: str) -> Sample:
-    return Sample([r["wall_s"] - (r["job_end"] - r["job_start"]) for r in records
-                   if r["way"] == way and r.get("job_end") and r.get("job_start")])
+    return Sample(
+        [
+            r["wall_s"] - (r["job_end"] - r["job_start"])
+            for r in records
+            if r["way"] == way and r.get("job_end") and r.get("job_start")
+        ]
+    )
 
 
 def figure(records: list[dict], config: dict) -> Figure:
@@ -46,31 +51,89 @@ def figure(records: list[dict], config: dict) -> Figure:
     label = {w: w.replace("_", " ") for w in WAYS}
     plain = samples(records, "plain_job", "wall_s")
     rows = [
-        Row("operator wall vs plain job wall", label["operator_deferred"], samples(records, "operator_deferred",
-            "wall_s"),
-            label["plain_job"], plain, "s", "target A/B <= 1.05"),
-        Row("operator wall vs plain job wall", label["operator_sync"], samples(records, "operator_sync", "wall_s"),
-            label["plain_job"], plain, "s", "target A/B <= 1.05"),
-        Row("operator wall vs plain job wall", label["operator_deferred_v2"],
-            samples(records, "operator_deferred_v2", "wall_s"), label["plain_job"], plain, "s",
-            "default trainer: Train V2 starts more actors"),
-        Row("outside the Ray job", label["operator_deferred"], outside(records, "operator_deferred"),
-            label["plain_job"], outside(records, "plain_job"), "s", "wall - job runtime"),
-        Row("outside the Ray job", label["operator_sync"], outside(records, "operator_sync"),
-            label["plain_job"], outside(records, "plain_job"), "s", "wall - job runtime"),
-        Row("Ray job runtime", label["operator_deferred"], Sample(
-            [r["job_end"] - r["job_start"] for r in records if r["way"] == "operator_deferred" and r.get("job_end")]),
-            label["plain_job"], Sample(
-            [r["job_end"] - r["job_start"] for r in records if r["way"] == "plain_job" and r.get("job_end")]),
-            "s", "the job alone, as Ray records it"),
-        Row("task vs plain job wall", label["operator_deferred"], samples(records, "operator_deferred", "task_s"),
-            label["plain_job"], plain, "s", "Airflow task start-up included"),
-        Row("process", label["operator_deferred"], samples(records, "operator_deferred", "process_wall_s"),
-            label["plain_job"], samples(records, "plain_job", "process_wall_s"), "s",
-            "`airflow dags test` vs `python submit_script`"),
-        Row("process", label["plain_job"], samples(records, "plain_job", "process_wall_s"),
-            label["direct"], samples(records, "direct", "process_wall_s"), "s",
-            "what the Jobs API costs against a driver on the cluster"),
+        Row(
+            "operator wall vs plain job wall",
+            label["operator_deferred"],
+            samples(records, "operator_deferred", "wall_s"),
+            label["plain_job"],
+            plain,
+            "s",
+            "target A/B <= 1.05",
+        ),
+        Row(
+            "operator wall vs plain job wall",
+            label["operator_sync"],
+            samples(records, "operator_sync", "wall_s"),
+            label["plain_job"],
+            plain,
+            "s",
+            "target A/B <= 1.05",
+        ),
+        Row(
+            "operator wall vs plain job wall",
+            label["operator_deferred_v2"],
+            samples(records, "operator_deferred_v2", "wall_s"),
+            label["plain_job"],
+            plain,
+            "s",
+            "default trainer: Train V2 starts more actors",
+        ),
+        Row(
+            "outside the Ray job",
+            label["operator_deferred"],
+            outside(records, "operator_deferred"),
+            label["plain_job"],
+            outside(records, "plain_job"),
+            "s",
+            "wall - job runtime",
+        ),
+        Row(
+            "outside the Ray job",
+            label["operator_sync"],
+            outside(records, "operator_sync"),
+            label["plain_job"],
+            outside(records, "plain_job"),
+            "s",
+            "wall - job runtime",
+        ),
+        Row(
+            "Ray job runtime",
+            label["operator_deferred"],
+            Sample(
+                [r["job_end"] - r["job_start"] for r in records if r["way"] == "operator_deferred" and r.get("job_end")]
+            ),
+            label["plain_job"],
+            Sample([r["job_end"] - r["job_start"] for r in records if r["way"] == "plain_job" and r.get("job_end")]),
+            "s",
+            "the job alone, as Ray records it",
+        ),
+        Row(
+            "task vs plain job wall",
+            label["operator_deferred"],
+            samples(records, "operator_deferred", "task_s"),
+            label["plain_job"],
+            plain,
+            "s",
+            "Airflow task start-up included",
+        ),
+        Row(
+            "process",
+            label["operator_deferred"],
+            samples(records, "operator_deferred", "process_wall_s"),
+            label["plain_job"],
+            samples(records, "plain_job", "process_wall_s"),
+            "s",
+            "`airflow dags test` vs `python submit_script`",
+        ),
+        Row(
+            "process",
+            label["plain_job"],
+            samples(records, "plain_job", "process_wall_s"),
+            label["direct"],
+            samples(records, "direct", "process_wall_s"),
+            "s",
+            "what the Jobs API costs against a driver on the cluster",
+        ),
     ]
     fig.tables.append(table(rows))
     plain_out = outside(records, "plain_job").median
@@ -83,28 +146,38 @@ def figure(records: list[dict], config: dict) -> Figure:
         ours_out = deferred_out if "deferred" in row.a_label else sync_out
         closing = ""
         if not met:
-            closing = (f"outside the job, ours adds {fmt(ours_out - plain_out)} s over the plain job's "
-                       f"{fmt(plain_out)} s (sync {fmt(sync_out)} s, deferred {fmt(deferred_out)} s); the Ray "
-                       f"job itself ran {fmt(job_ratio)}x as long as the plain job's, which on this shared "
-                       "machine is load, not orchestration.")
+            closing = (
+                f"outside the job, ours adds {fmt(ours_out - plain_out)} s over the plain job's "
+                f"{fmt(plain_out)} s (sync {fmt(sync_out)} s, deferred {fmt(deferred_out)} s); the Ray "
+                f"job itself ran {fmt(job_ratio)}x as long as the plain job's, which on this shared "
+                "machine is load, not orchestration."
+            )
             if "deferred" in row.a_label and deferred_out > sync_out:
-                closing += (f" The deferred extra over sync ({fmt(deferred_out - sync_out)} s) is Airflow's "
-                            "deferral round trip (task process exits, trigger starts, a new task process "
-                            "resumes); ending the task from the trigger (Airflow 3's TaskSuccessEvent with "
-                            "xcoms) would skip the resume.")
-        fig.targets.append(Target(
-            f"1. {row.a_label}: wall within 5% of the plain Ray job's",
-            met,
-            f"A/B = {fmt(r)} (target <= {TARGET}); {'met' if met else 'missed'} by {fmt(abs(TARGET - r))}; "
-            f"time outside the job {fmt(ours_out)} s against the plain job's {fmt(plain_out)} s",
-            closing,
-        ))
+                closing += (
+                    f" The deferred extra over sync ({fmt(deferred_out - sync_out)} s) is Airflow's "
+                    "deferral round trip (task process exits, trigger starts, a new task process "
+                    "resumes); ending the task from the trigger (Airflow 3's TaskSuccessEvent with "
+                    "xcoms) would skip the resume."
+                )
+        fig.targets.append(
+            Target(
+                f"1. {row.a_label}: wall within 5% of the plain Ray job's",
+                met,
+                f"A/B = {fmt(r)} (target <= {TARGET}); {'met' if met else 'missed'} by {fmt(abs(TARGET - r))}; "
+                f"time outside the job {fmt(ours_out)} s against the plain job's {fmt(plain_out)} s",
+                closing,
+            )
+        )
     for row in rows[3:5]:
         r = row.ratio
         met = r <= TARGET_OUTSIDE if r == r else None
-        fig.targets.append(Target(
-            f"1. {row.a_label}: time outside the Ray job at most the plain script's", met,
-            f"A/B = {fmt(r)} ({fmt(row.a.median)} s against {fmt(row.b.median)} s; target <= {TARGET_OUTSIDE:g}); "
-            f"{'met' if met else 'missed'} by {fmt(abs(TARGET_OUTSIDE - r))}",
-            "" if met else "see figure 2: the job's end seen sooner, and the submission's own requests"))
+        fig.targets.append(
+            Target(
+                f"1. {row.a_label}: time outside the Ray job at most the plain script's",
+                met,
+                f"A/B = {fmt(r)} ({fmt(row.a.median)} s against {fmt(row.b.median)} s; target <= {TARGET_OUTSIDE:g}); "
+                f"{'met' if met else 'missed'} by {fmt(abs(TARGET_OUTSIDE - r))}",
+                "" if met else "see figure 2: the job's end seen sooner, and the submission's own requests",
+            )
+        )
     return fig

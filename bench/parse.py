@@ -66,8 +66,11 @@ def parse_once(path: str) -> dict:
     serialized = time.perf_counter()
     new = sorted(set(sys.modules) - before)
     return {
-        "file": path, "dags": len(bag.dags), "errors": bag.import_errors,
-        "parse_ms": (parsed - started) * 1000, "total_ms": (serialized - started) * 1000,
+        "file": path,
+        "dags": len(bag.dags),
+        "errors": bag.import_errors,
+        "parse_ms": (parsed - started) * 1000,
+        "total_ms": (serialized - started) * 1000,
         "new_modules": len(new),
         "heavy": [m for m in sys.modules if any(m == h or m.startswith(h + ".") for h in HEAVY)],
         "ray_imported": "ray" in sys.modules,
@@ -95,48 +98,97 @@ def figure() -> Figure:
         return Sample([r[key] for r in results[name]])
 
     rows = [
-        Row("parse + serialize", "horovod_retraining.py", s("ours", "total_ms"), "built-in operators only",
-            s("builtin", "total_ms"), "ms", f"target: A - B <= {TARGET_MS:g} ms"),
-        Row("parse (import + build)", "horovod_retraining.py", s("ours", "parse_ms"), "built-in operators only",
-            s("builtin", "parse_ms"), "ms", ""),
-        Row("modules imported by the file", "horovod_retraining.py", s("ours", "new_modules"),
-            "built-in operators only", s("builtin", "new_modules"), "count", ""),
+        Row(
+            "parse + serialize",
+            "horovod_retraining.py",
+            s("ours", "total_ms"),
+            "built-in operators only",
+            s("builtin", "total_ms"),
+            "ms",
+            f"target: A - B <= {TARGET_MS:g} ms",
+        ),
+        Row(
+            "parse (import + build)",
+            "horovod_retraining.py",
+            s("ours", "parse_ms"),
+            "built-in operators only",
+            s("builtin", "parse_ms"),
+            "ms",
+            "",
+        ),
+        Row(
+            "modules imported by the file",
+            "horovod_retraining.py",
+            s("ours", "new_modules"),
+            "built-in operators only",
+            s("builtin", "new_modules"),
+            "count",
+            "",
+        ),
     ]
     fig.tables.append(table(rows))
     ours_last, builtin_last = results["ours"][-1], results["builtin"][-1]
     heavy = sorted({m for r in results["ours"] for m in r["heavy"]})
     extra = sorted(set(ours_last["new_top_level"]) - set(builtin_last["new_top_level"]))
     extra_modules = sorted(set(ours_last["new_names"]) - set(builtin_last["new_names"]))
-    fig.tables.append(plain_table(
-        ["file", "torch / horovod / ray.train imported", "ray imported", "top-level packages it imports"],
-        [["horovod_retraining.py", ", ".join(heavy) or "none", str(ours_last["ray_imported"]),
-          ", ".join(ours_last["new_top_level"])],
-         ["built-in baseline", ", ".join(sorted({m for r in results['builtin'] for m in r['heavy']})) or "none",
-          str(builtin_last["ray_imported"]), ", ".join(builtin_last["new_top_level"])]]))
+    fig.tables.append(
+        plain_table(
+            ["file", "torch / horovod / ray.train imported", "ray imported", "top-level packages it imports"],
+            [
+                [
+                    "horovod_retraining.py",
+                    ", ".join(heavy) or "none",
+                    str(ours_last["ray_imported"]),
+                    ", ".join(ours_last["new_top_level"]),
+                ],
+                [
+                    "built-in baseline",
+                    ", ".join(sorted({m for r in results["builtin"] for m in r["heavy"]})) or "none",
+                    str(builtin_last["ray_imported"]),
+                    ", ".join(builtin_last["new_top_level"]),
+                ],
+            ],
+        )
+    )
     diff = rows[0].a.median - rows[0].b.median
     met = diff <= TARGET_MS
-    fig.targets.append(Target(
-        "3. DAG parse within 50 ms of the built-in equivalent", met,
-        f"{fmt(rows[0].a.median)} ms against {fmt(rows[0].b.median)} ms: {fmt(diff)} ms more "
-        f"(A/B = {fmt(rows[0].ratio)}); {'met' if met else 'missed'} by {fmt(abs(TARGET_MS - diff))} ms",
-        "" if met else "import lazily what the operator's module chain loads at parse time and a parse does not "
-        f"use (extra modules here: {', '.join(m for m in extra_modules if not m.startswith('airflow_provider'))})"))
-    fig.targets.append(Target("3. no torch, horovod or ray.train imported by the DAG file", not heavy,
-                              "none imported" if not heavy else f"imported: {', '.join(heavy)}",
-                              "" if not heavy else "move those imports into the functions that run on the cluster"))
+    fig.targets.append(
+        Target(
+            "3. DAG parse within 50 ms of the built-in equivalent",
+            met,
+            f"{fmt(rows[0].a.median)} ms against {fmt(rows[0].b.median)} ms: {fmt(diff)} ms more "
+            f"(A/B = {fmt(rows[0].ratio)}); {'met' if met else 'missed'} by {fmt(abs(TARGET_MS - diff))} ms",
+            ""
+            if met
+            else "import lazily what the operator's module chain loads at parse time and a parse does not "
+            f"use (extra modules here: {', '.join(m for m in extra_modules if not m.startswith('airflow_provider'))})",
+        )
+    )
+    fig.targets.append(
+        Target(
+            "3. no torch, horovod or ray.train imported by the DAG file",
+            not heavy,
+            "none imported" if not heavy else f"imported: {', '.join(heavy)}",
+            "" if not heavy else "move those imports into the functions that run on the cluster",
+        )
+    )
     ser_a = rows[0].a.median - rows[1].a.median
     ser_b = rows[0].b.median - rows[1].b.median
-    fig.notes.append(f"Serialization alone takes {fmt(ser_a)} ms after our file's parse and {fmt(ser_b)} ms after the "
-                     "baseline's: a one-off cost of a fresh process lands on a different side for each file (profiled "
-                     "with cProfile): our parse pays about 115 ms in `conf.getboolean(\"operators\", "
-                     "\"default_deferrable\")`, a default argument evaluated when `operators/ray.py` defines "
-                     "`BaseRayJobOperator`; the baseline's serialization pays about 125 ms importing "
-                     "`airflow.providers.standard.operators.trigger_dagrun` (for its dependency detection). So the "
-                     "parse-only row overstates our cost; parse + serialize, what the processor does, is the "
-                     "comparison the target uses.")
-    fig.notes.append("Modules the provider's DAG imports that the baseline does not: "
-                     f"{', '.join(extra_modules) or 'none'}"
-                     f" (top-level packages: {', '.join(extra) or 'none'}).")
+    fig.notes.append(
+        f"Serialization alone takes {fmt(ser_a)} ms after our file's parse and {fmt(ser_b)} ms after the "
+        "baseline's: a one-off cost of a fresh process lands on a different side for each file (profiled "
+        'with cProfile): our parse pays about 115 ms in `conf.getboolean("operators", '
+        '"default_deferrable")`, a default argument evaluated when `operators/ray.py` defines '
+        "`BaseRayJobOperator`; the baseline's serialization pays about 125 ms importing "
+        "`airflow.providers.standard.operators.trigger_dagrun` (for its dependency detection). So the "
+        "parse-only row overstates our cost; parse + serialize, what the processor does, is the "
+        "comparison the target uses."
+    )
+    fig.notes.append(
+        "Modules the provider's DAG imports that the baseline does not: "
+        f"{', '.join(extra_modules) or 'none'}"
+        f" (top-level packages: {', '.join(extra) or 'none'})."
+    )
     return fig
 
 

@@ -34,9 +34,18 @@ from bench.common import (
 )
 
 RESULTS = BENCH / "results.md"
-TITLES = {"1": "Orchestration overhead", "2": "Completion latency", "3": "DAG parse cost", "4": "Triggerer load",
-          "4b": "Following a growing log", "5": "Checkpoint I/O", "6": "Training path",
-          "7": "Install size of the Airflow side", "8": "Answer time of the Training views", "9": "Across hosts"}
+TITLES = {
+    "1": "Orchestration overhead",
+    "2": "Completion latency",
+    "3": "DAG parse cost",
+    "4": "Triggerer load",
+    "4b": "Following a growing log",
+    "5": "Checkpoint I/O",
+    "6": "Training path",
+    "7": "Install size of the Airflow side",
+    "8": "Answer time of the Training views",
+    "9": "Across hosts",
+}
 
 
 def selected() -> set[str]:
@@ -48,8 +57,9 @@ def selected() -> set[str]:
 
 
 def failed(number: str, err: BaseException, seconds: float) -> Figure:
-    fig = Figure(number, TITLES[number], f"**This figure failed:** `{type(err).__name__}: {err}`"[:2000],
-                 seconds=seconds)
+    fig = Figure(
+        number, TITLES[number], f"**This figure failed:** `{type(err).__name__}: {err}`"[:2000], seconds=seconds
+    )
     fig.targets.append(Target(f"{number}. {TITLES[number]}", None, "not measured: the figure failed"))
     return fig
 
@@ -91,8 +101,9 @@ def last_run_conditions() -> str | None:
     if "## Conditions\n\n" not in text or "\n\n## Targets" not in text:
         return None
     table_text = text.split("## Conditions\n\n", 1)[1].split("\n\n## Targets", 1)[0]
-    table_text = "\n".join(line for line in table_text.splitlines()
-                           if not line.startswith(("| each figure measured at", "| note |")))
+    table_text = "\n".join(
+        line for line in table_text.splitlines() if not line.startswith(("| each figure measured at", "| note |"))
+    )
     return table_text.replace("| `make bench` took |", "| the run took (figures assembled: see below) |")
 
 
@@ -134,12 +145,21 @@ def conditions(started_wall: float, seconds: float, load_start: str, activity_st
         ["machine", f"{os.cpu_count()} CPU cores, {mem:.0f} GiB memory, no GPU, {platform.platform()}"],
         ["load average (1, 5, 15 min) at start / at end", f"{load_start} / {load()}"],
         ["other work at start / end", f"{activity_start} / {other_activity()}"],
-        ["stack", f"Python {platform.python_version()}, apache-airflow {version('apache-airflow')}, "
-                  f"ray {version('ray')}, torch {version('torch')}, horovod {version('horovod')}, "
-                  f"moto {version('moto')}, boto3 {version('boto3')}, pyarrow {version('pyarrow')}"],
-        ["settings", f"BENCH_REPEATS={repeats(3)}" + "".join(
-            f", {k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("BENCH_") and k != "BENCH_REPEATS"
-            and k != RAY_ADDRESS_ENV)],
+        [
+            "stack",
+            f"Python {platform.python_version()}, apache-airflow {version('apache-airflow')}, "
+            f"ray {version('ray')}, torch {version('torch')}, horovod {version('horovod')}, "
+            f"moto {version('moto')}, boto3 {version('boto3')}, pyarrow {version('pyarrow')}",
+        ],
+        [
+            "settings",
+            f"BENCH_REPEATS={repeats(3)}"
+            + "".join(
+                f", {k}={v}"
+                for k, v in sorted(os.environ.items())
+                if k.startswith("BENCH_") and k != "BENCH_REPEATS" and k != RAY_ADDRESS_ENV
+            ),
+        ],
     ]
     return plain_table(["", ""], rows)
 
@@ -188,9 +208,13 @@ def main() -> int:
         figures, when = assemble(want)
         seconds = sum(f.seconds for f in figures)
         header = last_run_conditions() or conditions(started_wall, seconds, load_start, activity_start).replace(
-            "| `make bench` took |", "| the figures took (sum of their own times; assembled) |")
-        header += "\n| each figure measured at (UTC, its end) | " + ", ".join(
-            f"{n}: {time.strftime('%H:%M', time.gmtime(t))}" for n, t in when.items()) + " |"
+            "| `make bench` took |", "| the figures took (sum of their own times; assembled) |"
+        )
+        header += (
+            "\n| each figure measured at (UTC, its end) | "
+            + ", ".join(f"{n}: {time.strftime('%H:%M', time.gmtime(t))}" for n, t in when.items())
+            + " |"
+        )
         if note := os.environ.get("BENCH_NOTE"):
             header += f"\n| note | {note} |"
         write(figures, header)
@@ -253,9 +277,12 @@ def training_figures(want: set[str], cluster) -> list[Figure]:
     config = {**DEFAULT_CONFIG, **json.loads(os.environ.get("BENCH_TRAIN_CONFIG") or "{}")}
     # Single-machine mode as the embedded cluster runs: a driver left to translate 127.0.0.1 into the
     # machine's address waits for a GCS that listens on loopback only.
-    ray_env = {"RAY_ADDRESS": cluster.gcs_address, "RAY_AUTH_MODE": "token",
-               "RAY_AUTH_TOKEN_PATH": os.path.join(local.state_dir(), local.TOKEN_FILE),
-               "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    ray_env = {
+        "RAY_ADDRESS": cluster.gcs_address,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": os.path.join(local.state_dir(), local.TOKEN_FILE),
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    }
     started = time.monotonic()
     try:
         records = runs.training_runs(repeats(3), config, ray_env)
@@ -270,6 +297,7 @@ def training_figures(want: set[str], cluster) -> list[Figure]:
         figures[-1].seconds += runs_s
         figures[-1].notes.append(f"The training runs behind figures 1, 2 and 6 took {runs_s / 60:.1f} min together.")
     if "2" in want:
+
         def latency_figure():
             hand = latency.handwritten_runs([1.0, 10.0], max(5, repeats(3) + 2))
             save_raw("handwritten_latency", hand)

@@ -46,35 +46,67 @@ def db_time(text: str | None) -> float | None:
 
 def task_times(dag_id: str, run_id: str) -> tuple[float | None, float | None]:
     with sqlite3.connect(AIRFLOW_HOME / "airflow.db") as db:
-        row = db.execute("select start_date, end_date from task_instance where dag_id=? and run_id=? and "
-                         "task_id='train'", (dag_id, run_id)).fetchone()
+        row = db.execute(
+            "select start_date, end_date from task_instance where dag_id=? and run_id=? and task_id='train'",
+            (dag_id, run_id),
+        ).fetchone()
     return (db_time(row[0]), db_time(row[1])) if row else (None, None)
 
 
 def job_info(hook, submission_id: str) -> dict:
     info = hook.get_job_info(submission_id) or {}
-    return {"job_start": (info.get("start_time") or 0) / 1000 or None,
-            "job_end": (info.get("end_time") or 0) / 1000 or None,
-            "job_status": info.get("status")}
+    return {
+        "job_start": (info.get("start_time") or 0) / 1000 or None,
+        "job_end": (info.get("end_time") or 0) / 1000 or None,
+        "job_status": info.get("status"),
+    }
 
 
 def run_direct(trainer: str, name: str, config: str, ray_env: dict) -> dict:
-    cmd = [PY, "-m", "bench.train_script", "--trainer", trainer, "--storage", str(OUT / "storage"),
-           "--name", name, "--config", config, "--direct"]
+    cmd = [
+        PY,
+        "-m",
+        "bench.train_script",
+        "--trainer",
+        trainer,
+        "--storage",
+        str(OUT / "storage"),
+        "--name",
+        name,
+        "--config",
+        config,
+        "--direct",
+    ]
     run, wall = run_logged(cmd, f"{name}.log", env=ray_env)
     (result,) = tagged_json(run.stdout, "AHP_BENCH_RESULT")
     return {"process_wall_s": wall, "wall_s": wall, "steps_per_s": result["metrics"].get("steps_per_s")}
 
 
 def run_plain_job(hook, name: str, config: str) -> dict:
-    cmd = [PY, "-m", "bench.submit_script", "--trainer", "horovod", "--storage", str(OUT / "storage"),
-           "--name", name, "--config", config]
+    cmd = [
+        PY,
+        "-m",
+        "bench.submit_script",
+        "--trainer",
+        "horovod",
+        "--storage",
+        str(OUT / "storage"),
+        "--name",
+        name,
+        "--config",
+        config,
+    ]
     run, wall = run_logged(cmd, f"{name}.log")
     (submit,) = tagged_json(run.stdout, "AHP_BENCH_SUBMIT")
     info = job_info(hook, submit["submission_id"])
     (result,) = tagged_json(hook.get_job_logs(submit["submission_id"]), "AHP_BENCH_RESULT")
-    return {"process_wall_s": wall, "wall_s": submit["submit_to_done_s"], **info,
-            "latency_s": submit["done_at"] - info["job_end"], "steps_per_s": result["metrics"].get("steps_per_s")}
+    return {
+        "process_wall_s": wall,
+        "wall_s": submit["submit_to_done_s"],
+        **info,
+        "latency_s": submit["done_at"] - info["job_end"],
+        "steps_per_s": result["metrics"].get("steps_per_s"),
+    }
 
 
 def run_operator(hook, way: str, name: str, config: str) -> dict:
@@ -88,13 +120,24 @@ def run_operator(hook, way: str, name: str, config: str) -> dict:
     start = min(n["t"] for n in notes if n["event"] == "start")
     done = max(n["t"] for n in notes if n["event"] == "done")
     task_start, task_end = task_times(dag_id, run_id)
-    (job,) = [j for j in hook.list_jobs() if (j.get("metadata") or {}).get("airflow_run_id") == run_id
-              and (j.get("metadata") or {}).get("airflow_dag_id") == dag_id]
+    (job,) = [
+        j
+        for j in hook.list_jobs()
+        if (j.get("metadata") or {}).get("airflow_run_id") == run_id
+        and (j.get("metadata") or {}).get("airflow_dag_id") == dag_id
+    ]
     info = job_info(hook, job["submission_id"])
     (record,) = tagged_json(hook.get_job_logs(job["submission_id"]), "AHP_RESULT")
-    return {"process_wall_s": wall, "wall_s": done - start, "task_s": task_end - task_start, **info,
-            "latency_s": task_end - info["job_end"], "result_latency_s": done - info["job_end"],
-            "steps_per_s": record["metrics"].get("steps_per_s"), "submission_id": job["submission_id"]}
+    return {
+        "process_wall_s": wall,
+        "wall_s": done - start,
+        "task_s": task_end - task_start,
+        **info,
+        "latency_s": task_end - info["job_end"],
+        "result_latency_s": done - info["job_end"],
+        "steps_per_s": record["metrics"].get("steps_per_s"),
+        "submission_id": job["submission_id"],
+    }
 
 
 def training_runs(repeats: int, config: dict, ray_env: dict) -> list[dict]:
@@ -106,7 +149,7 @@ def training_runs(repeats: int, config: dict, ray_env: dict) -> list[dict]:
     ways = list(WAYS)
     records = []
     for rep in range(repeats):
-        order = ways[rep % len(ways):] + ways[:rep % len(ways)]
+        order = ways[rep % len(ways) :] + ways[: rep % len(ways)]
         for way in order:
             name = f"{way}-{rep}-{int(time.time())}"
             log(f"training run {way} (repeat {rep + 1}/{repeats})")

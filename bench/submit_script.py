@@ -35,19 +35,38 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     client = JobSubmissionClient(cluster.dashboard_url, headers={"Authorization": f"Bearer {cluster.token}"})
     submission_id = client.submit_job(
-        entrypoint=(f"python -m bench.train_script --trainer {args.trainer} --storage {args.storage} "
-                    f"--name {args.name} --config '{args.config}'"),
+        entrypoint=(
+            f"python -m bench.train_script --trainer {args.trainer} --storage {args.storage} "
+            f"--name {args.name} --config '{args.config}'"
+        ),
         # The bench package travels with the job, as the provider travels with its jobs.
-        runtime_env={"py_modules": [bench_dir], "excludes": ["out", "__pycache__"],
-                     "env_vars": {"RAY_ADDRESS": os.environ.get("BENCH_RAY_ADDRESS", "")}},
+        runtime_env={
+            "py_modules": [bench_dir],
+            "excludes": ["out", "__pycache__"],
+            "env_vars": {"RAY_ADDRESS": os.environ.get("BENCH_RAY_ADDRESS", "")},
+        },
         metadata={"bench": "plain-job", "name": args.name},
     )
-    while (status := client.get_job_status(submission_id)) not in (JobStatus.SUCCEEDED, JobStatus.FAILED,
-                                                                     JobStatus.STOPPED):
+    while (status := client.get_job_status(submission_id)) not in (
+        JobStatus.SUCCEEDED,
+        JobStatus.FAILED,
+        JobStatus.STOPPED,
+    ):
         time.sleep(POLL_S)
     wall = time.monotonic() - started
-    print(SUBMIT_TAG + " " + json.dumps({"submission_id": submission_id, "status": str(status.value),
-                                         "submit_to_done_s": wall, "done_at": time.time()}), flush=True)
+    print(
+        SUBMIT_TAG
+        + " "
+        + json.dumps(
+            {
+                "submission_id": submission_id,
+                "status": str(status.value),
+                "submit_to_done_s": wall,
+                "done_at": time.time(),
+            }
+        ),
+        flush=True,
+    )
     return 0 if status == JobStatus.SUCCEEDED else 1
 
 

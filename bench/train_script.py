@@ -44,33 +44,51 @@ def main(argv: list[str] | None = None) -> int:
     if args.direct:
         address = os.environ["RAY_ADDRESS"]
         ray.init(address=address, runtime_env={"env_vars": {"RAY_ADDRESS": address}}, log_to_driver=True)
-    config = {**json.loads(args.config), "framework": "horovod" if args.trainer == "horovod" else "ddp",
-              "use_gpu": args.use_gpu}
+    config = {
+        **json.loads(args.config),
+        "framework": "horovod" if args.trainer == "horovod" else "ddp",
+        "use_gpu": args.use_gpu,
+    }
     scaling = {"num_workers": args.num_workers, "use_gpu": args.use_gpu}
-    run_config = RunConfig(storage_path=args.storage, name=args.name,
-                           checkpoint_config=CheckpointConfig(num_to_keep=2))
+    run_config = RunConfig(storage_path=args.storage, name=args.name, checkpoint_config=CheckpointConfig(num_to_keep=2))
     if args.trainer == "horovod":
         from ray.train.horovod import HorovodTrainer
 
-        trainer = HorovodTrainer(bench.workload.train_mlp, train_loop_config=config, run_config=run_config,
-                                 # as the operator's legacy path: the coordinator takes no worker's CPU
-                                 scaling_config=ScalingConfig(**scaling, trainer_resources={"CPU": 0}))
+        trainer = HorovodTrainer(
+            bench.workload.train_mlp,
+            train_loop_config=config,
+            run_config=run_config,
+            # as the operator's legacy path: the coordinator takes no worker's CPU
+            scaling_config=ScalingConfig(**scaling, trainer_resources={"CPU": 0}),
+        )
     else:
         from ray.train.torch import TorchConfig, TorchTrainer
 
-        trainer = TorchTrainer(bench.workload.train_mlp, train_loop_config=config, run_config=run_config,
-                               torch_config=TorchConfig(backend="nccl" if args.use_gpu else "gloo"),
-                               scaling_config=ScalingConfig(**scaling))
+        trainer = TorchTrainer(
+            bench.workload.train_mlp,
+            train_loop_config=config,
+            run_config=run_config,
+            torch_config=TorchConfig(backend="nccl" if args.use_gpu else "gloo"),
+            scaling_config=ScalingConfig(**scaling),
+        )
     fit_started = time.monotonic()
     result = trainer.fit()
     fit_s = time.monotonic() - fit_started
     if getattr(result, "error", None):
         raise result.error
-    print(RESULT_TAG + " " + json.dumps({
-        "metrics": {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float, str))},
-        "checkpoint": result.checkpoint.path if result.checkpoint else None,
-        "fit_s": fit_s, "script_s": time.monotonic() - started,
-    }), flush=True)
+    print(
+        RESULT_TAG
+        + " "
+        + json.dumps(
+            {
+                "metrics": {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float, str))},
+                "checkpoint": result.checkpoint.path if result.checkpoint else None,
+                "fit_s": fit_s,
+                "script_s": time.monotonic() - started,
+            }
+        ),
+        flush=True,
+    )
     return 0
 
 

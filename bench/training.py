@@ -44,42 +44,96 @@ def paired(records: list[dict], a: str, b: str) -> Sample:
 def figure(records: list[dict], config: dict) -> Figure:
     features, hidden = config["features"], config["hidden"]
     params = features * hidden + hidden + hidden * hidden + hidden + hidden + 1
-    fig = Figure(6, "Training path", HOW.format(timed=config["steps_per_epoch"] * (config["num_epochs"] - 1),
-                                                features=features, hidden=hidden, params=f"{params:,}",
-                                                batch=config["batch_size"]))
+    fig = Figure(
+        6,
+        "Training path",
+        HOW.format(
+            timed=config["steps_per_epoch"] * (config["num_epochs"] - 1),
+            features=features,
+            hidden=hidden,
+            params=f"{params:,}",
+            batch=config["batch_size"],
+        ),
+    )
     rows = [
-        Row("training steps", "operator, Train V2 (default)", steps(records, "operator_deferred_v2"),
-            "direct HorovodTrainer", steps(records, "direct"), "steps/s", "target A/B >= 0.98"),
-        Row("training steps", "operator, legacy HorovodTrainer", steps(records, "operator_sync", "operator_deferred"),
-            "direct HorovodTrainer", steps(records, "direct"), "steps/s", "same trainer on both sides"),
-        Row("training steps", "plain Ray job, HorovodTrainer", steps(records, "plain_job"),
-            "direct HorovodTrainer", steps(records, "direct"), "steps/s", "the noise floor: identical code"),
-        Row("training steps", "Horovod: operator, Train V2", steps(records, "operator_deferred_v2"),
-            "DDP: TorchTrainer, Gloo", steps(records, "ddp_direct"), "steps/s", "Horovod vs DDP"),
-        Row("training steps", "Horovod: direct HorovodTrainer", steps(records, "direct"),
-            "DDP: TorchTrainer, Gloo", steps(records, "ddp_direct"), "steps/s", "Horovod vs DDP"),
+        Row(
+            "training steps",
+            "operator, Train V2 (default)",
+            steps(records, "operator_deferred_v2"),
+            "direct HorovodTrainer",
+            steps(records, "direct"),
+            "steps/s",
+            "target A/B >= 0.98",
+        ),
+        Row(
+            "training steps",
+            "operator, legacy HorovodTrainer",
+            steps(records, "operator_sync", "operator_deferred"),
+            "direct HorovodTrainer",
+            steps(records, "direct"),
+            "steps/s",
+            "same trainer on both sides",
+        ),
+        Row(
+            "training steps",
+            "plain Ray job, HorovodTrainer",
+            steps(records, "plain_job"),
+            "direct HorovodTrainer",
+            steps(records, "direct"),
+            "steps/s",
+            "the noise floor: identical code",
+        ),
+        Row(
+            "training steps",
+            "Horovod: operator, Train V2",
+            steps(records, "operator_deferred_v2"),
+            "DDP: TorchTrainer, Gloo",
+            steps(records, "ddp_direct"),
+            "steps/s",
+            "Horovod vs DDP",
+        ),
+        Row(
+            "training steps",
+            "Horovod: direct HorovodTrainer",
+            steps(records, "direct"),
+            "DDP: TorchTrainer, Gloo",
+            steps(records, "ddp_direct"),
+            "steps/s",
+            "Horovod vs DDP",
+        ),
     ]
     fig.tables.append(table(rows))
     pair = paired(records, "operator_deferred_v2", "direct")
     pair_ddp = paired(records, "operator_deferred_v2", "ddp_direct")
-    fig.notes.append(f"Within each repeat (runs next to each other in time): operator V2 / direct has median "
-                     f"{fmt(pair.median)} ({pair.spread()}, {pair.n} repeats); operator V2 / DDP "
-                     f"{fmt(pair_ddp.median)} ({pair_ddp.spread()}).")
+    fig.notes.append(
+        f"Within each repeat (runs next to each other in time): operator V2 / direct has median "
+        f"{fmt(pair.median)} ({pair.spread()}, {pair.n} repeats); operator V2 / DDP "
+        f"{fmt(pair_ddp.median)} ({pair_ddp.spread()})."
+    )
     r = rows[0].ratio
     met = r >= TARGET if r == r else None
     legacy, floor = rows[1].ratio, rows[2].ratio
     closing = ""
     if met is False:
-        closing = (f"same runs: operator legacy / direct = {fmt(legacy)}, plain job / direct = {fmt(floor)} (identical "
-                   "code and trainer: the noise floor here). ")
+        closing = (
+            f"same runs: operator legacy / direct = {fmt(legacy)}, plain job / direct = {fmt(floor)} (identical "
+            "code and trainer: the noise floor here). "
+        )
         if r < min(legacy, floor) - 0.05:
-            closing += ("The V2 runs are slower than that noise: the training step is the same Horovod code, so "
-                        "look at what Train V2 runs beside the workers (controller polling, more actors) on 2 "
-                        "cores; `trainer_api='legacy'` is the workaround.")
+            closing += (
+                "The V2 runs are slower than that noise: the training step is the same Horovod code, so "
+                "look at what Train V2 runs beside the workers (controller polling, more actors) on 2 "
+                "cores; `trainer_api='legacy'` is the workaround."
+            )
         else:
             closing += "The gap is within that noise: rerun with BENCH_REPEATS=5 on a quiet machine."
-    fig.targets.append(Target(
-        "6. steps/s through our operator at least 0.98 of Ray's own Horovod path run directly", met,
-        f"A/B = {fmt(r)} (target >= {TARGET}); {'met' if met else 'missed'} by {fmt(abs(r - TARGET))}; "
-        f"paired within repeats {fmt(pair.median)}", closing))
+    fig.targets.append(
+        Target(
+            "6. steps/s through our operator at least 0.98 of Ray's own Horovod path run directly",
+            met,
+            f"A/B = {fmt(r)} (target >= {TARGET}); {'met' if met else 'missed'} by {fmt(abs(r - TARGET))}; "
+            f"paired within repeats {fmt(pair.median)}",
+            closing,
+        )
+    )
     return fig

@@ -147,8 +147,11 @@ async def ours(submission_id: str, interval: float, stream_logs: bool, index: in
     from airflow_provider_horovod.triggers.ray import RayJobTrigger
 
     # No task instance (so no XCom for the cursor) and no pending/stall limits: only the polling.
-    trigger = RayJobTrigger(submission_id=submission_id, stream_logs=stream_logs,
-                            policy={"poll_interval_s": interval, "pending_timeout_s": None, "stall_timeout_s": None})
+    trigger = RayJobTrigger(
+        submission_id=submission_id,
+        stream_logs=stream_logs,
+        policy={"poll_interval_s": interval, "pending_timeout_s": None, "stall_timeout_s": None},
+    )
     trigger._log = StreamedLog(trigger.log, index)
     async for event in trigger.run():  # the jobs outlive the measurement: this never yields
         raise RuntimeError(f"trigger {index} ended before the measurement did: {event.payload}")
@@ -194,8 +197,16 @@ def tcp_states(port: int) -> dict[str, int]:
     return counts
 
 
-async def measure(variant: str, n: int, interval: float, window: float, jobs: list[str], groups: dict,
-                  dashboard_port: int = 0, settle: float = 0.0) -> dict:
+async def measure(
+    variant: str,
+    n: int,
+    interval: float,
+    window: float,
+    jobs: list[str],
+    groups: dict,
+    dashboard_port: int = 0,
+    settle: float = 0.0,
+) -> dict:
     import aiohttp
 
     from airflow_provider_horovod.hooks.ray import RayHook
@@ -217,8 +228,9 @@ async def measure(variant: str, n: int, interval: float, window: float, jobs: li
     polls_done: list[float] = []
     if variant != "minimal":
         # Every request timed (status lists and requests, log windows); a poll is a status asked and answered.
-        RayHook._a_request = requests.wrap(RayHook._a_request,
-                                           lambda self, method, path, **kw: not path.startswith("/api/v0/logs"))
+        RayHook._a_request = requests.wrap(
+            RayHook._a_request, lambda self, method, path, **kw: not path.startswith("/api/v0/logs")
+        )
         get_info = RayHook.a_get_job_info
 
         async def polled(self, *args, **kwargs):
@@ -241,19 +253,22 @@ async def measure(variant: str, n: int, interval: float, window: float, jobs: li
         if variant != "minimal":
             await ours(sid, interval, stream_logs=variant == "ours", index=i)
         else:
-            while await status(session, cluster.dashboard_url, headers, sid) not in ("SUCCEEDED", "FAILED",
-                                                                                      "STOPPED"):
+            while await status(session, cluster.dashboard_url, headers, sid) not in ("SUCCEEDED", "FAILED", "STOPPED"):
                 await asyncio.sleep(interval)
 
     started = time.perf_counter()
     tasks += [asyncio.create_task(start(i)) for i in range(n)]
     # Warm-up: every trigger polled once (and streamed its job's whole log), its log reads settled.
     settle = settle if variant == "ours" else 0.0  # only the log reads need to settle
+
     def polls() -> list[float]:
         return polls_done if variant != "minimal" else [r[0] for r in requests.done if r[2]]
 
-    while (len(polls()) < n or time.perf_counter() - started < max(interval, settle)
-           or (variant == "ours" and len(StreamedLog.streamed) < n)):
+    while (
+        len(polls()) < n
+        or time.perf_counter() - started < max(interval, settle)
+        or (variant == "ours" and len(StreamedLog.streamed) < n)
+    ):
         await asyncio.sleep(0.2)
         if time.perf_counter() - started > 600:
             raise RuntimeError(f"warm-up of {n} pollers did not end in 600 s")
@@ -274,15 +289,26 @@ async def measure(variant: str, n: int, interval: float, window: float, jobs: li
     done = sum(1 for t in polls() if t0 <= t <= t1)
     lag_ms = [lag * 1000 for t, lag in lags if t0 <= t <= t1]
     return {
-        "variant": variant, "n": n, "interval_s": interval, "window_s": t1 - t0, "wall_window": [w0, w1],
-        "warmup_s": warmup_s, "cpu_s": cpu1 - cpu0, "polls": done, "requests": len(in_window),
+        "variant": variant,
+        "n": n,
+        "interval_s": interval,
+        "window_s": t1 - t0,
+        "wall_window": [w0, w1],
+        "warmup_s": warmup_s,
+        "cpu_s": cpu1 - cpu0,
+        "polls": done,
+        "requests": len(in_window),
         "status_requests": sum(1 for r in in_window if r[2]),
         "line_latency_s": [late for at, late in StreamedLog.latencies if w0 <= at <= w1],
-        "expected_polls": n * (t1 - t0) / interval, "failed_requests": requests.failed,
+        "expected_polls": n * (t1 - t0) / interval,
+        "failed_requests": requests.failed,
         "request_ms": [r[1] * 1000 for r in in_window],
-        "lag_ms": lag_ms, "cluster_cpu_s": {k: c1[k] - c0[k] for k in c0},
-        "log_bytes": sum(r[3] for r in in_window if not r[2]), "log_requests": sum(1 for r in in_window if not r[2]),
-        "connections": connections, "new_connections": sum(1 for t in connects if t0 <= t <= t1),
+        "lag_ms": lag_ms,
+        "cluster_cpu_s": {k: c1[k] - c0[k] for k in c0},
+        "log_bytes": sum(r[3] for r in in_window if not r[2]),
+        "log_requests": sum(1 for r in in_window if not r[2]),
+        "connections": connections,
+        "new_connections": sum(1 for t in connects if t0 <= t <= t1),
     }
 
 
@@ -290,8 +316,18 @@ def child(argv: list[str]) -> None:
     variant, n, interval, window, jobs_file, out_file = argv
     with open(jobs_file) as f:
         setup = json.load(f)
-    result = asyncio.run(measure(variant, int(n), float(interval), float(window), setup["jobs"], setup["groups"],
-                                 setup.get("dashboard_port", 0), setup.get("settle", 0.0)))
+    result = asyncio.run(
+        measure(
+            variant,
+            int(n),
+            float(interval),
+            float(window),
+            setup["jobs"],
+            setup["groups"],
+            setup.get("dashboard_port", 0),
+            setup.get("settle", 0.0),
+        )
+    )
     with open(out_file, "w") as f:
         json.dump(result, f)
 
@@ -330,12 +366,19 @@ def start_jobs(count: int, lines: int) -> list[str]:
 
     hook = RayHook()
     low, high = QUIET_S
-    script = (f"for i in $(seq 1 {lines}); do echo \"epoch $i: loss 0.$i (a line of a training log)\"; done; "
-              f"while true; do sleep $(( {low} + RANDOM % {high - low + 1} )); echo \"{STAMP}$(date +%s.%N)\"; done")
+    script = (
+        f'for i in $(seq 1 {lines}); do echo "epoch $i: loss 0.$i (a line of a training log)"; done; '
+        f'while true; do sleep $(( {low} + RANDOM % {high - low + 1} )); echo "{STAMP}$(date +%s.%N)"; done'
+    )
     sids = []
     for i in range(count):
-        sids.append(hook.submit_job(entrypoint=f"bash -c '{script}'", submission_id=f"bench-sleep-{os.getpid()}-{i}",
-                                    metadata={"bench": "triggerer"}))
+        sids.append(
+            hook.submit_job(
+                entrypoint=f"bash -c '{script}'",
+                submission_id=f"bench-sleep-{os.getpid()}-{i}",
+                metadata={"bench": "triggerer"},
+            )
+        )
     deadline = time.monotonic() + 300
     while True:
         states = [hook.get_job_status(s) for s in sids]
@@ -359,8 +402,9 @@ def list_cost_ms(count: int) -> float:
             return await hook._a_list_unended()
 
     jobs = aio.run(listed())
-    text = json.dumps({"data": {"result": {"result": [dict(jobs[i % len(jobs)], submission_id=f"job-{i}")
-                                                      for i in range(count)]}}})
+    text = json.dumps(
+        {"data": {"result": {"result": [dict(jobs[i % len(jobs)], submission_id=f"job-{i}") for i in range(count)]}}}
+    )
     times = []
     for _ in range(5):
         started = time.process_time()
@@ -409,9 +453,20 @@ def figure(cluster) -> Figure:
     settle = float(os.environ.get("BENCH_TRIGGER_SETTLE") or 3 * interval)
     job_count = env_int("BENCH_TRIGGER_JOBS", 24)
     lines = env_int("BENCH_TRIGGER_LOG_LINES", 200)
-    fig = Figure(4, "Triggerer load", HOW.format(jobs=job_count, lines=lines, interval=interval, window=window,
-                                                 settle=settle, quiet_min=QUIET_S[0], quiet_max=QUIET_S[1],
-                                                 tick=LAG_TICK_S * 1000))
+    fig = Figure(
+        4,
+        "Triggerer load",
+        HOW.format(
+            jobs=job_count,
+            lines=lines,
+            interval=interval,
+            window=window,
+            settle=settle,
+            quiet_min=QUIET_S[0],
+            quiet_max=QUIET_S[1],
+            tick=LAG_TICK_S * 1000,
+        ),
+    )
     log(f"starting {job_count} long-running jobs")
     sids = start_jobs(job_count, lines)
     results = []
@@ -419,8 +474,11 @@ def figure(cluster) -> Figure:
         parse_ms = list_cost_ms(max(ns))
         setup = OUT / "triggerer-setup.json"
         port = int(cluster.dashboard_url.rsplit(":", 1)[1].split("/")[0])
-        setup.write_text(json.dumps({"jobs": sids, "groups": process_groups(cluster.temp_dir), "dashboard_port": port,
-                                     "settle": settle}))
+        setup.write_text(
+            json.dumps(
+                {"jobs": sids, "groups": process_groups(cluster.temp_dir), "dashboard_port": port, "settle": settle}
+            )
+        )
         for n in ns:
             for variant in VARIANTS + ((NO_LOGS,) if n == max(ns) else ()):
                 probe = Probe(cluster.dashboard_url, cluster.token, sids[0])
@@ -428,8 +486,21 @@ def figure(cluster) -> Figure:
                 out = OUT / f"triggerer-{variant}-{n}.json"
                 log(f"{n} {variant} pollers at {interval:g} s, {window:g} s window")
                 try:
-                    run_logged([PY, "-m", "bench.triggerer", variant, str(n), str(interval), str(window), str(setup),
-                                str(out)], f"triggerer-{variant}-{n}.log", timeout=900)
+                    run_logged(
+                        [
+                            PY,
+                            "-m",
+                            "bench.triggerer",
+                            variant,
+                            str(n),
+                            str(interval),
+                            str(window),
+                            str(setup),
+                            str(out),
+                        ],
+                        f"triggerer-{variant}-{n}.log",
+                        timeout=900,
+                    )
                 finally:
                     probe.stop.set()
                     probe.join()
@@ -456,97 +527,184 @@ def build(fig: Figure, results: list[dict], interval: float) -> Figure:
     rows = []
     for n in ns:
         a, b = by[("ours", n)], by[("minimal", n)]
-        rows.append(Row(f"N={n}: CPU per poll", "RayJobTrigger", Sample([cpu_per_poll(a)]), "minimal poller",
-                        Sample([cpu_per_poll(b)]), "ms", "ours: status (shared list) + log window; B: status"))
-        rows.append(Row(f"N={n}: CPU share of one core", "RayJobTrigger", Sample([a["cpu_s"] / a["window_s"] * 100]),
-                        "minimal poller", Sample([b["cpu_s"] / b["window_s"] * 100]), "%",
-                        "target < 10% at N=1000" if n == 1000 else ""))
-        rows.append(Row(f"N={n}: loop lag p99", "RayJobTrigger", Sample([quantile(a["lag_ms"], 0.99)]),
-                        "minimal poller", Sample([quantile(b["lag_ms"], 0.99)]), "ms",
-                        "target < 50 ms at N=1000" if n == 1000 else ""))
+        rows.append(
+            Row(
+                f"N={n}: CPU per poll",
+                "RayJobTrigger",
+                Sample([cpu_per_poll(a)]),
+                "minimal poller",
+                Sample([cpu_per_poll(b)]),
+                "ms",
+                "ours: status (shared list) + log window; B: status",
+            )
+        )
+        rows.append(
+            Row(
+                f"N={n}: CPU share of one core",
+                "RayJobTrigger",
+                Sample([a["cpu_s"] / a["window_s"] * 100]),
+                "minimal poller",
+                Sample([b["cpu_s"] / b["window_s"] * 100]),
+                "%",
+                "target < 10% at N=1000" if n == 1000 else "",
+            )
+        )
+        rows.append(
+            Row(
+                f"N={n}: loop lag p99",
+                "RayJobTrigger",
+                Sample([quantile(a["lag_ms"], 0.99)]),
+                "minimal poller",
+                Sample([quantile(b["lag_ms"], 0.99)]),
+                "ms",
+                "target < 50 ms at N=1000" if n == 1000 else "",
+            )
+        )
         head_a = sum(a["cluster_cpu_s"].get(k, 0) for k in ("dashboard", "dashboard agent", "gcs")) / a["window_s"]
         head_b = sum(b["cluster_cpu_s"].get(k, 0) for k in ("dashboard", "dashboard agent", "gcs")) / b["window_s"]
-        rows.append(Row(f"N={n}: head CPU (dashboard + agent + GCS)", "RayJobTrigger", Sample([head_a * 100]),
-                        "minimal poller", Sample([head_b * 100]), "% of a core", "what the polling costs the head"))
+        rows.append(
+            Row(
+                f"N={n}: head CPU (dashboard + agent + GCS)",
+                "RayJobTrigger",
+                Sample([head_a * 100]),
+                "minimal poller",
+                Sample([head_b * 100]),
+                "% of a core",
+                "what the polling costs the head",
+            )
+        )
     fig.tables.append(table(rows))
-    header = ["variant", "N", "polls done / asked", "CPU %", "lag p50 / p99 / max (ms)",
-              "own requests p50 / p99 (ms)", "probe answer p50 / p99 (ms)", "dashboard CPU %", "agent CPU %",
-              "GCS CPU %", "log window bytes / poll", "status requests / poll", "line latency p50 / p99 / max (s)",
-              "new TCP connections / poll", "failed requests"]
+    header = [
+        "variant",
+        "N",
+        "polls done / asked",
+        "CPU %",
+        "lag p50 / p99 / max (ms)",
+        "own requests p50 / p99 (ms)",
+        "probe answer p50 / p99 (ms)",
+        "dashboard CPU %",
+        "agent CPU %",
+        "GCS CPU %",
+        "log window bytes / poll",
+        "status requests / poll",
+        "line latency p50 / p99 / max (s)",
+        "new TCP connections / poll",
+        "failed requests",
+    ]
     body = []
     for r in results:
         cpu = {k: v / r["window_s"] * 100 for k, v in r["cluster_cpu_s"].items()}
-        body.append([
-            r["variant"], str(r["n"]), f"{r['polls']} / {r['expected_polls']:.0f}",
-            fmt(r["cpu_s"] / r["window_s"] * 100),
-            f"{fmt(quantile(r['lag_ms'], 0.5))} / {fmt(quantile(r['lag_ms'], 0.99))} / {fmt(max(r['lag_ms'] or [0]))}",
-            f"{fmt(quantile(r['request_ms'], 0.5))} / {fmt(quantile(r['request_ms'], 0.99))}",
-            f"{fmt(quantile(r['probe_ms'], 0.5))} / {fmt(quantile(r['probe_ms'], 0.99))}",
-            fmt(cpu.get("dashboard")), fmt(cpu.get("dashboard agent")), fmt(cpu.get("gcs")),
-            fmt(r.get("log_bytes", 0) / r["polls"]) if r["polls"] and r["variant"] == "ours" else "-",
-            fmt(r.get("status_requests", r["polls"]) / r["polls"]) if r["polls"] else "-",
-            (f"{fmt(quantile(r['line_latency_s'], 0.5))} / {fmt(quantile(r['line_latency_s'], 0.99))} / "
-             f"{fmt(max(r['line_latency_s']))} ({len(r['line_latency_s'])} lines)") if r.get("line_latency_s") else "-",
-            fmt(r["new_connections"] / r["polls"]) if r["polls"] and "new_connections" in r else "-",
-            str(r["failed_requests"]),
-        ])
+        body.append(
+            [
+                r["variant"],
+                str(r["n"]),
+                f"{r['polls']} / {r['expected_polls']:.0f}",
+                fmt(r["cpu_s"] / r["window_s"] * 100),
+                f"{fmt(quantile(r['lag_ms'], 0.5))} / {fmt(quantile(r['lag_ms'], 0.99))} / "
+                f"{fmt(max(r['lag_ms'] or [0]))}",
+                f"{fmt(quantile(r['request_ms'], 0.5))} / {fmt(quantile(r['request_ms'], 0.99))}",
+                f"{fmt(quantile(r['probe_ms'], 0.5))} / {fmt(quantile(r['probe_ms'], 0.99))}",
+                fmt(cpu.get("dashboard")),
+                fmt(cpu.get("dashboard agent")),
+                fmt(cpu.get("gcs")),
+                fmt(r.get("log_bytes", 0) / r["polls"]) if r["polls"] and r["variant"] == "ours" else "-",
+                fmt(r.get("status_requests", r["polls"]) / r["polls"]) if r["polls"] else "-",
+                (
+                    f"{fmt(quantile(r['line_latency_s'], 0.5))} / {fmt(quantile(r['line_latency_s'], 0.99))} / "
+                    f"{fmt(max(r['line_latency_s']))} ({len(r['line_latency_s'])} lines)"
+                )
+                if r.get("line_latency_s")
+                else "-",
+                fmt(r["new_connections"] / r["polls"]) if r["polls"] and "new_connections" in r else "-",
+                str(r["failed_requests"]),
+            ]
+        )
     fig.tables.append(plain_table(header, body))
-    fig.notes.append("Each row of the first table is one measurement window (repeats = 1): the window holds "
-                     "N x window / interval polls, which is where the repeats are.")
+    fig.notes.append(
+        "Each row of the first table is one measurement window (repeats = 1): the window holds "
+        "N x window / interval polls, which is where the repeats are."
+    )
     for cost in extra:
         # Our status list holds this figure's few jobs; a triggerer waiting for N trainings lists N.
         added = cost["parse_ms"] / 1000 / (interval / 2) * 100
-        fig.notes.append(f"The status list here holds the figure's few jobs; waiting for {cost['n']} trainings, it "
-                         f"would hold {cost['n']}: parsing such a list (the real entries repeated) takes "
-                         f"{fmt(cost['parse_ms'])} ms of CPU, at one list per half interval "
-                         f"{fmt(added)}% of a core more than measured above.")
+        fig.notes.append(
+            f"The status list here holds the figure's few jobs; waiting for {cost['n']} trainings, it "
+            f"would hold {cost['n']}: parsing such a list (the real entries repeated) takes "
+            f"{fmt(cost['parse_ms'])} ms of CPU, at one list per half interval "
+            f"{fmt(added)}% of a core more than measured above."
+        )
     top = by.get(("ours", 1000)) or by[("ours", ns[-1])]
     share = top["cpu_s"] / top["window_s"]
     lag99 = quantile(top["lag_ms"], 0.99)
     kept_up = top["polls"] >= 0.95 * top["expected_polls"]
     head = {k: v / top["window_s"] * 100 for k, v in top["cluster_cpu_s"].items()}
-    head_text = (f"; the head meanwhile: dashboard {fmt(head.get('dashboard'))}%, agent "
-                 f"{fmt(head.get('dashboard agent'))}%, GCS {fmt(head.get('gcs'))}% of a core")
-    fig.targets.append(Target(
-        f"4. {top['n']} triggers at {interval:g} s (log streaming on): under 10% of one core", share < TARGET_CPU,
-        f"{fmt(share * 100)}% of a core; {'met' if share < TARGET_CPU else 'missed'} by "
-        f"{fmt(abs(TARGET_CPU - share) * 100)} points" + head_text,
-        "" if share < TARGET_CPU else closing(by, top["n"])))
+    head_text = (
+        f"; the head meanwhile: dashboard {fmt(head.get('dashboard'))}%, agent "
+        f"{fmt(head.get('dashboard agent'))}%, GCS {fmt(head.get('gcs'))}% of a core"
+    )
+    fig.targets.append(
+        Target(
+            f"4. {top['n']} triggers at {interval:g} s (log streaming on): under 10% of one core",
+            share < TARGET_CPU,
+            f"{fmt(share * 100)}% of a core; {'met' if share < TARGET_CPU else 'missed'} by "
+            f"{fmt(abs(TARGET_CPU - share) * 100)} points" + head_text,
+            "" if share < TARGET_CPU else closing(by, top["n"]),
+        )
+    )
     late = top.get("line_latency_s") or []
     late99 = quantile(late, 0.99) if late else float("nan")
     on_time = bool(late) and late99 <= 2 * interval
-    fig.targets.append(Target(
-        f"4. {top['n']} triggers: a new line reaches the task log within two poll intervals ({2 * interval:g} s, p99), "
-        "in the same window", on_time,
-        f"p99 {fmt(late99)} s over {len(late)} lines written (p50 {fmt(quantile(late, 0.5)) if late else '-'} s, "
-        f"max {fmt(max(late)) if late else '-'} s); {'met' if on_time else 'missed'} by "
-        f"{fmt(abs(2 * interval - late99))} s",
-        "" if on_time else "see the loop lag and the answer times: the reads fall behind their polls"))
-    fig.targets.append(Target(
-        f"4. {top['n']} triggers: loop lag p99 under 50 ms", lag99 < TARGET_LAG_MS,
-        f"p99 {fmt(lag99)} ms; {'met' if lag99 < TARGET_LAG_MS else 'missed'} by {fmt(abs(TARGET_LAG_MS - lag99))} ms",
-        "" if lag99 < TARGET_LAG_MS else "the same as for the CPU: less work per poll on the loop"))
-    fig.targets.append(Target(
-        f"4. {top['n']} triggers: no poll falling behind", kept_up,
-        f"{top['polls']} of {top['expected_polls']:.0f} polls asked for were done in the window "
-        f"({fmt(top['polls'] / top['expected_polls'] * 100)}%; counted as kept up from 95%)",
-        "" if kept_up else "the polls queue behind the loop or the dashboard: see the answer times"))
+    fig.targets.append(
+        Target(
+            f"4. {top['n']} triggers: a new line reaches the task log within two poll intervals "
+            f"({2 * interval:g} s, p99), "
+            "in the same window",
+            on_time,
+            f"p99 {fmt(late99)} s over {len(late)} lines written (p50 {fmt(quantile(late, 0.5)) if late else '-'} s, "
+            f"max {fmt(max(late)) if late else '-'} s); {'met' if on_time else 'missed'} by "
+            f"{fmt(abs(2 * interval - late99))} s",
+            "" if on_time else "see the loop lag and the answer times: the reads fall behind their polls",
+        )
+    )
+    fig.targets.append(
+        Target(
+            f"4. {top['n']} triggers: loop lag p99 under 50 ms",
+            lag99 < TARGET_LAG_MS,
+            f"p99 {fmt(lag99)} ms; {'met' if lag99 < TARGET_LAG_MS else 'missed'} by "
+            f"{fmt(abs(TARGET_LAG_MS - lag99))} ms",
+            "" if lag99 < TARGET_LAG_MS else "the same as for the CPU: less work per poll on the loop",
+        )
+    )
+    fig.targets.append(
+        Target(
+            f"4. {top['n']} triggers: no poll falling behind",
+            kept_up,
+            f"{top['polls']} of {top['expected_polls']:.0f} polls asked for were done in the window "
+            f"({fmt(top['polls'] / top['expected_polls'] * 100)}%; counted as kept up from 95%)",
+            "" if kept_up else "the polls queue behind the loop or the dashboard: see the answer times",
+        )
+    )
     return fig
 
 
 def closing(by: dict, n: int) -> str:
     """What the measurements say would bring our trigger's cost down."""
+
     def share(variant):
         r = by.get((variant, n))
         return r["cpu_s"] / r["window_s"] * 100 if r else float("nan")
 
-    text = (f"at N={n}: {fmt(share('ours'))}% with log streaming, {fmt(share(NO_LOGS))}% without it, "
-            f"{fmt(share('minimal'))}% for the minimal poller (status only, one shared session): the difference "
-            "between the last two is the hook and the wait's own work; between the first two, the log windows")
+    text = (
+        f"at N={n}: {fmt(share('ours'))}% with log streaming, {fmt(share(NO_LOGS))}% without it, "
+        f"{fmt(share('minimal'))}% for the minimal poller (status only, one shared session): the difference "
+        "between the last two is the hook and the wait's own work; between the first two, the log windows"
+    )
     ours = by.get(("ours", n)) or {}
     if ours.get("polls") and ours.get("new_connections", 0) / ours["polls"] > 0.5:
-        text += (f". Ours opened {fmt(ours['new_connections'] / ours['polls'])} new TCP connection(s) per poll: "
-                 "the client closes kept-alive connections sooner than the poll interval comes round")
+        text += (
+            f". Ours opened {fmt(ours['new_connections'] / ours['polls'])} new TCP connection(s) per poll: "
+            "the client closes kept-alive connections sooner than the poll interval comes round"
+        )
     return text
 
 

@@ -31,11 +31,23 @@ TASKS = (
     ("prepare_data", "_RayDecoratedOperator", "@task.ray", lambda n: {"train": f"s3://b/d/{n}/train", "rows": 4096}),
     ("champion_checkpoint", "_PythonDecoratedOperator", "@task", lambda n: f"s3://b/ckpt/{n - 1}"),
     ("train", "HorovodTrainOperator", None, None),
-    ("evaluate", "_RayDecoratedOperator", "@task.ray",
-     lambda n: {"checkpoint_uri": f"s3://b/ckpt/{n}", "holdout_mse": 0.1 + 0.05 * math.sin(n), "baseline_mse": 2.0,
-                "submission_id": f"ahp-evaluate-{n}"}),
-    ("promote", "_PythonDecoratedOperator", "@task",
-     lambda n: {"promoted": n % 3 == 0, "holdout_mse": 0.1 + 0.05 * math.sin(n), "logical_date": str(n)}),
+    (
+        "evaluate",
+        "_RayDecoratedOperator",
+        "@task.ray",
+        lambda n: {
+            "checkpoint_uri": f"s3://b/ckpt/{n}",
+            "holdout_mse": 0.1 + 0.05 * math.sin(n),
+            "baseline_mse": 2.0,
+            "submission_id": f"ahp-evaluate-{n}",
+        },
+    ),
+    (
+        "promote",
+        "_PythonDecoratedOperator",
+        "@task",
+        lambda n: {"promoted": n % 3 == 0, "holdout_mse": 0.1 + 0.05 * math.sin(n), "logical_date": str(n)},
+    ),
 )
 
 HOW = """
@@ -56,11 +68,22 @@ connection, after 3 unmeasured ones (B of the history: 1).
 
 
 def history_value(n: int) -> dict:
-    return {"checkpoint_uri": f"s3://b/ckpt/{n}", "best_checkpoint_uri": f"s3://b/ckpt/{n}",
-            "metrics": {"train_mse": 0.2 + 0.1 * math.cos(n), "epoch": 4}, "submission_id": f"ahp-train-{n}-a1",
-            "dashboard_url": "http://ray:8265/#/jobs/x", "storage_uri": f"s3://b/runs/{n}", "run_uri": "x",
-            "world_size": 2, "attempt": 1, "trainer_api": "v2", "resumed_from": None,
-            "timings": {"fit_s": 30.0}, "return_value": None, "timeline_uri": None}
+    return {
+        "checkpoint_uri": f"s3://b/ckpt/{n}",
+        "best_checkpoint_uri": f"s3://b/ckpt/{n}",
+        "metrics": {"train_mse": 0.2 + 0.1 * math.cos(n), "epoch": 4},
+        "submission_id": f"ahp-train-{n}-a1",
+        "dashboard_url": "http://ray:8265/#/jobs/x",
+        "storage_uri": f"s3://b/runs/{n}",
+        "run_uri": "x",
+        "world_size": 2,
+        "attempt": 1,
+        "trainer_api": "v2",
+        "resumed_from": None,
+        "timings": {"fit_s": 30.0},
+        "return_value": None,
+        "timeline_uri": None,
+    }
 
 
 def write_rows(session, dag_id: str, run_id: str, when: datetime, tasks: list[tuple]) -> None:
@@ -70,18 +93,42 @@ def write_rows(session, dag_id: str, run_id: str, when: datetime, tasks: list[tu
     from airflow.models.xcom import XComModel
     from sqlalchemy import insert, select
 
-    session.execute(insert(DagRun).values(dag_id=dag_id, run_id=run_id, run_type="scheduled", logical_date=when,
-                                          run_after=when, state="success", start_date=when,
-                                          end_date=when + timedelta(minutes=3)))
+    session.execute(
+        insert(DagRun).values(
+            dag_id=dag_id,
+            run_id=run_id,
+            run_type="scheduled",
+            logical_date=when,
+            run_after=when,
+            state="success",
+            start_date=when,
+            end_date=when + timedelta(minutes=3),
+        )
+    )
     run = session.scalar(select(DagRun.id).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
     for task_id, operator, custom, xcoms in tasks:
-        session.execute(insert(TaskInstance).values(
-            dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=-1, pool="default_pool", state="success",
-            try_number=1, operator=operator, custom_operator_name=custom, start_date=when,
-            end_date=when + timedelta(seconds=40), duration=40.0))
+        session.execute(
+            insert(TaskInstance).values(
+                dag_id=dag_id,
+                run_id=run_id,
+                task_id=task_id,
+                map_index=-1,
+                pool="default_pool",
+                state="success",
+                try_number=1,
+                operator=operator,
+                custom_operator_name=custom,
+                start_date=when,
+                end_date=when + timedelta(seconds=40),
+                duration=40.0,
+            )
+        )
         for key, value in xcoms.items():
-            session.execute(insert(XComModel).values(dag_run_id=run, dag_id=dag_id, run_id=run_id, task_id=task_id,
-                                                     map_index=-1, key=key, value=value))
+            session.execute(
+                insert(XComModel).values(
+                    dag_run_id=run, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=-1, key=key, value=value
+                )
+            )
 
 
 def history_tasks(n: int) -> list[tuple]:
@@ -90,8 +137,12 @@ def history_tasks(n: int) -> list[tuple]:
         if task_id == "train":
             result = history_value(n)
             job = {k: result[k] for k in ("submission_id", "storage_uri", "attempt", "dashboard_url", "trainer_api")}
-            xcoms = {"return_value": result, "ray_job": {**job, "kind": "train"},
-                     "checkpoint_uri": result["checkpoint_uri"], "ray_log_cursor": {"lines": 812}}
+            xcoms = {
+                "return_value": result,
+                "ray_job": {**job, "kind": "train"},
+                "checkpoint_uri": result["checkpoint_uri"],
+                "ray_log_cursor": {"lines": 812},
+            }
         else:
             returned = value(n)
             # @task with a dict return pushes each key as well (multiple_outputs).
@@ -104,8 +155,12 @@ def report_history(reports: int) -> tuple[list[dict], list[str]]:
     """A training's history as the runtime writes it, and the checkpoints Ray keeps (the last 2)."""
     points, names = [], []
     for i in range(reports):
-        metrics = {"epoch": i // 100, "loss": 1.0 / (1 + i / 50), "accuracy": 1 - 0.5 / (1 + i / 50),
-                   "lr": 0.01 * 0.999 ** i}
+        metrics = {
+            "epoch": i // 100,
+            "loss": 1.0 / (1 + i / 50),
+            "accuracy": 1 - 0.5 / (1 + i / 50),
+            "lr": 0.01 * 0.999**i,
+        }
         checkpoint = None
         if i % 10 == 9:
             metrics["val_loss"] = 1.1 / (1 + i / 50)
@@ -137,9 +192,20 @@ def populate() -> None:
         if not session.get(DagBundleModel, BUNDLE):
             session.add(DagBundleModel(name=BUNDLE))
             session.flush()
-        session.execute(insert(DagModel), [{"dag_id": dag_id, "bundle_name": BUNDLE, "max_active_tasks": 16,
-                                            "max_consecutive_failed_dag_runs": 0, "has_task_concurrency_limits": False,
-                                            "is_paused": True} for dag_id in dag_ids])
+        session.execute(
+            insert(DagModel),
+            [
+                {
+                    "dag_id": dag_id,
+                    "bundle_name": BUNDLE,
+                    "max_active_tasks": 16,
+                    "max_consecutive_failed_dag_runs": 0,
+                    "has_task_concurrency_limits": False,
+                    "is_paused": True,
+                }
+                for dag_id in dag_ids
+            ],
+        )
         for count in RUNS:
             for n in range(1, count + 1):
                 when = DAY + timedelta(days=n)
@@ -153,13 +219,38 @@ def populate() -> None:
             for name in kept:
                 (folder / name).mkdir()
                 (folder / name / "model.pt").write_bytes(b"0" * 1024)
-            result = {**history_value(reports), "storage_uri": str(storage), "run_uri": str(folder),
-                      "checkpoint_uri": str(folder / kept[-1]), "best_checkpoint_uri": str(folder / kept[-1]),
-                      "metrics": points[-1]["metrics"], "checkpoint_score_attribute": "val_loss"}
+            result = {
+                **history_value(reports),
+                "storage_uri": str(storage),
+                "run_uri": str(folder),
+                "checkpoint_uri": str(folder / kept[-1]),
+                "best_checkpoint_uri": str(folder / kept[-1]),
+                "metrics": points[-1]["metrics"],
+                "checkpoint_score_attribute": "val_loss",
+            }
             (folder / "result.json").write_text(json.dumps({**result, "history": points[:: max(1, reports // 1000)]}))
-            write_rows(session, TRAINING_DAG, f"reports_{reports}", DAY + timedelta(days=i), [
-                ("train", "HorovodTrainOperator", None, {"return_value": result, "ray_job": {
-                    "kind": "train", "storage_uri": str(storage), "attempt": 1, "submission_id": "x"}})])
+            write_rows(
+                session,
+                TRAINING_DAG,
+                f"reports_{reports}",
+                DAY + timedelta(days=i),
+                [
+                    (
+                        "train",
+                        "HorovodTrainOperator",
+                        None,
+                        {
+                            "return_value": result,
+                            "ray_job": {
+                                "kind": "train",
+                                "storage_uri": str(storage),
+                                "attempt": 1,
+                                "submission_id": "x",
+                            },
+                        },
+                    )
+                ],
+            )
 
 
 class ApiServer:
@@ -168,9 +259,14 @@ class ApiServer:
     def __init__(self):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-                    "AIRFLOW__API_AUTH__JWT_SECRET": "ahp-bench-ui", "AIRFLOW__API__BASE_URL": self.url,
-                    "AIRFLOW__API__WORKERS": "1", "AIRFLOW__API__PORT": str(self.port)}
+        self.env = {
+            **os.environ,
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__API_AUTH__JWT_SECRET": "ahp-bench-ui",
+            "AIRFLOW__API__BASE_URL": self.url,
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API__PORT": str(self.port),
+        }
 
     def __enter__(self):
         import httpx
@@ -178,8 +274,13 @@ class ApiServer:
         logs = OUT / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         self.log = open(logs / "ui-api-server.log", "wb")
-        self.process = subprocess.Popen([AIRFLOW_BIN, "api-server", "--port", str(self.port)], env=self.env,
-                                        stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = subprocess.Popen(
+            [AIRFLOW_BIN, "api-server", "--port", str(self.port)],
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             try:
@@ -228,6 +329,7 @@ def timed(call, n: int, warmup: int = 3) -> tuple[Sample, int]:
 
 def rest_history(server: ApiServer, dag_id: str):
     """What a script gathers through Airflow's REST API for the same table; the last response."""
+
     def every(path: str, key: str, **params) -> list[dict]:
         found, offset = [], 0
         while True:
@@ -243,8 +345,9 @@ def rest_history(server: ApiServer, dag_id: str):
     tis = every("/api/v2/dags/~/dagRuns/~/taskInstances", "task_instances", dag_id_pattern=dag_id)
     last = None
     for ti in tis:
-        last = server.get(f"/api/v2/dags/{dag_id}/dagRuns/{ti['dag_run_id']}/taskInstances/{ti['task_id']}"
-                          "/xcomEntries/return_value")
+        last = server.get(
+            f"/api/v2/dags/{dag_id}/dagRuns/{ti['dag_run_id']}/taskInstances/{ti['task_id']}/xcomEntries/return_value"
+        )
     if len(tis) != 5 * len({ti["dag_run_id"] for ti in tis}):
         raise RuntimeError(f"the REST API listed {len(tis)} task instances of {dag_id}")
     return last
@@ -266,10 +369,22 @@ def figure() -> Figure:
             if len(answer["rows"]) != count:
                 raise RuntimeError(f"the history of {dag_id} has {len(answer['rows'])} rows, not {count}")
             # B makes thousands of requests a time: measured on the largest DAG only, after one warm-up.
-            rest, _ = timed(lambda d=dag_id: rest_history(server, d), max(2, repeats(3) - 1), warmup=1) \
-                if count == max(RUNS) else (Sample(), 0)
-            rows.append(Row(f"history, {count} runs", "plugin, one query", ours,
-                            "REST API calls" if rest.n else "-", rest, "s", f"answer {size / 1000:.0f} kB"))
+            rest, _ = (
+                timed(lambda d=dag_id: rest_history(server, d), max(2, repeats(3) - 1), warmup=1)
+                if count == max(RUNS)
+                else (Sample(), 0)
+            )
+            rows.append(
+                Row(
+                    f"history, {count} runs",
+                    "plugin, one query",
+                    ours,
+                    "REST API calls" if rest.n else "-",
+                    rest,
+                    "s",
+                    f"answer {size / 1000:.0f} kB",
+                )
+            )
             raw[f"history_{count}"] = {"ours": ours.values, "rest": rest.values, "bytes": size}
         for reports in REPORTS:
             params = {"dag_id": TRAINING_DAG, "run_id": f"reports_{reports}", "task_id": "train"}
@@ -277,17 +392,35 @@ def figure() -> Figure:
             answer = server.get("/horovod/api/training", **params).json()
             if answer["curves"]["reports"] != reports or answer["problem"]:
                 raise RuntimeError(f"the training view read {answer['curves']['reports']} reports: {answer['problem']}")
-            floor, _ = timed(lambda r=reports: server.get(
-                f"/api/v2/dags/{TRAINING_DAG}/dagRuns/reports_{r}/taskInstances/train"), n)
-            rows.append(Row(f"training view, {reports:,} reports", "plugin", ours, "one task instance (REST)",
-                            floor, "s", f"answer {size / 1000:.0f} kB"))
+            floor, _ = timed(
+                lambda r=reports: server.get(f"/api/v2/dags/{TRAINING_DAG}/dagRuns/reports_{r}/taskInstances/train"), n
+            )
+            rows.append(
+                Row(
+                    f"training view, {reports:,} reports",
+                    "plugin",
+                    ours,
+                    "one task instance (REST)",
+                    floor,
+                    "s",
+                    f"answer {size / 1000:.0f} kB",
+                )
+            )
             raw[f"training_{reports}"] = {"ours": ours.values, "floor": floor.values, "bytes": size}
     save_raw("ui_answer_times", raw)
     fig.tables.append(table(rows))
     history, training = rows[len(RUNS) - 1], rows[-1]
-    for name, row in (("8. History view of 500 runs answers within 1 s", history),
-                      ("8. Training view of 10,000 reports answers within 1 s", training)):
+    for name, row in (
+        ("8. History view of 500 runs answers within 1 s", history),
+        ("8. Training view of 10,000 reports answers within 1 s", training),
+    ):
         met = row.a.median < TARGET_S
-        fig.targets.append(Target(name, met, f"median {fmt(row.a.median)} s ({row.a.spread()}), {row.note}",
-                                  "" if met else "profile the answer (query, storage read, JSON); sample the points"))
+        fig.targets.append(
+            Target(
+                name,
+                met,
+                f"median {fmt(row.a.median)} s ({row.a.spread()}), {row.note}",
+                "" if met else "profile the answer (query, storage read, JSON); sample the points",
+            )
+        )
     return fig

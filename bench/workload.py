@@ -29,8 +29,9 @@ DEFAULT_CONFIG = {
 def build_model(features: int, hidden: int):
     import torch.nn as nn
 
-    return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                         nn.Linear(hidden, 1))
+    return nn.Sequential(
+        nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1)
+    )
 
 
 def train_mlp(config: dict) -> None:
@@ -90,7 +91,10 @@ def train_mlp(config: dict) -> None:
         if epoch > 0:
             timed_steps, timed_s = timed_steps + config["steps_per_epoch"], timed_s + epoch_s
         metrics = {
-            "epoch": epoch, "loss": float(loss.detach()), "world_size": size, "device": str(device),
+            "epoch": epoch,
+            "loss": float(loss.detach()),
+            "world_size": size,
+            "device": str(device),
             "epoch_steps_per_s": config["steps_per_epoch"] / epoch_s,
             "steps_per_s": timed_steps / timed_s if timed_s else None,
         }
@@ -106,8 +110,13 @@ def train_mlp(config: dict) -> None:
 
 # How a checkpoint of figure 5 is split into files (shares of its size): weight shards of unequal
 # sizes and optimizer state, as sharded model checkpoints are; plus a small JSON file.
-CHECKPOINT_SHARES = (("model-00001.bin", 0.40), ("model-00002.bin", 0.25), ("optimizer.bin", 0.20),
-                     ("model-00003.bin", 0.10), ("scheduler.bin", 0.05))
+CHECKPOINT_SHARES = (
+    ("model-00001.bin", 0.40),
+    ("model-00002.bin", 0.25),
+    ("optimizer.bin", 0.20),
+    ("model-00003.bin", 0.10),
+    ("scheduler.bin", 0.05),
+)
 
 
 def write_checkpoint_folder(folder: str, size_mb: int) -> int:
@@ -160,17 +169,22 @@ def checkpoint_io(config: dict) -> None:
 
     def boto3_upload(folder: str, prefix: str) -> None:
         with create_transfer_manager(s3, TransferConfig()) as manager:
-            futures = [manager.upload(os.path.join(folder, name), bucket, f"{prefix}/{name}")
-                       for name in sorted(os.listdir(folder))]
+            futures = [
+                manager.upload(os.path.join(folder, name), bucket, f"{prefix}/{name}")
+                for name in sorted(os.listdir(folder))
+            ]
             for future in futures:
                 future.result()
 
     def boto3_download(prefix: str, target: str) -> None:
-        keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "/").get("Contents", [])
-                if not o["Key"].endswith("/")]
+        keys = [
+            o["Key"]
+            for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "/").get("Contents", [])
+            if not o["Key"].endswith("/")
+        ]
         os.makedirs(target, exist_ok=True)
         with create_transfer_manager(s3, TransferConfig()) as manager:
-            futures = [manager.download(bucket, key, os.path.join(target, key[len(prefix) + 1:])) for key in keys]
+            futures = [manager.download(bucket, key, os.path.join(target, key[len(prefix) + 1 :])) for key in keys]
             for future in futures:
                 future.result()
 
@@ -182,7 +196,8 @@ def checkpoint_io(config: dict) -> None:
     def same_files(a: str, b: str) -> bool:
         names = sorted(os.listdir(a))
         return names == sorted(os.listdir(b)) and all(
-            os.path.getsize(os.path.join(a, n)) == os.path.getsize(os.path.join(b, n)) for n in names)
+            os.path.getsize(os.path.join(a, n)) == os.path.getsize(os.path.join(b, n)) for n in names
+        )
 
     timings = []
     scratch = tempfile.mkdtemp(prefix="ahp-bench-ckpt-")
@@ -193,8 +208,9 @@ def checkpoint_io(config: dict) -> None:
         files = len(os.listdir(folder))
         for i in range(rounds + 1):
             started = time.perf_counter()
-            ray.train.report({"round": i}, checkpoint=Checkpoint.from_directory(folder),
-                             delete_local_checkpoint_after_upload=False)
+            ray.train.report(
+                {"round": i}, checkpoint=Checkpoint.from_directory(folder), delete_local_checkpoint_after_upload=False
+            )
             ray_up_s = time.perf_counter() - started
             time.sleep(2.5)  # Train V2 takes a report over when it next polls the workers (~2 s)
 
@@ -206,8 +222,9 @@ def checkpoint_io(config: dict) -> None:
             target = f"{arrow_root}/round-{i}"
             started = time.perf_counter()
             arrow_fs.create_dir(target)
-            pyarrow.fs.copy_files(folder, target, destination_filesystem=arrow_fs, use_threads=False,
-                                  chunk_size=64 * 1024 * 1024)
+            pyarrow.fs.copy_files(
+                folder, target, destination_filesystem=arrow_fs, use_threads=False, chunk_size=64 * 1024 * 1024
+            )
             pyarrow_up_s = time.perf_counter() - started
             arrow_fs.delete_dir(target)
 
@@ -226,16 +243,32 @@ def checkpoint_io(config: dict) -> None:
             down_arrow = os.path.join(scratch, f"pyarrow-{i}")
             os.makedirs(down_arrow)
             started = time.perf_counter()
-            pyarrow.fs.copy_files(f"{bucket}/{prefix}", down_arrow, source_filesystem=arrow_fs,
-                                  destination_filesystem=local_fs, chunk_size=64 * 1024 * 1024)
+            pyarrow.fs.copy_files(
+                f"{bucket}/{prefix}",
+                down_arrow,
+                source_filesystem=arrow_fs,
+                destination_filesystem=local_fs,
+                chunk_size=64 * 1024 * 1024,
+            )
             pyarrow_down_s = time.perf_counter() - started
             shutil.rmtree(down_arrow)
             delete_prefix(prefix)
             if i:
-                timings.append({"round": i, "bytes": total, "files": files, "routed": routed,
-                                "ray_up_s": ray_up_s, "boto3_up_s": boto3_up_s, "pyarrow_up_s": pyarrow_up_s,
-                                "ray_down_s": ray_down_s, "boto3_down_s": boto3_down_s,
-                                "pyarrow_down_s": pyarrow_down_s, "read_back_ok": ok_a and ok_b})
+                timings.append(
+                    {
+                        "round": i,
+                        "bytes": total,
+                        "files": files,
+                        "routed": routed,
+                        "ray_up_s": ray_up_s,
+                        "boto3_up_s": boto3_up_s,
+                        "pyarrow_up_s": pyarrow_up_s,
+                        "ray_down_s": ray_down_s,
+                        "boto3_down_s": boto3_down_s,
+                        "pyarrow_down_s": pyarrow_down_s,
+                        "read_back_ok": ok_a and ok_b,
+                    }
+                )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print("AHP_BENCH_CKPT " + json.dumps(timings), flush=True)

@@ -141,10 +141,14 @@ def horovod_retraining():
         before, after = Storage().swap_json(CHAMPION, lambda record: with_move(record, candidate))
         in_force = champion_as_of(before, day, inclusive=True)
         current = (after or before or {}).get("current") or {}
-        summary = {**candidate, "warm_start": warm_start, "promoted": after is not None,
-                   # The champion downstream loads moved: a win on the latest day (a backfilled day's win does not).
-                   "current": after is not None and current.get("run_id") == run_id,
-                   "champion_before": {k: in_force[k] for k in ("logical_date", "holdout_mse")} if in_force else None}
+        summary = {
+            **candidate,
+            "warm_start": warm_start,
+            "promoted": after is not None,
+            # The champion downstream loads moved: a win on the latest day (a backfilled day's win does not).
+            "current": after is not None and current.get("run_id") == run_id,
+            "champion_before": {k: in_force[k] for k in ("logical_date", "holdout_mse")} if in_force else None,
+        }
         print("AHP_RETRAINING " + json.dumps(summary))
         return summary
 
@@ -155,8 +159,10 @@ def horovod_retraining():
 
         if not summary["current"]:
             raise AirflowSkipException("The current champion stays; nothing new for downstream DAGs.")
-        outlet_events[CHAMPION_ASSET].extra = {"checkpoint_uri": summary["checkpoint_uri"],
-                                               "holdout_mse": summary["holdout_mse"]}
+        outlet_events[CHAMPION_ASSET].extra = {
+            "checkpoint_uri": summary["checkpoint_uri"],
+            "holdout_mse": summary["holdout_mse"],
+        }
 
     publish_champion(promote(evaluate(train.output, data), warm_start, DAY))
 

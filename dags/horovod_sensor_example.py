@@ -29,9 +29,15 @@ from airflow_provider_horovod.sensors.ray import RayJobSensor
     catchup=False,
     tags=["horovod", "sensor", "example"],
     # The pattern refuses a bad path when the run is triggered, before any task starts.
-    params={"storage_path": Param("", type="string", pattern=r"^(|/.*|file:///.*|s3://[^/\s]+(/.*)?)$",
-                                  description_md="give an absolute path, file:///path or s3://bucket/prefix; "
-                                              "empty: $AIRFLOW_HOME/horovod-storage")},
+    params={
+        "storage_path": Param(
+            "",
+            type="string",
+            pattern=r"^(|/.*|file:///.*|s3://[^/\s]+(/.*)?)$",
+            description_md="give an absolute path, file:///path or s3://bucket/prefix; "
+            "empty: $AIRFLOW_HOME/horovod-storage",
+        )
+    },
 )
 def horovod_sensor_example():
     train = HorovodTrainOperator(

@@ -25,9 +25,15 @@ from airflow.sdk import Param, dag, task
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     tags=["horovod", "taskflow", "example"],
-    params={"storage_path": Param("", type="string", pattern=r"^(|/.*|file:///.*|s3://[^/\s]+(/.*)?)$",
-                                  description_md="give an absolute path, file:///path or s3://bucket/prefix; "
-                                              "empty: $AIRFLOW_HOME/horovod-storage")},
+    params={
+        "storage_path": Param(
+            "",
+            type="string",
+            pattern=r"^(|/.*|file:///.*|s3://[^/\s]+(/.*)?)$",
+            description_md="give an absolute path, file:///path or s3://bucket/prefix; "
+            "empty: $AIRFLOW_HOME/horovod-storage",
+        )
+    },
 )
 def horovod_taskflow():
     @task.horovod(num_workers=2, storage_path="{{ params.storage_path }}", horovod_timeline=True)

@@ -14,8 +14,9 @@ def main(dag_id: str, log_path: str) -> int:
     summary = json.JSONDecoder().raw_decode(lines[-1].split("AHP_RETRAINING ", 1)[1])[0]
     print(f"checkpoint:        {summary['checkpoint_uri']}")
     print(f"Ray job:           {summary['submission_id']}")
-    print(f"holdout MSE:       baseline (untrained) {summary['baseline_mse']:.4f}, "
-          f"trained {summary['holdout_mse']:.4f}")
+    print(
+        f"holdout MSE:       baseline (untrained) {summary['baseline_mse']:.4f}, trained {summary['holdout_mse']:.4f}"
+    )
     before = summary["champion_before"]
     was = "none" if before is None else f"{before['holdout_mse']:.4f} of {before['logical_date']}"
     print(f"promoted:          {'yes' if summary['promoted'] else 'no'} (champion before: {was})")

@@ -99,13 +99,15 @@ def moto_server():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
-    os.environ.update({
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    })
+    os.environ.update(
+        {
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+    )
     yield MotoServer(server, endpoint)
     server.stop()
 
@@ -127,8 +129,9 @@ def ray_cluster(moto_server):
     state = str(TEST_HOME / "ray-cluster")
     # Ray sets up a failing runtime_env three times, a second apart (a pip install each); the tests of
     # such failures check what the task says, so once is enough here.
-    head = cluster.start_head(state, num_cpus=int(os.environ.get("AHP_TEST_CLUSTER_CPUS", "4")),
-                              env={"RUNTIME_ENV_RETRY_TIMES": "1"})
+    head = cluster.start_head(
+        state, num_cpus=int(os.environ.get("AHP_TEST_CLUSTER_CPUS", "4")), env={"RUNTIME_ENV_RETRY_TIMES": "1"}
+    )
     os.environ["AIRFLOW_CONN_RAY_DEFAULT"] = cluster.connection(head)
     yield Cluster(head["dashboard_url"], head["gcs_address"], head["token"], state)
     os.environ.pop("AIRFLOW_CONN_RAY_DEFAULT", None)

@@ -18,8 +18,13 @@ class _HorovodDecoratedOperator(DecoratedOperator, HorovodTrainOperator):
     template_fields_renderers = HorovodTrainOperator.template_fields_renderers
 
     def __init__(self, *, python_callable: Callable, op_args: Any = None, op_kwargs: Any = None, **kwargs) -> None:
-        super().__init__(python_callable=python_callable, op_args=op_args, op_kwargs=op_kwargs,
-                         kwargs_to_upstream={"train_fn": python_callable}, **kwargs)
+        super().__init__(
+            python_callable=python_callable,
+            op_args=op_args,
+            op_kwargs=op_kwargs,
+            kwargs_to_upstream={"train_fn": python_callable},
+            **kwargs,
+        )
 
     def train_call(self) -> tuple[Any, Any]:
         return self.op_args, self.op_kwargs
@@ -35,5 +40,9 @@ def horovod_task(python_callable: Callable | None = None, multiple_outputs: bool
     ``train(lr=0.1, epochs=5)`` as with HorovodRunner's ``hr.run(train, lr=0.1, epochs=5)``. The task's XCom is the
     operator's result dict, with what the function returned on rank 0 as ``return_value``.
     """
-    return task_decorator_factory(python_callable=python_callable, multiple_outputs=multiple_outputs,
-                                  decorated_operator_class=_HorovodDecoratedOperator, **kwargs)
+    return task_decorator_factory(
+        python_callable=python_callable,
+        multiple_outputs=multiple_outputs,
+        decorated_operator_class=_HorovodDecoratedOperator,
+        **kwargs,
+    )

@@ -19,9 +19,13 @@ class _RayDecoratedOperator(DecoratedOperator, RayTaskOperator):
     template_fields_renderers = RayTaskOperator.template_fields_renderers
 
     def __init__(self, *, python_callable: Callable, op_args: Any = None, op_kwargs: Any = None, **kwargs) -> None:
-        super().__init__(python_callable=python_callable, op_args=op_args, op_kwargs=op_kwargs,
-                         kwargs_to_upstream={"python_callable": python_callable, "op_args": op_args,
-                                             "op_kwargs": op_kwargs}, **kwargs)
+        super().__init__(
+            python_callable=python_callable,
+            op_args=op_args,
+            op_kwargs=op_kwargs,
+            kwargs_to_upstream={"python_callable": python_callable, "op_args": op_args, "op_kwargs": op_kwargs},
+            **kwargs,
+        )
 
 
 def ray_task(python_callable: Callable | None = None, multiple_outputs: bool | None = None, **kwargs):
@@ -32,5 +36,9 @@ def ray_task(python_callable: Callable | None = None, multiple_outputs: bool | N
     (literals, templates, XComArgs) are the function's arguments, as JSON values; its return value
     must be JSON too (numbers, strings, lists, dicts): anything else fails the job saying so.
     """
-    return task_decorator_factory(python_callable=python_callable, multiple_outputs=multiple_outputs,
-                                  decorated_operator_class=_RayDecoratedOperator, **kwargs)
+    return task_decorator_factory(
+        python_callable=python_callable,
+        multiple_outputs=multiple_outputs,
+        decorated_operator_class=_RayDecoratedOperator,
+        **kwargs,
+    )

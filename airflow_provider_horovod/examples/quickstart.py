@@ -78,8 +78,10 @@ def train_func(config: dict) -> dict:
             loss.backward()
             optimizer.step()
         loss_value = hvd.allreduce(loss.detach(), name="loss").item()
-        print(f"epoch {epoch}: loss {loss_value:.5f} (rank {context.get_world_rank()} of {context.get_world_size()})",
-              flush=True)
+        print(
+            f"epoch {epoch}: loss {loss_value:.5f} (rank {context.get_world_rank()} of {context.get_world_size()})",
+            flush=True,
+        )
         metrics = {"loss": loss_value, "epoch": epoch, "world_size": context.get_world_size()}
         if hvd.rank() == 0:
             with tempfile.TemporaryDirectory() as folder:

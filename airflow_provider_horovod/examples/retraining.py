@@ -131,8 +131,9 @@ def evaluate(checkpoint_uri: str, holdout_uri: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         fs, path = _fs(holdout_uri)
         local_holdout = os.path.join(tmp, "holdout.parquet")
-        pyarrow.fs.copy_files(path, local_holdout, source_filesystem=fs,
-                              destination_filesystem=pyarrow.fs.LocalFileSystem())
+        pyarrow.fs.copy_files(
+            path, local_holdout, source_filesystem=fs, destination_filesystem=pyarrow.fs.LocalFileSystem()
+        )
         holdout = read_holdout(local_holdout)
         with Checkpoint(path=checkpoint_uri).as_directory() as folder:
             scores = {"holdout_mse": holdout_mse(folder, holdout), "baseline_mse": holdout_mse(None, holdout)}
@@ -168,8 +169,9 @@ def champion_as_of(record: dict | None, day: str, *, inclusive: bool = False) ->
     """The champion in force for a run of ``day`` (``YYYY-MM-DD``): the last move recorded for the latest
     day before it (``inclusive``: on or before it). A run warm-starts from the champion before its own day
     and is judged against the one in force on its day, whatever was promoted for later days since."""
-    return current_champion([m for m in moves_of(record)
-                             if m["logical_date"] < day or (inclusive and m["logical_date"] == day)])
+    return current_champion(
+        [m for m in moves_of(record) if m["logical_date"] < day or (inclusive and m["logical_date"] == day)]
+    )
 
 
 def with_move(record: dict | None, candidate: dict) -> dict | None:
@@ -180,8 +182,9 @@ def with_move(record: dict | None, candidate: dict) -> dict | None:
     before = champion_as_of(record, candidate["logical_date"], inclusive=True)
     if before is not None and candidate["holdout_mse"] >= before["holdout_mse"]:
         return None
-    move = {key: candidate.get(key) for key in ("logical_date", "holdout_mse", "checkpoint_uri", "run_id",
-                                                "submission_id")}
+    move = {
+        key: candidate.get(key) for key in ("logical_date", "holdout_mse", "checkpoint_uri", "run_id", "submission_id")
+    }
     move["replaces"] = {key: before.get(key) for key in ("logical_date", "holdout_mse", "run_id")} if before else None
     moves = [*moves_of(record), move]
     return {"current": current_champion(moves), "moves": moves}

@@ -23,14 +23,15 @@ def train(learning_rate: float = 0.1, epochs: int = 4, samples: int = 512) -> di
     x = torch.rand(samples // hvd.size(), 1)
     y = 3 * x - 1
     model = torch.nn.Linear(1, 1)
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=learning_rate * hvd.size()),
-                                         named_parameters=model.named_parameters())
+    optimizer = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=learning_rate * hvd.size()), named_parameters=model.named_parameters()
+    )
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     loss = torch.tensor(0.0)
     for epoch in range(epochs):
         for batch in range(0, len(x), 32):
             optimizer.zero_grad()
-            loss = torch.nn.functional.mse_loss(model(x[batch:batch + 32]), y[batch:batch + 32])
+            loss = torch.nn.functional.mse_loss(model(x[batch : batch + 32]), y[batch : batch + 32])
             loss.backward()
             optimizer.step()
         loss = hvd.allreduce(loss.detach(), name="loss")

@@ -108,11 +108,16 @@ class RayHook(BaseHook):
 
             cluster = ensure_running()
             local_url, local_token = cluster.dashboard_url, cluster.token
-        return endpoint_from(self.ray_conn_id, host=host, port=None if conn is None else conn.port,
-                             schema=None if conn is None else conn.schema,
-                             password=None if conn is None else conn.password,
-                             extra=None if conn is None else conn.extra,
-                             local_url=local_url, local_token=local_token)
+        return endpoint_from(
+            self.ray_conn_id,
+            host=host,
+            port=None if conn is None else conn.port,
+            schema=None if conn is None else conn.schema,
+            password=None if conn is None else conn.password,
+            extra=None if conn is None else conn.extra,
+            local_url=local_url,
+            local_token=local_token,
+        )
 
     def _missing(self):
         """None for the default connection (the embedded cluster); else a clear error."""
@@ -127,7 +132,8 @@ class RayHook(BaseHook):
                 f"metadata database, its environment (AIRFLOW_CONN_{self.ray_conn_id.upper()}) and secrets "
                 "backends; code outside a task (a script, a test, the Python shell) only in the last two. Create it "
                 f"(type 'ray'), or leave ray_conn_id at {self.default_conn_name!r} to use the embedded local Ray "
-                "cluster.")
+                "cluster."
+            )
         return None
 
     @cached_property
@@ -229,13 +235,15 @@ class RayHook(BaseHook):
             raise RayAuthenticationError(
                 f"The Ray dashboard at {endpoint.url} answered {status} ({what}). Set the Ray auth token (the "
                 "contents of ~/.ray/auth_token on the head node, or RAY_AUTH_TOKEN) as the password of "
-                f"connection {self.ray_conn_id!r}.")
+                f"connection {self.ray_conn_id!r}."
+            )
 
     def _unreachable(self, endpoint: RayEndpoint, last: Any, elapsed: float) -> RayClusterUnreachableError:
         return RayClusterUnreachableError(
             f"The Ray dashboard at {endpoint.url} (connection {self.ray_conn_id!r}) did not answer after "
             f"{RETRIES} tries over {elapsed:.1f} s: {last}. Check that the cluster is up and the host, port and "
-            f"schema of connection {self.ray_conn_id!r}.")
+            f"schema of connection {self.ray_conn_id!r}."
+        )
 
     @staticmethod
     def _parse(status: int, text: str, what: str, *, missing: Any = ...) -> Any:
@@ -275,10 +283,18 @@ class RayHook(BaseHook):
         self._parse(*self._request("PUT", path, content=data, timeout=UPLOAD_TIMEOUT_S), f"upload of {uri}")
         return True
 
-    def submit_job(self, *, entrypoint: str, submission_id: str, runtime_env: Mapping | None = None,
-                   metadata: Mapping[str, str] | None = None, entrypoint_num_cpus: float | None = None,
-                   entrypoint_num_gpus: float | None = None, entrypoint_memory: int | None = None,
-                   entrypoint_resources: Mapping[str, float] | None = None) -> str:
+    def submit_job(
+        self,
+        *,
+        entrypoint: str,
+        submission_id: str,
+        runtime_env: Mapping | None = None,
+        metadata: Mapping[str, str] | None = None,
+        entrypoint_num_cpus: float | None = None,
+        entrypoint_num_gpus: float | None = None,
+        entrypoint_memory: int | None = None,
+        entrypoint_resources: Mapping[str, float] | None = None,
+    ) -> str:
         """Submit a job under the given id, uploading its local ``working_dir``/``py_modules``, and
         return the id. Retried requests cannot double it: Ray refuses a second job of the same id."""
         from airflow_provider_horovod.hooks.ray_packages import with_uploaded_packages
@@ -290,16 +306,23 @@ class RayHook(BaseHook):
         for package in packages:
             if self.upload_package(package.uri, package.data):
                 self.log.info("Uploaded %s (%.1f KiB).", package.uri, len(package.data) / 1024)
-        body = {"entrypoint": entrypoint, "submission_id": submission_id, "runtime_env": env,
-                "metadata": dict(metadata or {}), "entrypoint_num_cpus": entrypoint_num_cpus,
-                "entrypoint_num_gpus": entrypoint_num_gpus, "entrypoint_memory": entrypoint_memory,
-                "entrypoint_resources": dict(entrypoint_resources) if entrypoint_resources else None}
+        body = {
+            "entrypoint": entrypoint,
+            "submission_id": submission_id,
+            "runtime_env": env,
+            "metadata": dict(metadata or {}),
+            "entrypoint_num_cpus": entrypoint_num_cpus,
+            "entrypoint_num_gpus": entrypoint_num_gpus,
+            "entrypoint_memory": entrypoint_memory,
+            "entrypoint_resources": dict(entrypoint_resources) if entrypoint_resources else None,
+        }
         status, text = self._request("POST", "/api/jobs/", json=body)
         if status >= 400 and "already exists" in text and self.get_job_info(submission_id) is not None:
             return submission_id  # an earlier try of this request reached Ray
         if status >= 400:
-            raise RayJobError(f"Ray refused job {submission_id}: HTTP {status}: {text[-1000:]}",
-                              submission_id=submission_id)
+            raise RayJobError(
+                f"Ray refused job {submission_id}: HTTP {status}: {text[-1000:]}", submission_id=submission_id
+            )
         return json.loads(text).get("submission_id") or submission_id
 
     def get_job_info(self, submission_id: str) -> dict | None:
@@ -310,18 +333,21 @@ class RayHook(BaseHook):
         return info.get("status") if info else None
 
     def get_job_logs(self, submission_id: str) -> str:
-        return self._parse(*self._request("GET", f"/api/jobs/{submission_id}/logs"), "job logs",
-                           missing={}).get("logs", "")
+        return self._parse(*self._request("GET", f"/api/jobs/{submission_id}/logs"), "job logs", missing={}).get(
+            "logs", ""
+        )
 
     def stop_job(self, submission_id: str) -> bool:
         """Stop a job; False when it had already ended or does not exist."""
-        return bool(self._parse(*self._request("POST", f"/api/jobs/{submission_id}/stop"), "stop",
-                                missing={}).get("stopped"))
+        return bool(
+            self._parse(*self._request("POST", f"/api/jobs/{submission_id}/stop"), "stop", missing={}).get("stopped")
+        )
 
     def delete_job(self, submission_id: str) -> bool:
         """Delete an ended job's record (a running job must be stopped first)."""
-        return bool(self._parse(*self._request("DELETE", f"/api/jobs/{submission_id}"), "delete",
-                                missing={}).get("deleted"))
+        return bool(
+            self._parse(*self._request("DELETE", f"/api/jobs/{submission_id}"), "delete", missing={}).get("deleted")
+        )
 
     def list_jobs(self) -> list[dict]:
         return self._parse(*self._request("GET", "/api/jobs/"), "job list")
@@ -358,29 +384,39 @@ class RayHook(BaseHook):
         return info.get("status") if info else None
 
     async def a_get_job_logs(self, submission_id: str) -> str:
-        return self._parse(*await self._a_request("GET", f"/api/jobs/{submission_id}/logs"), "job logs",
-                           missing={}).get("logs", "")
+        return self._parse(
+            *await self._a_request("GET", f"/api/jobs/{submission_id}/logs"), "job logs", missing={}
+        ).get("logs", "")
 
     async def a_get_log_tail(self, node_id: str, submission_id: str, lines: int) -> str | None:
         """The last ``lines`` lines of the job's driver log (State API; cost follows ``lines``), None
         while the driver has not written it."""
         status, text = await self._a_request(
-            "GET", "/api/v0/logs/file", params={"node_id": node_id, "filename": f"job-driver-{submission_id}.log",
-                                                 "lines": lines})
+            "GET",
+            "/api/v0/logs/file",
+            params={"node_id": node_id, "filename": f"job-driver-{submission_id}.log", "lines": lines},
+        )
         if status != 200 and "file is not found" in text:
             return None
         if status != 200:
-            raise RayJobError(f"Ray dashboard log read failed: HTTP {status}: {text[:500]}",
-                              submission_id=submission_id)
+            raise RayJobError(
+                f"Ray dashboard log read failed: HTTP {status}: {text[:500]}", submission_id=submission_id
+            )
         return text
 
     async def a_stop_job(self, submission_id: str) -> bool:
-        return bool(self._parse(*await self._a_request("POST", f"/api/jobs/{submission_id}/stop"), "stop",
-                                missing={}).get("stopped"))
+        return bool(
+            self._parse(*await self._a_request("POST", f"/api/jobs/{submission_id}/stop"), "stop", missing={}).get(
+                "stopped"
+            )
+        )
 
     async def a_delete_job(self, submission_id: str) -> bool:
-        return bool(self._parse(*await self._a_request("DELETE", f"/api/jobs/{submission_id}"), "delete",
-                                missing={}).get("deleted"))
+        return bool(
+            self._parse(*await self._a_request("DELETE", f"/api/jobs/{submission_id}"), "delete", missing={}).get(
+                "deleted"
+            )
+        )
 
     async def a_get_cluster_resources(self) -> dict[str, float]:
         data = self._parse(*await self._a_request("GET", "/api/v0/nodes?detail=1&limit=10000"), "node list")

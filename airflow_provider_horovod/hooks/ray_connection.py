@@ -58,10 +58,12 @@ def _json_field(conn_id: str, name: str, value: Any) -> dict:
             value = json.loads(value)
         except ValueError as err:
             raise RayConnectionConfigError(
-                f"Connection {conn_id!r}: extra {name!r} is not valid JSON ({err}); give a JSON object.") from None
+                f"Connection {conn_id!r}: extra {name!r} is not valid JSON ({err}); give a JSON object."
+            ) from None
     if not isinstance(value, Mapping):
         raise RayConnectionConfigError(
-            f"Connection {conn_id!r}: extra {name!r} must be a JSON object, got {type(value).__name__}.")
+            f"Connection {conn_id!r}: extra {name!r} must be a JSON object, got {type(value).__name__}."
+        )
     return dict(value)
 
 
@@ -85,17 +87,19 @@ def read_extras(conn_id: str, raw: Any) -> dict[str, Any]:
             raw = json.loads(raw)
         except ValueError as err:
             raise RayConnectionConfigError(
-                f"Connection {conn_id!r}: extra is not valid JSON ({err}); give a JSON object, e.g. "
-                '{"verify": true}.') from None
+                f'Connection {conn_id!r}: extra is not valid JSON ({err}); give a JSON object, e.g. {{"verify": true}}.'
+            ) from None
     if not isinstance(raw, Mapping):
         raise RayConnectionConfigError(
             f"Connection {conn_id!r}: extra must be a JSON object, got {type(raw).__name__}; give e.g. "
-            '{"verify": true, "runtime_env": {"pip": ["pandas"]}}.')
+            '{"verify": true, "runtime_env": {"pip": ["pandas"]}}.'
+        )
     unknown = set(raw) - set(EXTRAS)
     if unknown:
         raise RayConnectionConfigError(
             f"Connection {conn_id!r}: unknown extra {sorted(unknown)}; the Ray connection takes "
-            f"{', '.join(map(repr, EXTRAS))}.")
+            f"{', '.join(map(repr, EXTRAS))}."
+        )
     return dict(raw)
 
 
@@ -105,11 +109,13 @@ def check_headers(conn_id: str, headers: dict) -> dict[str, str]:
         if not isinstance(key, str) or not isinstance(value, str):
             raise RayConnectionConfigError(
                 f"Connection {conn_id!r}: extra 'headers' must map strings to strings; header {key!r} has a "
-                f'{type(value).__name__} value. Give e.g. {{"X-Team": "ml"}}.')
+                f'{type(value).__name__} value. Give e.g. {{"X-Team": "ml"}}.'
+            )
         if any(c in key + value for c in "\r\n\0"):
             raise RayConnectionConfigError(
                 f"Connection {conn_id!r}: extra 'headers': header {key!r} has a line break in its name or value "
-                "(not shown); remove it.")
+                "(not shown); remove it."
+            )
     return headers
 
 
@@ -118,16 +124,19 @@ def check_address(conn_id: str, host: str, port: Any, schema: str | None) -> Non
     if scheme not in ("http", "https"):
         raise RayConnectionConfigError(
             f"Connection {conn_id!r}: schema {scheme!r} is not a scheme of the Ray dashboard; use 'http' or "
-            "'https' (in the schema field, or in the host's URL; it is not a database schema).")
+            "'https' (in the schema field, or in the host's URL; it is not a database schema)."
+        )
     bare = host.split("://", 1)[-1].rstrip("/")
     if not bare or any(c.isspace() for c in bare) or "/" in bare.split(":", 1)[0]:
         raise RayConnectionConfigError(
             f"Connection {conn_id!r}: host {host!r} is not a host name; give the Ray head's name or address, "
-            "e.g. 'ray-head.example.com', with the port in the port field.")
+            "e.g. 'ray-head.example.com', with the port in the port field."
+        )
     if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
         raise RayConnectionConfigError(
             f"Connection {conn_id!r}: port {port!r} is not a TCP port; give the dashboard's port, 1 to 65535 "
-            f"(Ray's default is {DEFAULT_PORT}), or leave it empty.")
+            f"(Ray's default is {DEFAULT_PORT}), or leave it empty."
+        )
 
 
 def clean_token(conn_id: str, token: str | None) -> str | None:
@@ -139,7 +148,8 @@ def clean_token(conn_id: str, token: str | None) -> str | None:
     if any(c.isspace() or ord(c) < 32 for c in token):
         raise RayConnectionConfigError(
             f"Connection {conn_id!r}: the password (the Ray auth token) has spaces or control characters "
-            "inside it (not shown); paste the token alone, the contents of ~/.ray/auth_token on the head.")
+            "inside it (not shown); paste the token alone, the contents of ~/.ray/auth_token on the head."
+        )
     return token
 
 
@@ -150,8 +160,17 @@ def auth_headers(token: str | None, headers: Mapping[str, str]) -> dict[str, str
     return out
 
 
-def endpoint_from(conn_id: str, *, host: str | None, port: Any, schema: str | None, password: str | None,
-                  extra: Any, local_url: str | None = None, local_token: str | None = None) -> RayEndpoint:
+def endpoint_from(
+    conn_id: str,
+    *,
+    host: str | None,
+    port: Any,
+    schema: str | None,
+    password: str | None,
+    extra: Any,
+    local_url: str | None = None,
+    local_token: str | None = None,
+) -> RayEndpoint:
     """The endpoint of a connection's fields. ``local_url``/``local_token``: the embedded cluster's,
     used when the host is empty or ``local``."""
     from airflow_provider_horovod.checks import check_prices, check_runtime_env
@@ -162,7 +181,8 @@ def endpoint_from(conn_id: str, *, host: str | None, port: Any, schema: str | No
         verify = verify is None or verify.strip().lower() != "false"
     if not isinstance(verify, (bool, str)):
         raise RayConnectionConfigError(
-            f"Connection {conn_id!r}: extra 'verify'={verify!r} must be true, false or a CA bundle path.")
+            f"Connection {conn_id!r}: extra 'verify'={verify!r} must be true, false or a CA bundle path."
+        )
     ca_bundle = extras.get("ca_bundle") or None
     if ca_bundle is not None and verify is not False:
         # The form's "CA bundle" field; a path in "verify" itself still works (connections made before it).
@@ -171,10 +191,12 @@ def endpoint_from(conn_id: str, *, host: str | None, port: Any, schema: str | No
         if verify == ca_bundle:
             raise RayConnectionConfigError(
                 f"Connection {conn_id!r}: extra 'ca_bundle'={verify!r} is not an existing path; give the path of a "
-                "CA bundle (PEM file or folder) on the Airflow workers, or leave it empty.")
+                "CA bundle (PEM file or folder) on the Airflow workers, or leave it empty."
+            )
         raise RayConnectionConfigError(
             f"Connection {conn_id!r}: extra 'verify'={verify!r} is neither true, false nor an existing path; give "
-            "true, false or the path of a CA bundle (PEM file or folder) on the Airflow workers.")
+            "true, false or the path of a CA bundle (PEM file or folder) on the Airflow workers."
+        )
     headers = check_headers(conn_id, _json_field(conn_id, "headers", extras.get("headers")))
     runtime_env = _json_field(conn_id, "runtime_env", extras.get("runtime_env"))
     try:
@@ -182,20 +204,36 @@ def endpoint_from(conn_id: str, *, host: str | None, port: Any, schema: str | No
     except InvalidParameterError as err:
         # The connection's runtime_env goes under every job's: the same rules apply.
         raise RayConnectionConfigError(
-            f"Connection {conn_id!r}: extra 'runtime_env'={err.value!r}: {err.fix}") from None
+            f"Connection {conn_id!r}: extra 'runtime_env'={err.value!r}: {err.fix}"
+        ) from None
     shared = bool(_flag(conn_id, "shared_storage", extras.get("shared_storage"), False))
     try:
         prices = check_prices(_json_field(conn_id, "prices", extras.get("prices")) or None)
     except InvalidParameterError as err:
         raise RayConnectionConfigError(f"Connection {conn_id!r}: extra 'prices'={err.value!r}: {err.fix}") from None
     if is_local_host(host):
-        return RayEndpoint(conn_id, local_url or "", auth_headers(local_token, headers), verify, runtime_env,
-                           embedded=True, shared_storage=True, prices=prices)
+        return RayEndpoint(
+            conn_id,
+            local_url or "",
+            auth_headers(local_token, headers),
+            verify,
+            runtime_env,
+            embedded=True,
+            shared_storage=True,
+            prices=prices,
+        )
     host = str(host)
     check_address(conn_id, host.strip(), port, schema)
     token = clean_token(conn_id, password)
-    return RayEndpoint(conn_id, dashboard_url(host, port, schema), auth_headers(token, headers), verify, runtime_env,
-                       shared_storage=shared, prices=prices)
+    return RayEndpoint(
+        conn_id,
+        dashboard_url(host, port, schema),
+        auth_headers(token, headers),
+        verify,
+        runtime_env,
+        shared_storage=shared,
+        prices=prices,
+    )
 
 
 def unreadable_env_connection(conn_id: str) -> RayConnectionConfigError | None:
@@ -218,7 +256,8 @@ def unreadable_env_connection(conn_id: str) -> RayConnectionConfigError | None:
                 reason = f"its port {port!r} is not a number"
     return RayConnectionConfigError(
         f"Connection {conn_id!r} is set in {var}, but Airflow cannot read it: {reason}. Give e.g. "
-        '{"conn_type": "ray", "host": "ray-head", "port": 8265, "schema": "http", "password": "<token>"}.')
+        '{"conn_type": "ray", "host": "ray-head", "port": 8265, "schema": "http", "password": "<token>"}.'
+    )
 
 
 def merge_runtime_env(base: Mapping[str, Any] | None, override: Mapping[str, Any] | None) -> dict:

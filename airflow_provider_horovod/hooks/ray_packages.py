@@ -55,8 +55,9 @@ def _files(folder: str, patterns: tuple[str, ...]) -> list[tuple[str, str]]:
     return found
 
 
-def package_folder(folder: str, *, keep_name: bool, excludes: tuple[str, ...] = (),
-                   field: str = "working_dir") -> Package:
+def package_folder(
+    folder: str, *, keep_name: bool, excludes: tuple[str, ...] = (), field: str = "working_dir"
+) -> Package:
     """A zip of ``folder``'s files; ``keep_name``: under a top folder of the folder's name (py_modules)."""
     folder = os.path.abspath(folder)
     patterns = DEFAULT_EXCLUDES + tuple(excludes)
@@ -68,14 +69,19 @@ def package_folder(folder: str, *, keep_name: bool, excludes: tuple[str, ...] = 
             with open(path, "rb") as f:
                 data = f.read()
             digest.update(relative.encode() + b"\0" + hashlib.sha1(data).digest())
-            archive.writestr(zipfile.ZipInfo(top + relative, date_time=(1980, 1, 1, 0, 0, 0)), data,
-                             compress_type=zipfile.ZIP_DEFLATED)
+            archive.writestr(
+                zipfile.ZipInfo(top + relative, date_time=(1980, 1, 1, 0, 0, 0)),
+                data,
+                compress_type=zipfile.ZIP_DEFLATED,
+            )
     data = buffer.getvalue()
     if len(data) > MAX_PACKAGE_BYTES:
         raise InvalidParameterError(
-            "runtime_env", {field: folder},
+            "runtime_env",
+            {field: folder},
             f"the folder packs to {len(data) / 2**20:.0f} MiB, over Ray's limit of {MAX_PACKAGE_BYTES // 2**20} MiB; "
-            "leave data and checkpoints out with runtime_env['excludes'], or read them from storage.")
+            "leave data and checkpoints out with runtime_env['excludes'], or read them from storage.",
+        )
     return Package(f"gcs://{PACKAGE_PREFIX}{digest.hexdigest()}.zip", data)
 
 
@@ -115,8 +121,11 @@ def with_uploaded_packages(runtime_env: dict[str, Any]) -> tuple[dict[str, Any],
             modules.append(module)
             continue
         own = PROVIDER_EXCLUDES if os.path.abspath(module) == PROVIDER_FOLDER else ()
-        package = (package_folder(module, keep_name=True, excludes=excludes + own, field="py_modules")
-                   if os.path.isdir(module) else package_file(module))
+        package = (
+            package_folder(module, keep_name=True, excludes=excludes + own, field="py_modules")
+            if os.path.isdir(module)
+            else package_file(module)
+        )
         packages.append(package)
         modules.append(package.uri)
     if "py_modules" in env:

@@ -37,9 +37,12 @@ def retry_args(tried: int = 0) -> dict[str, Any]:
     ``tried``: tries made already, before tenacity took over."""
     import tenacity
 
-    return {"stop": tenacity.stop_after_attempt(RETRIES - tried),
-            "wait": tenacity.wait_exponential(multiplier=BACKOFF_S * 2 ** tried, max=8),
-            "retry": tenacity.retry_if_exception_type(Transient), "reraise": True}
+    return {
+        "stop": tenacity.stop_after_attempt(RETRIES - tried),
+        "wait": tenacity.wait_exponential(multiplier=BACKOFF_S * 2**tried, max=8),
+        "retry": tenacity.retry_if_exception_type(Transient),
+        "reraise": True,
+    }
 
 
 def send(once: Callable[[], T]) -> T:
@@ -84,9 +87,13 @@ def client_args(endpoint: RayEndpoint) -> dict[str, Any]:
     """What the sync ``httpx.Client`` is made with; ``async_session`` makes the async one alike."""
     import httpx
 
-    return {"base_url": endpoint.url, "headers": dict(endpoint.headers), "verify": tls_for(endpoint),
-            "timeout": httpx.Timeout(TIMEOUT_S[1], connect=TIMEOUT_S[0]),
-            "limits": httpx.Limits(max_connections=4, max_keepalive_connections=2, keepalive_expiry=KEEPALIVE_S)}
+    return {
+        "base_url": endpoint.url,
+        "headers": dict(endpoint.headers),
+        "verify": tls_for(endpoint),
+        "timeout": httpx.Timeout(TIMEOUT_S[1], connect=TIMEOUT_S[0]),
+        "limits": httpx.Limits(max_connections=4, max_keepalive_connections=2, keepalive_expiry=KEEPALIVE_S),
+    }
 
 
 def async_session(endpoint: RayEndpoint):
@@ -96,8 +103,11 @@ def async_session(endpoint: RayEndpoint):
     import aiohttp
 
     connector = aiohttp.TCPConnector(limit=SHARED_CONNECTIONS, keepalive_timeout=KEEPALIVE_S, ssl=tls_for(endpoint))
-    return aiohttp.ClientSession(headers=dict(endpoint.headers), connector=connector,
-                                 timeout=aiohttp.ClientTimeout(sock_connect=TIMEOUT_S[0], sock_read=TIMEOUT_S[1]))
+    return aiohttp.ClientSession(
+        headers=dict(endpoint.headers),
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(sock_connect=TIMEOUT_S[0], sock_read=TIMEOUT_S[1]),
+    )
 
 
 def fetch(client, method: str, path: str, **kwargs) -> tuple[int, str]:
@@ -145,8 +155,9 @@ class JobBoard:
         self.pruned_at = float("-inf")
         self._listing: asyncio.Future | None = None
 
-    async def info(self, submission_id: str, fresh_within_s: float,
-                   list_unended: Callable[[], Awaitable[list[dict]]]) -> dict | None:
+    async def info(
+        self, submission_id: str, fresh_within_s: float, list_unended: Callable[[], Awaitable[list[dict]]]
+    ) -> dict | None:
         """The job's info from a list at most ``fresh_within_s`` old (listing again when older);
         None when the job asks for its own: few jobs are waited for, the job is not in the list
         (it has ended), or the list failed."""

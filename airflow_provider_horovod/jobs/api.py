@@ -34,10 +34,18 @@ class RayJobsApi(Protocol):
 
     def get_cluster_resources(self) -> dict[str, float]: ...
 
-    def submit_job(self, *, entrypoint: str, submission_id: str, runtime_env: Mapping | None = None,
-                   metadata: Mapping[str, str] | None = None, entrypoint_num_cpus: float | None = None,
-                   entrypoint_num_gpus: float | None = None, entrypoint_memory: int | None = None,
-                   entrypoint_resources: Mapping[str, float] | None = None) -> str: ...
+    def submit_job(
+        self,
+        *,
+        entrypoint: str,
+        submission_id: str,
+        runtime_env: Mapping | None = None,
+        metadata: Mapping[str, str] | None = None,
+        entrypoint_num_cpus: float | None = None,
+        entrypoint_num_gpus: float | None = None,
+        entrypoint_memory: int | None = None,
+        entrypoint_resources: Mapping[str, float] | None = None,
+    ) -> str: ...
 
     def stop_job(self, submission_id: str) -> bool: ...
 

@@ -50,26 +50,42 @@ def finish(event: JobEvent, *, dashboard_url: str, storage: Storage, try_number:
     tags = job_tags_of(metadata)
     if not metadata.get(META_RESULT_URI):
         status = event.job_status.value if event.job_status else None
-        return {"submission_id": sid, "status": status, "dashboard_url": dashboard_url, "metadata": metadata,
-                "job_tags": tags}
+        return {
+            "submission_id": sid,
+            "status": status,
+            "dashboard_url": dashboard_url,
+            "metadata": metadata,
+            "job_tags": tags,
+        }
     result: dict[str, Any]
     record: TaskRecord
     if metadata.get(META_KIND) == JobKind.TASK.value:
         record = read_record(storage, metadata[META_RESULT_URI], sid, TaskRecord)
         spent = keep_cost(storage, event, record, earlier_records(storage, record.storage_uri, record.attempt))
-        result = {"return_value": record.return_value, "submission_id": sid, "dashboard_url": dashboard_url,
-                  "storage_uri": record.storage_uri, "attempt": record.attempt, "timings": record.timings,
-                  "cost": spent, "job_tags": tags}
+        result = {
+            "return_value": record.return_value,
+            "submission_id": sid,
+            "dashboard_url": dashboard_url,
+            "storage_uri": record.storage_uri,
+            "attempt": record.attempt,
+            "timings": record.timings,
+            "cost": spent,
+            "job_tags": tags,
+        }
     else:
         training = read_record(storage, metadata[META_RESULT_URI], sid, ResultRecord)
         check_checkpoints(storage, training)
         earlier = earlier_records(storage, training.storage_uri, training.attempt)
         spent = keep_cost(storage, event, training, earlier)
-        result = dict(training_result(training, dashboard_url=dashboard_url, attempts=earlier_attempts(earlier),
-                                      cost=spent, job_tags=tags))
+        result = dict(
+            training_result(
+                training, dashboard_url=dashboard_url, attempts=earlier_attempts(earlier), cost=spent, job_tags=tags
+            )
+        )
         record = training
-    storage.write_json(consumed_uri(record.storage_uri, record.attempt), {"submission_id": sid,
-                       "try_number": try_number})
+    storage.write_json(
+        consumed_uri(record.storage_uri, record.attempt), {"submission_id": sid, "try_number": try_number}
+    )
     return result
 
 
@@ -84,15 +100,22 @@ def failed(event: JobEvent, storage: Storage) -> JobFailure:
     """The failure of a job that did not succeed: its class decided once (``failures.of_job``, from the
     runtime's verdict and Ray's job info), its post-mortem kept beside the attempt's checkpoints."""
     runtime = failures.Failure.from_dict(event.failure) if event.failure else None
-    info = {"status": event.job_status.value if event.job_status else None, "error_type": event.error_type,
-            "driver_exit_code": event.driver_exit_code, "message": event.message}
+    info = {
+        "status": event.job_status.value if event.job_status else None,
+        "error_type": event.error_type,
+        "driver_exit_code": event.driver_exit_code,
+        "message": event.message,
+    }
     failure = failures.of_job(info, runtime, provider_job=bool(event.metadata.get(META_RESULT_URI)))
     failure = failures.with_network_reason(failure, event.log_tail)
     keep_post_mortem(storage, event, failure)
-    return failure.failure_class.error(failure_message(event, failure), failure=failure.to_dict(),
-                                       submission_id=event.submission_id,
-                                       status=event.job_status.value if event.job_status else None,
-                                       error_type=event.error_type)
+    return failure.failure_class.error(
+        failure_message(event, failure),
+        failure=failure.to_dict(),
+        submission_id=event.submission_id,
+        status=event.job_status.value if event.job_status else None,
+        error_type=event.error_type,
+    )
 
 
 def failure_message(event: JobEvent, failure: failures.Failure) -> str:
@@ -115,9 +138,15 @@ def keep_post_mortem(storage: Storage, event: JobEvent, failure: failures.Failur
     try:
         written = storage.read_json(uri) or {}
         storage_uri = event.metadata.get(META_STORAGE_URI) or ""
-        record = {"submission_id": event.submission_id, "attempt": int(attempt), "storage_uri": storage_uri,
-                  "run_uri": attempt_uri(storage_uri, int(attempt)), **written, "failure": failure.to_dict(),
-                  "log_tail": list(event.log_tail[-LOG_TAIL_LINES:])}
+        record = {
+            "submission_id": event.submission_id,
+            "attempt": int(attempt),
+            "storage_uri": storage_uri,
+            "run_uri": attempt_uri(storage_uri, int(attempt)),
+            **written,
+            "failure": failure.to_dict(),
+            "log_tail": list(event.log_tail[-LOG_TAIL_LINES:]),
+        }
         spent = run_cost(storage, event, record, earlier_records(storage, storage_uri, int(attempt)))
         storage.write_json(uri, {**record, "cost": spent})
         log.info("%s (this failed attempt included)", cost.summary(spent))
@@ -142,12 +171,19 @@ def earlier_attempts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     found = []
     for record in records:
         failure = record.get("failure") or {}
-        found.append({"attempt": record["attempt"], "submission_id": record.get("submission_id"),
-                      "failure_class": failure.get("failure_class"), "summary": failure.get("summary")})
+        found.append(
+            {
+                "attempt": record["attempt"],
+                "submission_id": record.get("submission_id"),
+                "failure_class": failure.get("failure_class"),
+                "summary": failure.get("summary"),
+            }
+        )
     return found
 
 
 # --- the cost ----------------------------------------------------------------------------------------
+
 
 def keep_cost(storage: Storage, event: JobEvent, record: TaskRecord, earlier: list[dict[str, Any]]) -> Cost:
     """The task run's cost up to this succeeded attempt, kept in its record too (best effort; the record
@@ -171,9 +207,17 @@ def run_cost(storage: Storage, event: JobEvent, record: dict[str, Any], earlier:
     per_worker = _json_metadata(event.metadata, META_WORKER_RESOURCES) or {}
     prices = _json_metadata(event.metadata, META_PRICES)
     attempts = [earlier_cost(storage, rec, per_worker, prices) for rec in earlier]
-    attempts.append(cost.attempt_cost(record, failed=not event.succeeded, submitted_at=event.start_time,
-                                      ended_at=event.end_time, worker_groups=worker_groups(storage, event, record),
-                                      per_worker=per_worker, prices=prices))
+    attempts.append(
+        cost.attempt_cost(
+            record,
+            failed=not event.succeeded,
+            submitted_at=event.start_time,
+            ended_at=event.end_time,
+            worker_groups=worker_groups(storage, event, record),
+            per_worker=per_worker,
+            prices=prices,
+        )
+    )
     return cost.task_run_cost(attempts, per_worker=per_worker, prices=prices)
 
 
@@ -188,8 +232,15 @@ def earlier_cost(storage: Storage, record: dict[str, Any], per_worker: dict, pri
         groups: Any = (storage.read_json(worker_groups_uri(run_uri)) or []) if run_uri else []
     except Exception:  # as above: it informs
         groups = []
-    return cost.attempt_cost(record, failed=failed, submitted_at=None, ended_at=None, worker_groups=list(groups),
-                             per_worker=per_worker, prices=prices)
+    return cost.attempt_cost(
+        record,
+        failed=failed,
+        submitted_at=None,
+        ended_at=None,
+        worker_groups=list(groups),
+        per_worker=per_worker,
+        prices=prices,
+    )
 
 
 def worker_groups(storage: Storage, event: JobEvent, record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -221,7 +272,9 @@ def read_record(storage: Storage, record_uri: str, submission_id: str, record_cl
     if text is None:
         raise UserCodeError(
             f"Ray job {submission_id} succeeded but wrote no result record at {record_uri}. The training function "
-            "may have ended without ray.train.report(...).", submission_id=submission_id)
+            "may have ended without ray.train.report(...).",
+            submission_id=submission_id,
+        )
     return record_class.from_json(text)
 
 
@@ -231,30 +284,40 @@ def check_checkpoints(storage: Storage, record: ResultRecord) -> None:
     if not record.checkpoint_uri:
         raise UserCodeError(
             f"Ray job {sid} succeeded without a checkpoint: call ray.train.report(metrics, "
-            "checkpoint=Checkpoint.from_directory(...)) on rank 0 at least once.", submission_id=sid)
+            "checkpoint=Checkpoint.from_directory(...)) on rank 0 at least once.",
+            submission_id=sid,
+        )
     for uri in dict.fromkeys([record.checkpoint_uri, record.best_checkpoint_uri or record.checkpoint_uri]):
         try:
             present = storage.folder_has_files(uri)
         except Exception as err:
             raise TrainingResultError(
                 f"Ray job {sid} succeeded but its checkpoint {uri} cannot be checked: {err} No checkpoint "
-                "URI was pushed. Once the storage answers again, retry the task: it reuses the finished job.") from err
+                "URI was pushed. Once the storage answers again, retry the task: it reuses the finished job."
+            ) from err
         if not present:
             retry = retire_attempt(storage, record, uri)
             raise TrainingResultError(
                 f"Ray job {sid} succeeded and reported checkpoint {uri}, but it is missing or empty in "
                 "storage: it may have been deleted (lifecycle rule, cleanup job) after training. No checkpoint URI "
-                f"was pushed. {retry}")
+                f"was pushed. {retry}"
+            )
 
 
 def retire_attempt(storage: Storage, record: ResultRecord, missing_uri: str) -> str:
     """Mark an attempt whose checkpoint vanished as used up (a retry then trains a new one); say so."""
     try:
-        storage.write_json(consumed_uri(record.storage_uri, record.attempt),
-                           {"submission_id": record.submission_id, "checkpoint_missing": missing_uri})
+        storage.write_json(
+            consumed_uri(record.storage_uri, record.attempt),
+            {"submission_id": record.submission_id, "checkpoint_missing": missing_uri},
+        )
     except Exception as err:  # best effort: the error above is what matters
         log.warning("Could not mark attempt %s as used up: %s", record.attempt, err)
-        return (f"Marking the attempt used up failed ({err}), so a retry would reuse this job and fail again: give "
-                "Airflow write access to the storage, then retry or clear the task.")
-    return ("Retry or clear the task to train again (as a new attempt), and keep the storage's lifecycle rules away "
-            "from checkpoints the next tasks still read.")
+        return (
+            f"Marking the attempt used up failed ({err}), so a retry would reuse this job and fail again: give "
+            "Airflow write access to the storage, then retry or clear the task."
+        )
+    return (
+        "Retry or clear the task to train again (as a new attempt), and keep the storage's lifecycle rules away "
+        "from checkpoints the next tasks still read."
+    )

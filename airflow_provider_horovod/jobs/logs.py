@@ -57,15 +57,23 @@ class LogCursor:
     progress_at: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"submission_id": self.submission_id, "lines": self.lines, "tail": list(self.tail),
-                "progress_at": self.progress_at}
+        return {
+            "submission_id": self.submission_id,
+            "lines": self.lines,
+            "tail": list(self.tail),
+            "progress_at": self.progress_at,
+        }
 
     @classmethod
     def from_dict(cls, data: Any, submission_id: str) -> LogCursor:
         """The saved cursor when it is one of this job's; else the start of the log."""
         if isinstance(data, dict) and data.get("submission_id") == submission_id:
-            return cls(submission_id, int(data.get("lines") or 0), tuple(data.get("tail") or ()),
-                       float(data.get("progress_at") or 0.0))
+            return cls(
+                submission_id,
+                int(data.get("lines") or 0),
+                tuple(data.get("tail") or ()),
+                float(data.get("progress_at") or 0.0),
+            )
         return cls(submission_id)
 
     def furthest(self, other: LogCursor) -> LogCursor:
@@ -99,7 +107,7 @@ def place(window: Window, cursor: LogCursor) -> list[str] | None:
     """The complete lines of ``window`` after the cursor's; None when the window cannot tell (it is
     shorter than what is new, or the cursor's last lines recur in it): ask for a longer one."""
     if window.whole:
-        return window.lines[cursor.lines:]
+        return window.lines[cursor.lines :]
     if len(cursor.tail) < TAIL_LINES:
         # The cursor is in the log's first lines (or has no digests): so few lines recur by chance
         # (a blank line, a banner) and would be found in the wrong place. Only the whole log places
@@ -107,7 +115,7 @@ def place(window: Window, cursor: LogCursor) -> list[str] | None:
         return None
     digests = [digest(line) for line in window.lines]
     k = len(cursor.tail)
-    found = [p for p in range(len(digests) - k + 1) if tuple(digests[p:p + k]) == cursor.tail]
+    found = [p for p in range(len(digests) - k + 1) if tuple(digests[p : p + k]) == cursor.tail]
     if len(found) != 1:
         return None
     start = found[0]
@@ -115,9 +123,9 @@ def place(window: Window, cursor: LogCursor) -> list[str] | None:
     # cursor's own only in part, its first ones before the window: then the window shows fewer of the
     # new lines than came. Only a shift longer than the lines the window shows before them rules it out.
     tail = cursor.tail
-    if any(tail[shift:] == tail[:k - shift] for shift in range(start + 1, k)):
+    if any(tail[shift:] == tail[: k - shift] for shift in range(start + 1, k)):
         return None
-    return window.lines[start + k:]
+    return window.lines[start + k :]
 
 
 def lines_after(text: str, count: int) -> list[str]:
@@ -152,8 +160,11 @@ class LogReader:
                 lines = await self._window(hook, info, cursor, final=ended)
             except HorovodProviderError as err:
                 self.gap = str(err)
-                self.write(logging.WARNING, f"The job's log cannot be read from line {cursor.lines + 1} on ({err}); "
-                                            "its rest is read once the job ends.")
+                self.write(
+                    logging.WARNING,
+                    f"The job's log cannot be read from line {cursor.lines + 1} on ({err}); "
+                    "its rest is read once the job ends.",
+                )
         if self.gap is not None and ended:
             lines = await self._whole(hook, cursor)
         self.network_line = next((line for line in reversed(lines) if GLOO_REASON.search(line)), self.network_line)
@@ -207,7 +218,8 @@ class LogReader:
             if window.whole and len(window.lines) < cursor.lines:
                 raise HorovodProviderError(
                     f"the log is shorter ({len(window.lines)} lines) than what was already streamed ({cursor.lines} "
-                    "lines): it was truncated or rotated")
+                    "lines): it was truncated or rotated"
+                )
             new = place(window, cursor)
             if new is not None:
                 break
@@ -224,22 +236,40 @@ class LogReader:
 _SOURCE = re.compile(r"^\([\w.:-]+ pid=\d+(?:, ip=[\d.:a-f]+)?\) ")
 _GLOG = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ ([DIWEF]) \d+ \d+\] ")
 _RAY_PYTHON_LOG = re.compile(
-    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\t(DEBUG|INFO|WARNING|ERROR|CRITICAL) \S+\.py:\d+ -- ")
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\t(DEBUG|INFO|WARNING|ERROR|CRITICAL) \S+\.py:\d+ -- "
+)
 # Horovod's C++ log: "[2026-11-24 11:50:03.428569: E /path/operations.cc:697] ..."
 _HOROVOD_LOG = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: ([TDIWEF]) /\S+:\d+\] ")
-_GLOG_LEVELS = {"T": logging.DEBUG, "D": logging.DEBUG, "I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR,
-                "F": logging.CRITICAL}
+_GLOG_LEVELS = {
+    "T": logging.DEBUG,
+    "D": logging.DEBUG,
+    "I": logging.INFO,
+    "W": logging.WARNING,
+    "E": logging.ERROR,
+    "F": logging.CRITICAL,
+}
 # What Ray's own libraries (not the user's code) print: Ray Data's notices and warnings, a native
 # stack dump after a crash (abseil's failure signal handler, glog's), Python's fatal error report.
-_RAY_OWN = re.compile("|".join([
-    r"/site-packages/ray/.*: \w*Warning: ", r"^\s+warnings\.warn\(", r"tqdm is not installed",
-    r"ExecutionOptions\.\w+ is deprecated",
-    r"^\*\*\* (SIG\w+ received|Aborted at|Check failure)", r"^PC: @ ", r"^\s+@\s+0x[0-9a-f]+\s",
-    r"^\s*/\S+\.so(\.\d+)*\([^)]*\) \[0x[0-9a-f]+\]",  # a native frame: lib.so(+0x..) [0x..] symbol
-    r"^Fatal Python error: ", r"^Extension modules: ",
-    r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\)", r'^\s+File ".*", line \d+ in \S+$',
-    r"^terminate called after throwing an instance of '", r"^\s+what\(\):\s+\[",
-]))
+_RAY_OWN = re.compile(
+    "|".join(
+        [
+            r"/site-packages/ray/.*: \w*Warning: ",
+            r"^\s+warnings\.warn\(",
+            r"tqdm is not installed",
+            r"ExecutionOptions\.\w+ is deprecated",
+            r"^\*\*\* (SIG\w+ received|Aborted at|Check failure)",
+            r"^PC: @ ",
+            r"^\s+@\s+0x[0-9a-f]+\s",
+            r"^\s*/\S+\.so(\.\d+)*\([^)]*\) \[0x[0-9a-f]+\]",  # a native frame: lib.so(+0x..) [0x..] symbol
+            r"^Fatal Python error: ",
+            r"^Extension modules: ",
+            r"^(Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\)",
+            r'^\s+File ".*", line \d+ in \S+$',
+            r"^terminate called after throwing an instance of '",
+            r"^\s+what\(\):\s+\[",
+        ]
+    )
+)
 # Ray's " [repeated 2x across cluster]" (coloured) after a line it deduplicated.
 _REPEATED = re.compile(r"(\x1b\[\d+m)? \[repeated \d+x across cluster\](\x1b\[0m)?$")
 

@@ -48,18 +48,27 @@ def start(hook: RayJobsApi, plan: JobPlan, storage: Storage, *, logger: Logger =
         plan = dataclasses.replace(plan, prices=dict(hook.endpoint.prices))
     attempt = find_attempt(hook, plan, storage, logger=logger)
     if attempt.reattached:
-        logger.info("Re-attaching to Ray job %s (%s) of this task run.", attempt.submission_id,
-                    (attempt.info or {}).get("status"))
+        logger.info(
+            "Re-attaching to Ray job %s (%s) of this task run.",
+            attempt.submission_id,
+            (attempt.info or {}).get("status"),
+        )
     else:
         check_cluster_resources(hook, plan)
         storage.check_bucket(plan.storage_uri)
         request = plan.request(attempt.number, resume=attempt.resume, extra_files=forwarded_credentials(plan, logger))
         logger.info("Submitting Ray job %s (dry run of the request):\n%s", request.submission_id, request.dry_run())
         submit(hook, request)
-    return SubmittedJob(submission_id=attempt.submission_id, dashboard_url=hook.get_job_url(attempt.submission_id),
-                        storage_uri=plan.storage_uri, attempt=attempt.number, kind=plan.kind.value,
-                        checkpoint_score_attribute=getattr(plan.spec, "checkpoint_score_attribute", None),
-                        aws_conn_id=storage.aws_conn_id, job_tags=dict(plan.job_tags))
+    return SubmittedJob(
+        submission_id=attempt.submission_id,
+        dashboard_url=hook.get_job_url(attempt.submission_id),
+        storage_uri=plan.storage_uri,
+        attempt=attempt.number,
+        kind=plan.kind.value,
+        checkpoint_score_attribute=getattr(plan.spec, "checkpoint_score_attribute", None),
+        aws_conn_id=storage.aws_conn_id,
+        job_tags=dict(plan.job_tags),
+    )
 
 
 def find_attempt(hook: RayJobsApi, plan: JobPlan, storage: Storage, *, logger: Logger = log) -> Attempt:
@@ -79,8 +88,12 @@ def find_attempt(hook: RayJobsApi, plan: JobPlan, storage: Storage, *, logger: L
         # The task was cleared after it had succeeded: the user asks for a new run.
         logger.info("Attempt %s already gave this task its result; running again as attempt %s.", latest, latest + 1)
         return Attempt(latest + 1, task_run.submission_id(latest + 1))
-    logger.info("Attempt %s ended %s; submitting attempt %s, resuming from its last checkpoint.",
-                latest, status.value, latest + 1)
+    logger.info(
+        "Attempt %s ended %s; submitting attempt %s, resuming from its last checkpoint.",
+        latest,
+        status.value,
+        latest + 1,
+    )
     return Attempt(latest + 1, task_run.submission_id(latest + 1), resume=True)
 
 
@@ -91,11 +104,13 @@ def check_storage_is_shared(hook: RayJobsApi, plan: JobPlan) -> None:
         return
     conn_id = plan.ray_conn_id
     raise InvalidParameterError(
-        "storage_path", plan.storage_root,
+        "storage_path",
+        plan.storage_root,
         f"the Ray cluster of connection {conn_id!r} is not the embedded local one, so a local path is written on its "
         "nodes, where Airflow cannot read the result. Use s3://bucket/prefix; or, if this path is on a filesystem "
-        f"shared by every Ray node and the Airflow workers, set the extra {{\"shared_storage\": true}} on connection "
-        f"{conn_id!r}.")
+        f'shared by every Ray node and the Airflow workers, set the extra {{"shared_storage": true}} on connection '
+        f"{conn_id!r}.",
+    )
 
 
 def check_cluster_resources(hook: RayJobsApi, plan: JobPlan) -> None:
@@ -107,7 +122,9 @@ def check_cluster_resources(hook: RayJobsApi, plan: JobPlan) -> None:
         raise RayJobPendingTimeoutError(
             f"The workers ask for {json.dumps(asked, sort_keys=True)} but the cluster has none of {missing} (it "
             f"has {json.dumps(cluster, sort_keys=True)}). Use use_gpu=False or a cluster with such nodes; for an "
-            "autoscaling cluster set check_cluster_resources=False.", status="NOT_SUBMITTED")
+            "autoscaling cluster set check_cluster_resources=False.",
+            status="NOT_SUBMITTED",
+        )
 
 
 def forwarded_credentials(plan: JobPlan, logger: Logger) -> dict[str, bytes]:
@@ -118,8 +135,9 @@ def forwarded_credentials(plan: JobPlan, logger: Logger) -> dict[str, bytes]:
 
     aws_conn_id, ttl_s = plan.forward_aws
     session = session_credentials(aws_conn_id, ttl_s)
-    logger.info("Forwarding AWS session credentials of connection %r, valid until %s.", aws_conn_id,
-                session["expiration"])
+    logger.info(
+        "Forwarding AWS session credentials of connection %r, valid until %s.", aws_conn_id, session["expiration"]
+    )
     return {SESSION_FILE: json.dumps(session).encode()}
 
 
@@ -129,9 +147,13 @@ def submit(hook: RayJobsApi, request: JobRequest) -> str:
         folder = request.write_payload(parent)
         runtime_env = {**request.runtime_env, "py_modules": [*request.runtime_env.get("py_modules", []), folder]}
         resources = request.driver_resources
-        return hook.submit_job(entrypoint=request.entrypoint, submission_id=request.submission_id,
-                               runtime_env=runtime_env, metadata=request.metadata,
-                               entrypoint_num_cpus=resources.get("num_cpus"),
-                               entrypoint_num_gpus=resources.get("num_gpus"),
-                               entrypoint_memory=resources.get("memory"),
-                               entrypoint_resources=resources.get("resources"))
+        return hook.submit_job(
+            entrypoint=request.entrypoint,
+            submission_id=request.submission_id,
+            runtime_env=runtime_env,
+            metadata=request.metadata,
+            entrypoint_num_cpus=resources.get("num_cpus"),
+            entrypoint_num_gpus=resources.get("num_gpus"),
+            entrypoint_memory=resources.get("memory"),
+            entrypoint_resources=resources.get("resources"),
+        )

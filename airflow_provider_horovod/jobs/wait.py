@@ -105,28 +105,58 @@ class JobEvent:
         return self.outcome is Outcome.SUCCESS
 
     @classmethod
-    def from_info(cls, submission_id: str, info: dict, *, log_tail: list[str] | None = None,
-                  log_cursor: dict | None = None, reason: str = "", failure: dict | None = None) -> JobEvent:
+    def from_info(
+        cls,
+        submission_id: str,
+        info: dict,
+        *,
+        log_tail: list[str] | None = None,
+        log_cursor: dict | None = None,
+        reason: str = "",
+        failure: dict | None = None,
+    ) -> JobEvent:
         """The event of a job in a terminal state, from its job info."""
         status = JobStatus.of(info.get("status"))
-        return cls(outcome=Outcome.SUCCESS if status is JobStatus.SUCCEEDED else Outcome.ERROR,
-                   submission_id=submission_id, job_status=status, error_type=info.get("error_type"),
-                   message=info.get("message") or "", metadata=dict(info.get("metadata") or {}),
-                   log_tail=list(log_tail or []), log_cursor=dict(log_cursor or {}), reason=reason,
-                   failure=dict(failure or {}), driver_exit_code=info.get("driver_exit_code"),
-                   **ray_times(info))
+        return cls(
+            outcome=Outcome.SUCCESS if status is JobStatus.SUCCEEDED else Outcome.ERROR,
+            submission_id=submission_id,
+            job_status=status,
+            error_type=info.get("error_type"),
+            message=info.get("message") or "",
+            metadata=dict(info.get("metadata") or {}),
+            log_tail=list(log_tail or []),
+            log_cursor=dict(log_cursor or {}),
+            reason=reason,
+            failure=dict(failure or {}),
+            driver_exit_code=info.get("driver_exit_code"),
+            **ray_times(info),
+        )
 
     @classmethod
-    def error(cls, submission_id: str, message: str, *, info: dict | None = None, log_cursor: dict | None = None,
-              failure_class: failures.FailureClass = failures.FailureClass.INFRASTRUCTURE) -> JobEvent:
+    def error(
+        cls,
+        submission_id: str,
+        message: str,
+        *,
+        info: dict | None = None,
+        log_cursor: dict | None = None,
+        failure_class: failures.FailureClass = failures.FailureClass.INFRASTRUCTURE,
+    ) -> JobEvent:
         """A wait that ended without the job succeeding: missing, timed out, unreachable."""
         info = info or {}
         status = info.get("status")
         failure = failures.Failure(failure_class, failures.first_line_of(message), message=message)
-        return cls(outcome=Outcome.ERROR, submission_id=submission_id,
-                   job_status=JobStatus(status) if status in JobStatus._value2member_map_ else None,
-                   error_type=info.get("error_type"), message=message, metadata=dict(info.get("metadata") or {}),
-                   log_cursor=dict(log_cursor or {}), failure=failure.to_dict(), **ray_times(info))
+        return cls(
+            outcome=Outcome.ERROR,
+            submission_id=submission_id,
+            job_status=JobStatus(status) if status in JobStatus._value2member_map_ else None,
+            error_type=info.get("error_type"),
+            message=message,
+            metadata=dict(info.get("metadata") or {}),
+            log_cursor=dict(log_cursor or {}),
+            failure=failure.to_dict(),
+            **ray_times(info),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -145,8 +175,10 @@ class JobEvent:
 
 def ray_times(info: dict) -> dict[str, Any]:
     """The job's start and end times from its info (Ray gives milliseconds)."""
-    return {key: info[key] / 1000 if isinstance(info.get(key), (int, float)) and info[key] else None
-            for key in ("start_time", "end_time")}
+    return {
+        key: info[key] / 1000 if isinstance(info.get(key), (int, float)) and info[key] else None
+        for key in ("start_time", "end_time")
+    }
 
 
 def reason_in(lines: list[str], reason: str = "") -> str:
@@ -166,6 +198,7 @@ def failure_in(lines: list[str], failure: dict | None = None) -> dict:
 
 
 # --- the step ----------------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class Poll:
@@ -200,8 +233,9 @@ class Timeout:
         else:
             message = pending_timeout_message(self.submission_id, self.status, self.waited_s, self.asked, cluster)
             failure_class = failures.FailureClass.CAPACITY
-        return JobEvent.error(self.submission_id, message, info=self.info, log_cursor=cursor.to_dict(),
-                              failure_class=failure_class)
+        return JobEvent.error(
+            self.submission_id, message, info=self.info, log_cursor=cursor.to_dict(), failure_class=failure_class
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,19 +253,35 @@ def step(policy: WaitPolicy, cursor: LogCursor, poll: Poll) -> Step:
     cursor = cursor.advanced(poll.lines, poll.now)
     info = poll.info
     if info is None:
-        return Step(cursor, poll.lines, JobEvent.error(
-            sid, f"Ray job {sid} does not exist on the cluster (deleted, or the cluster was replaced).",
-            log_cursor=cursor.to_dict()))
+        return Step(
+            cursor,
+            poll.lines,
+            JobEvent.error(
+                sid,
+                f"Ray job {sid} does not exist on the cluster (deleted, or the cluster was replaced).",
+                log_cursor=cursor.to_dict(),
+            ),
+        )
     try:
         status = JobStatus.of(info.get("status"))
     except HorovodProviderError as err:
-        return Step(cursor, poll.lines, JobEvent.error(sid, str(err), info=info, log_cursor=cursor.to_dict(),
-                                                       failure_class=failures.FailureClass.CONFIGURATION))
+        return Step(
+            cursor,
+            poll.lines,
+            JobEvent.error(
+                sid, str(err), info=info, log_cursor=cursor.to_dict(), failure_class=failures.FailureClass.CONFIGURATION
+            ),
+        )
     if status.is_terminal:
         failure_tail = list(poll.tail) if status is not JobStatus.SUCCEEDED else []
-        event = JobEvent.from_info(sid, info, log_tail=failure_tail, log_cursor=cursor.to_dict(),
-                                   reason=reason_in(failure_tail, poll.reason),
-                                   failure=failure_in(failure_tail, poll.failure))
+        event = JobEvent.from_info(
+            sid,
+            info,
+            log_tail=failure_tail,
+            log_cursor=cursor.to_dict(),
+            reason=reason_in(failure_tail, poll.reason),
+            failure=failure_in(failure_tail, poll.failure),
+        )
         return Step(cursor, poll.lines, event)
     if status is JobStatus.PENDING and policy.pending_timeout_s:
         waited = poll.now - (info.get("start_time") or poll.now * 1000) / 1000
@@ -254,43 +304,71 @@ def requested_resources(info: dict) -> dict:
         return {}
 
 
-def pending_timeout_message(submission_id: str, status: str, waited_s: float, asked: dict,
-                            cluster: dict | None) -> str:
+def pending_timeout_message(submission_id: str, status: str, waited_s: float, asked: dict, cluster: dict | None) -> str:
     have = json.dumps(cluster, sort_keys=True) if cluster is not None else "unknown"
-    return (f"Ray job {submission_id} stayed {status} for {waited_s:.0f} s (pending_timeout_seconds). "
-            f"Its workers ask for {json.dumps(asked, sort_keys=True)}; the cluster has {have}. "
-            "Give the cluster those resources, lower num_workers/resources_per_worker, or raise "
-            "pending_timeout_seconds. The job was stopped.")
+    return (
+        f"Ray job {submission_id} stayed {status} for {waited_s:.0f} s (pending_timeout_seconds). "
+        f"Its workers ask for {json.dumps(asked, sort_keys=True)}; the cluster has {have}. "
+        "Give the cluster those resources, lower num_workers/resources_per_worker, or raise "
+        "pending_timeout_seconds. The job was stopped."
+    )
 
 
 def stall_message(submission_id: str, quiet_s: float) -> str:
-    return (f"Ray job {submission_id} showed no progress for {quiet_s:.0f} s (stall_timeout_seconds): no new line in "
-            "its log, where Ray Train logs every report. The job was stopped; the task's retry runs the next attempt, "
-            "resuming from the last checkpoint. Raise stall_timeout_seconds if a step of the training runs that long "
-            "quietly.")
+    return (
+        f"Ray job {submission_id} showed no progress for {quiet_s:.0f} s (stall_timeout_seconds): no new line in "
+        "its log, where Ray Train logs every report. The job was stopped; the task's retry runs the next attempt, "
+        "resuming from the last checkpoint. Raise stall_timeout_seconds if a step of the training runs that long "
+        "quietly."
+    )
 
 
 # --- the loop -------------------------------------------------------------------------------------
 
-async def follow(hook: RayJobsApi, submission_id: str, *, policy: WaitPolicy, cursor: LogCursor,
-                 write: Write, save_cursor: Callable[[LogCursor], Awaitable[None]],
-                 stream_logs: bool = True, stopped: Callable[[], bool] = lambda: False) -> JobEvent:
+
+async def follow(
+    hook: RayJobsApi,
+    submission_id: str,
+    *,
+    policy: WaitPolicy,
+    cursor: LogCursor,
+    write: Write,
+    save_cursor: Callable[[LogCursor], Awaitable[None]],
+    stream_logs: bool = True,
+    stopped: Callable[[], bool] = lambda: False,
+) -> JobEvent:
     """Wait for the job to end, writing its log after ``cursor`` with ``write`` (``jobs.logs.task_log``:
     the user's lines, and Ray's own folded); its final event.
 
     ``save_cursor`` is awaited before new lines are written: a crash in between may skip a batch of
     lines in the task log, never repeat one. ``stopped``: the task was killed; the wait raises.
     """
-    event = await follow_until(hook, submission_id, policy=policy, cursor=cursor, write=write,
-                               save_cursor=save_cursor, stream_logs=stream_logs, stopped=stopped)
+    event = await follow_until(
+        hook,
+        submission_id,
+        policy=policy,
+        cursor=cursor,
+        write=write,
+        save_cursor=save_cursor,
+        stream_logs=stream_logs,
+        stopped=stopped,
+    )
     assert event is not None  # without a deadline the wait ends only with the job
     return event
 
 
-async def follow_until(hook: RayJobsApi, submission_id: str, *, policy: WaitPolicy, cursor: LogCursor,
-                       write: Write, save_cursor: Callable[[LogCursor], Awaitable[None]],
-                       stream_logs: bool = True, stopped: Callable[[], bool] = lambda: False,
-                       within_s: float | None = None) -> JobEvent | None:
+async def follow_until(
+    hook: RayJobsApi,
+    submission_id: str,
+    *,
+    policy: WaitPolicy,
+    cursor: LogCursor,
+    write: Write,
+    save_cursor: Callable[[LogCursor], Awaitable[None]],
+    stream_logs: bool = True,
+    stopped: Callable[[], bool] = lambda: False,
+    within_s: float | None = None,
+) -> JobEvent | None:
     """``follow``; with ``within_s``, None when the job has not ended that many seconds on."""
     reader = LogReader(submission_id, write)
     reason = ""
@@ -300,8 +378,9 @@ async def follow_until(hook: RayJobsApi, submission_id: str, *, policy: WaitPoli
     while True:
         finishing = time.monotonic() < finishing_until
         # Status from the loop's shared list where many jobs are waited for; a finishing job asks itself.
-        info = await hook.a_get_job_info(submission_id,
-                                         fresh_within_s=None if finishing else policy.poll_interval_s / 2)
+        info = await hook.a_get_job_info(
+            submission_id, fresh_within_s=None if finishing else policy.poll_interval_s / 2
+        )
         try:
             status: JobStatus | None = JobStatus.of(info["status"]) if info else None
         except HorovodProviderError:
@@ -334,12 +413,20 @@ async def follow_until(hook: RayJobsApi, submission_id: str, *, policy: WaitPoli
         if result.event is not None:
             return result.event
         if stopped():
-            raise RayJobError(f"Task killed; Ray job {submission_id} was stopped.", submission_id=submission_id,
-                              status=JobStatus.STOPPED.value)
+            raise RayJobError(
+                f"Task killed; Ray job {submission_id} was stopped.",
+                submission_id=submission_id,
+                status=JobStatus.STOPPED.value,
+            )
         if deadline is not None and time.monotonic() >= deadline:
             return None
-        await asyncio.sleep(next_poll_s(policy.poll_interval_s, finishing=time.monotonic() < finishing_until,
-                                        within_deadline=deadline is not None))
+        await asyncio.sleep(
+            next_poll_s(
+                policy.poll_interval_s,
+                finishing=time.monotonic() < finishing_until,
+                within_deadline=deadline is not None,
+            )
+        )
 
 
 def next_poll_s(interval_s: float, *, finishing: bool, within_deadline: bool) -> float:
@@ -350,9 +437,17 @@ def next_poll_s(interval_s: float, *, finishing: bool, within_deadline: bool) ->
     return min(interval_s, 0.5) if within_deadline else interval_s
 
 
-def wait(hook: RayJobsApi, submission_id: str, *, policy: WaitPolicy, cursor: LogCursor,
-         write: Write, save_cursor: Callable[[LogCursor], None],
-         stopped: Callable[[], bool] = lambda: False, within_s: float | None = None) -> JobEvent | None:
+def wait(
+    hook: RayJobsApi,
+    submission_id: str,
+    *,
+    policy: WaitPolicy,
+    cursor: LogCursor,
+    write: Write,
+    save_cursor: Callable[[LogCursor], None],
+    stopped: Callable[[], bool] = lambda: False,
+    within_s: float | None = None,
+) -> JobEvent | None:
     """``follow`` in an event loop of this thread's own (the operator's synchronous wait); with
     ``within_s``, None when the job has not ended that many seconds on (polled at least every 0.5 s)."""
 
@@ -361,8 +456,16 @@ def wait(hook: RayJobsApi, submission_id: str, *, policy: WaitPolicy, cursor: Lo
 
     async def run() -> JobEvent | None:
         try:
-            return await follow_until(hook, submission_id, policy=policy, cursor=cursor, write=write,
-                                      save_cursor=save, stopped=stopped, within_s=within_s)
+            return await follow_until(
+                hook,
+                submission_id,
+                policy=policy,
+                cursor=cursor,
+                write=write,
+                save_cursor=save,
+                stopped=stopped,
+                within_s=within_s,
+            )
         finally:
             await hook.aclose()
 

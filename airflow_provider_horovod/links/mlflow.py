@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 
 class MlflowRunLink(BaseOperatorLink):
-    """"MLflow run": opens the run the training logged to (``mlflow_tracking_uri`` or ``mlflow_conn_id``).
+    """ "MLflow run": opens the run the training logged to (``mlflow_tracking_uri`` or ``mlflow_conn_id``).
 
     The run's page is known once the training ended (its URL is in the result); Airflow asks the link
     when the task ends, and the operator that ran says, so a task without a run, or without tracking,

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 
 class RayJobLink(BaseOperatorLink):
-    """"Ray job": opens the task's Ray job in the dashboard. The task pushes the URL to XCom as soon as
+    """ "Ray job": opens the task's Ray job in the dashboard. The task pushes the URL to XCom as soon as
     its job is known; when the task ends Airflow asks the link again, and the operator that ran says
     (so a task that failed before it had a job reads no XCom that is not there)."""
 
@@ -25,4 +25,3 @@ class RayJobLink(BaseOperatorLink):
 
         # Airflow's own TaskInstanceKey does not satisfy its TIKeyProtocol's settable attributes.
         return BaseXCom.get_value(ti_key=ti_key, key=self.xcom_key) or ""  # type: ignore[arg-type]
-

@@ -199,22 +199,41 @@ class HorovodTrainOperator(BaseRayJobOperator):
 
         tracking_uri, tracking_auth = self.mlflow_target()
         return training_plan(
-            task_run, train_fn=self.train_fn, train_call=self.train_call(), train_loop_config=self.train_loop_config,
-            datasets=self.datasets, num_workers=self.num_workers, use_gpu=self.use_gpu,
+            task_run,
+            train_fn=self.train_fn,
+            train_call=self.train_call(),
+            train_loop_config=self.train_loop_config,
+            datasets=self.datasets,
+            num_workers=self.num_workers,
+            use_gpu=self.use_gpu,
             elastic_resize_monitor_interval_s=self.elastic_resize_monitor_interval_s,
-            resources_per_worker=self.resources_per_worker, checkpoint_num_to_keep=self.checkpoint_num_to_keep,
+            resources_per_worker=self.resources_per_worker,
+            checkpoint_num_to_keep=self.checkpoint_num_to_keep,
             checkpoint_score_attribute=self.checkpoint_score_attribute,
-            checkpoint_score_order=self.checkpoint_score_order, max_failures=self.max_failures,
-            horovod_timeout_s=self.horovod_timeout_s, horovod_nics=self.horovod_nics, horovod_env=self.horovod_env,
-            runtime_env=self.runtime_env, trainer_api=self.trainer_api,
-            forward_aws_credentials=self.forward_aws_credentials, aws_conn_id=self.aws_conn_id,
+            checkpoint_score_order=self.checkpoint_score_order,
+            max_failures=self.max_failures,
+            horovod_timeout_s=self.horovod_timeout_s,
+            horovod_nics=self.horovod_nics,
+            horovod_env=self.horovod_env,
+            runtime_env=self.runtime_env,
+            trainer_api=self.trainer_api,
+            forward_aws_credentials=self.forward_aws_credentials,
+            aws_conn_id=self.aws_conn_id,
             aws_credentials_ttl_seconds=self.aws_credentials_ttl_seconds,
-            check_cluster_resources=self.check_cluster_resources, materialize_datasets=self.materialize_datasets,
-            horovod_timeline=self.horovod_timeline, storage_path=self.storage_path,
-            pending_timeout_s=policy.pending_timeout_s, ray_conn_id=self.ray_conn_id,
-            retry_on_user_error=self.retry_on_user_error, job_tags=self.job_tags, prices=self.prices,
-            mlflow_tracking_uri=tracking_uri, mlflow_experiment_name=self.mlflow_experiment_name,
-            mlflow_auth=tracking_auth, try_number=self._try_number)
+            check_cluster_resources=self.check_cluster_resources,
+            materialize_datasets=self.materialize_datasets,
+            horovod_timeline=self.horovod_timeline,
+            storage_path=self.storage_path,
+            pending_timeout_s=policy.pending_timeout_s,
+            ray_conn_id=self.ray_conn_id,
+            retry_on_user_error=self.retry_on_user_error,
+            job_tags=self.job_tags,
+            prices=self.prices,
+            mlflow_tracking_uri=tracking_uri,
+            mlflow_experiment_name=self.mlflow_experiment_name,
+            mlflow_auth=tracking_auth,
+            try_number=self._try_number,
+        )
 
     def task_result(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
         from airflow_provider_horovod.cost import summary
@@ -237,6 +256,13 @@ class HorovodTrainOperator(BaseRayJobOperator):
             args, kwargs = call
             config = kwargs or (args[0] if len(args or []) == 1 and isinstance(args[0], dict) else None)
         return training_lineage(
-            datasets_param=self.datasets, inlets=self.inlets, outlets=self.outlets, num_workers=self.num_workers,
-            trainer_api=self.trainer_api, train_fn=self.train_fn, train_loop_config=config,
-            submission_id=self.submission_id, result=result)
+            datasets_param=self.datasets,
+            inlets=self.inlets,
+            outlets=self.outlets,
+            num_workers=self.num_workers,
+            trainer_api=self.trainer_api,
+            train_fn=self.train_fn,
+            train_loop_config=config,
+            submission_id=self.submission_id,
+            result=result,
+        )

@@ -89,13 +89,22 @@ class BaseRayJobOperator(BaseOperator):
     # How long a deferrable task follows its job in the worker before it defers.
     sync_wait_before_defer_s: float = SYNC_WAIT_BEFORE_DEFER_S
 
-    def __init__(self, *, ray_conn_id: str = "ray_default", deferrable: bool = DEFERRABLE,
-                 wait_for_completion: bool = True, poll_interval_seconds: float = POLL_INTERVAL_S,
-                 pending_timeout_seconds: float | None = PENDING_TIMEOUT_S,
-                 stall_timeout_seconds: float | None = STALL_TIMEOUT_S,
-                 storage_path: str | None = None, aws_conn_id: str | None = None,
-                 retry_on_user_error: bool = False, job_tags: dict[str, str] | None = None,
-                 prices: dict[str, Any] | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        *,
+        ray_conn_id: str = "ray_default",
+        deferrable: bool = DEFERRABLE,
+        wait_for_completion: bool = True,
+        poll_interval_seconds: float = POLL_INTERVAL_S,
+        pending_timeout_seconds: float | None = PENDING_TIMEOUT_S,
+        stall_timeout_seconds: float | None = STALL_TIMEOUT_S,
+        storage_path: str | None = None,
+        aws_conn_id: str | None = None,
+        retry_on_user_error: bool = False,
+        job_tags: dict[str, str] | None = None,
+        prices: dict[str, Any] | None = None,
+        **kwargs,
+    ) -> None:
         super().__init__(**kwargs)
         self.job_tags = job_tags
         self.prices = prices
@@ -192,12 +201,28 @@ class BaseRayJobOperator(BaseOperator):
             return self.complete(context, event)
         cursor = latest[-1]
         context["ti"].xcom_push(key=XCOM_LOG_CURSOR, value=cursor.to_dict())
-        self.defer(trigger=RayJobTrigger(submission_id=sid, ray_conn_id=self.ray_conn_id, policy=policy.to_dict(),
-                                         log_cursor=cursor.to_dict(), not_before=time.time() + RESUME_GUARD_S),
-                   method_name="execute_complete", timeout=self.execution_timeout)
+        self.defer(
+            trigger=RayJobTrigger(
+                submission_id=sid,
+                ray_conn_id=self.ray_conn_id,
+                policy=policy.to_dict(),
+                log_cursor=cursor.to_dict(),
+                not_before=time.time() + RESUME_GUARD_S,
+            ),
+            method_name="execute_complete",
+            timeout=self.execution_timeout,
+        )
 
-    def wait(self, context: Context, sid: str, policy: WaitPolicy, cursor: LogCursor, *,
-             within_s: float | None = None, seen: Callable[[LogCursor], None] = lambda c: None) -> JobEvent | None:
+    def wait(
+        self,
+        context: Context,
+        sid: str,
+        policy: WaitPolicy,
+        cursor: LogCursor,
+        *,
+        within_s: float | None = None,
+        seen: Callable[[LogCursor], None] = lambda c: None,
+    ) -> JobEvent | None:
         """The synchronous wait, in the worker (the trigger's, in an event loop of its own)."""
         from airflow_provider_horovod.jobs.wait import wait
 
@@ -206,8 +231,16 @@ class BaseRayJobOperator(BaseOperator):
             seen(latest)
 
         killed = self._killed
-        return wait(self.hook, sid, policy=policy, cursor=cursor, write=self.log.log, save_cursor=save,
-                    stopped=killed.is_set if killed else lambda: False, within_s=within_s)
+        return wait(
+            self.hook,
+            sid,
+            policy=policy,
+            cursor=cursor,
+            write=self.log.log,
+            save_cursor=save,
+            stopped=killed.is_set if killed else lambda: False,
+            within_s=within_s,
+        )
 
     def execute_complete(self, context: Context, event: dict) -> Any:
         """Resume after the trigger's event (a new operator instance: everything comes from the event)."""
@@ -224,8 +257,12 @@ class BaseRayJobOperator(BaseOperator):
         from airflow_provider_horovod.jobs.finish import finish
 
         with compat.failing_for_good(self.retry_on_user_error):
-            result = finish(event, dashboard_url=self.hook.get_job_url(event.submission_id), storage=self.storage,
-                            try_number=getattr(context["ti"], "try_number", None))
+            result = finish(
+                event,
+                dashboard_url=self.hook.get_job_url(event.submission_id),
+                storage=self.storage,
+                try_number=getattr(context["ti"], "try_number", None),
+            )
         self.job_result = result
         return self.task_result(context, result)
 
@@ -310,14 +347,30 @@ class RayTaskOperator(BaseRayJobOperator):
         holds the record that carries the return value). The job's cost is pushed as XCom ``cost``.
     """
 
-    template_fields: Sequence[str] = ("op_args", "op_kwargs", "runtime_env", "storage_path", "ray_conn_id",
-                                      "aws_conn_id", "job_tags")
+    template_fields: Sequence[str] = (
+        "op_args",
+        "op_kwargs",
+        "runtime_env",
+        "storage_path",
+        "ray_conn_id",
+        "aws_conn_id",
+        "job_tags",
+    )
     template_fields_renderers = {"op_kwargs": "json", "runtime_env": "json"}
 
-    def __init__(self, *, python_callable: Any, op_args: Collection[Any] | None = None,
-                 op_kwargs: Mapping[str, Any] | None = None,
-                 num_cpus: float = 1, num_gpus: float | None = None, memory: int | None = None,
-                 resources: dict[str, float] | None = None, runtime_env: dict | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        *,
+        python_callable: Any,
+        op_args: Collection[Any] | None = None,
+        op_kwargs: Mapping[str, Any] | None = None,
+        num_cpus: float = 1,
+        num_gpus: float | None = None,
+        memory: int | None = None,
+        resources: dict[str, float] | None = None,
+        runtime_env: dict | None = None,
+        **kwargs,
+    ) -> None:
         super().__init__(**kwargs)
         self.python_callable = python_callable
         self.op_args: Collection[Any] = op_args or []
@@ -332,10 +385,21 @@ class RayTaskOperator(BaseRayJobOperator):
     def plan(self, task_run: TaskRun, policy: WaitPolicy) -> JobPlan:
         from airflow_provider_horovod.plan import task_plan
 
-        return task_plan(task_run, python_callable=self.python_callable, op_args=self.op_args, op_kwargs=self.op_kwargs,
-                         num_cpus=self.num_cpus, num_gpus=self.num_gpus, memory=self.memory,
-                         resources=self.ray_resources, runtime_env=self.runtime_env, storage_path=self.storage_path,
-                         ray_conn_id=self.ray_conn_id, job_tags=self.job_tags, prices=self.prices)
+        return task_plan(
+            task_run,
+            python_callable=self.python_callable,
+            op_args=self.op_args,
+            op_kwargs=self.op_kwargs,
+            num_cpus=self.num_cpus,
+            num_gpus=self.num_gpus,
+            memory=self.memory,
+            resources=self.ray_resources,
+            runtime_env=self.runtime_env,
+            storage_path=self.storage_path,
+            ray_conn_id=self.ray_conn_id,
+            job_tags=self.job_tags,
+            prices=self.prices,
+        )
 
     def task_result(self, context: Context, result: dict[str, Any]) -> Any:
         from airflow_provider_horovod.cost import summary
@@ -348,5 +412,10 @@ class RayTaskOperator(BaseRayJobOperator):
     def lineage(self, result: dict[str, Any] | None) -> Any:
         from airflow_provider_horovod.lineage import task_lineage
 
-        return task_lineage(inlets=self.inlets, outlets=self.outlets, python_callable=self.python_callable,
-                            submission_id=self.submission_id, result=result)
+        return task_lineage(
+            inlets=self.inlets,
+            outlets=self.outlets,
+            python_callable=self.python_callable,
+            submission_id=self.submission_id,
+            result=result,
+        )

@@ -29,6 +29,7 @@ def is_loss(name: str) -> bool:
 def metric_order(names: Iterable[str], chosen: str | None = None) -> list[str]:
     """The metric that ranks checkpoints first; then losses, those on held-out data first; then the rest,
     each group by name."""
+
     def rank(name: str) -> tuple:
         lower = name.lower()
         held_out = any(lower.startswith(w) or f"_{w}" in lower or f"{w}_" in lower for w in EVALUATION_WORDS)
@@ -47,8 +48,11 @@ def chosen_metric(names: Iterable[str], score_attribute: str | None) -> str | No
 
 
 def numbers(metrics: dict | None) -> dict[str, float]:
-    return {k: float(v) for k, v in (metrics or {}).items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+    return {
+        k: float(v)
+        for k, v in (metrics or {}).items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
 
 
 def counter_axis(points: list[dict]) -> str | None:
@@ -69,16 +73,23 @@ def checkpoint_name(point: dict) -> str | None:
     return "" if value is True else None
 
 
-def shape(points: list[dict], *, score_attribute: str | None = None, kept: set[str] | None = None,
-          latest: str | None = None, best: str | None = None) -> dict:
+def shape(
+    points: list[dict],
+    *,
+    score_attribute: str | None = None,
+    kept: set[str] | None = None,
+    latest: str | None = None,
+    best: str | None = None,
+) -> dict:
     """The charts' data. ``kept``: checkpoint folders that still exist (None: unknown); ``latest`` and
     ``best``: checkpoint URIs of the result, to tell those checkpoints apart."""
     counter = counter_axis(points)
     first_time = next((p["time"] for p in points if isinstance(p.get("time"), (int, float))), None)
     columns: dict[str, list] = {REPORT: [p.get("report", i + 1) for i, p in enumerate(points)]}
     if first_time is not None:
-        columns[ELAPSED] = [round(p["time"] - first_time, 3) if isinstance(p.get("time"), (int, float)) else None
-                            for p in points]
+        columns[ELAPSED] = [
+            round(p["time"] - first_time, 3) if isinstance(p.get("time"), (int, float)) else None for p in points
+        ]
     if counter:
         columns[counter] = [numbers(p.get("metrics"))[counter] for p in points]
     axes = ([counter] if counter else []) + [REPORT] + ([ELAPSED] if ELAPSED in columns else [])
@@ -100,28 +111,44 @@ def shape(points: list[dict], *, score_attribute: str | None = None, kept: set[s
             continue
         exists = None if kept is None or not folder else folder in kept
         saved_at[row] = exists
-        checkpoints.append({"name": folder or None, "row": row, "report": columns[REPORT][row], "exists": exists,
-                            "metrics": numbers(point.get("metrics")),
-                            "latest": bool(folder and latest and latest.rstrip("/").endswith("/" + folder)),
-                            "best": bool(folder and best and best.rstrip("/").endswith("/" + folder))})
+        checkpoints.append(
+            {
+                "name": folder or None,
+                "row": row,
+                "report": columns[REPORT][row],
+                "exists": exists,
+                "metrics": numbers(point.get("metrics")),
+                "latest": bool(folder and latest and latest.rstrip("/").endswith("/" + folder)),
+                "best": bool(folder and best and best.rstrip("/").endswith("/" + folder)),
+            }
+        )
 
     chosen = chosen_metric(values_of, score_attribute)
     metrics = []
     for name in metric_order(values_of, chosen):
         rows = rows_of[name]
         marks = [(i, saved_at[r]) for i, r in enumerate(rows) if r in saved_at]
-        metrics.append({
-            "name": name,
-            "chosen": name == chosen,
-            # None: the metric is on every report (the x columns as they are).
-            "rows": None if len(rows) == len(points) else rows,
-            "values": values_of[name],
-            # Positions in ``values`` of the reports that saved a checkpoint, Ray's kept ones apart.
-            "kept_at": [i for i, exists in marks if exists is not False],
-            "deleted_at": [i for i, exists in marks if exists is False],
-            "last": values_of[name][-1],
-            "min": min(values_of[name]),
-            "max": max(values_of[name]),
-        })
-    return {"reports": len(points), "axes": axes, "columns": columns, "metrics": metrics, "chosen": chosen,
-            "score_attribute": score_attribute, "checkpoints": checkpoints}
+        metrics.append(
+            {
+                "name": name,
+                "chosen": name == chosen,
+                # None: the metric is on every report (the x columns as they are).
+                "rows": None if len(rows) == len(points) else rows,
+                "values": values_of[name],
+                # Positions in ``values`` of the reports that saved a checkpoint, Ray's kept ones apart.
+                "kept_at": [i for i, exists in marks if exists is not False],
+                "deleted_at": [i for i, exists in marks if exists is False],
+                "last": values_of[name][-1],
+                "min": min(values_of[name]),
+                "max": max(values_of[name]),
+            }
+        )
+    return {
+        "reports": len(points),
+        "axes": axes,
+        "columns": columns,
+        "metrics": metrics,
+        "chosen": chosen,
+        "score_attribute": score_attribute,
+        "checkpoints": checkpoints,
+    }

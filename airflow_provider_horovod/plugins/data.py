@@ -19,15 +19,24 @@ KIND_TRAIN = "train"
 # it has pushed anything: the operator's class name, or the decorator's name.
 TRAINING_OPERATORS = frozenset({"HorovodTrainOperator", "_HorovodDecoratedOperator", "@task.horovod"})
 
-__all__ = ["HISTORY_FILE", "JOB_KEY", "KIND_TRAIN", "RETURN_KEY", "TRAINING_OPERATORS", "AttemptFiles",
-           "attempt_uri", "result_uri"]
+__all__ = [
+    "HISTORY_FILE",
+    "JOB_KEY",
+    "KIND_TRAIN",
+    "RETURN_KEY",
+    "TRAINING_OPERATORS",
+    "AttemptFiles",
+    "attempt_uri",
+    "result_uri",
+]
 
 
 class AttemptFiles:
     """The files of one training attempt, ``<storage_uri>/attempt-<n>/``, read as the api-server can."""
 
-    def __init__(self, storage_uri: str, attempt: int, *, aws_conn_id: str | None = None,
-                 storage: Storage | None = None):
+    def __init__(
+        self, storage_uri: str, attempt: int, *, aws_conn_id: str | None = None, storage: Storage | None = None
+    ):
         self.folder = attempt_uri(storage_uri, attempt)
         self.record_uri = result_uri(storage_uri, attempt)
         self.storage = storage or Storage(aws_conn_id=aws_conn_id)

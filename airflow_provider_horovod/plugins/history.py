@@ -32,17 +32,44 @@ def query(dag_id: str, limit: int):
 
     when = func.coalesce(DagRun.logical_date, DagRun.run_after)
     # A derived table, not ``IN (... LIMIT)``, which MySQL refuses.
-    recent = (select(DagRun.id.label("id")).where(DagRun.dag_id == dag_id).order_by(when.desc()).limit(limit)
-              .subquery("recent"))
+    recent = (
+        select(DagRun.id.label("id"))
+        .where(DagRun.dag_id == dag_id)
+        .order_by(when.desc())
+        .limit(limit)
+        .subquery("recent")
+    )
     return (
-        select(DagRun.run_id, DagRun.logical_date, DagRun.run_after, DagRun.state.label("run_state"),
-               DagRun.start_date.label("run_start"), DagRun.end_date.label("run_end"),
-               TI.task_id, TI.map_index, TI.state, TI.try_number, TI.start_date, TI.end_date, TI.duration,
-               TI.operator, TI.custom_operator_name, XCom.key, XCom.value)
+        select(
+            DagRun.run_id,
+            DagRun.logical_date,
+            DagRun.run_after,
+            DagRun.state.label("run_state"),
+            DagRun.start_date.label("run_start"),
+            DagRun.end_date.label("run_end"),
+            TI.task_id,
+            TI.map_index,
+            TI.state,
+            TI.try_number,
+            TI.start_date,
+            TI.end_date,
+            TI.duration,
+            TI.operator,
+            TI.custom_operator_name,
+            XCom.key,
+            XCom.value,
+        )
         .join(recent, recent.c.id == DagRun.id)
         .outerjoin(TI, and_(TI.dag_id == DagRun.dag_id, TI.run_id == DagRun.run_id))
-        .outerjoin(XCom, and_(XCom.dag_run_id == DagRun.id, XCom.task_id == TI.task_id,
-                              XCom.map_index == TI.map_index, XCom.key.in_((RETURN_KEY, JOB_KEY))))
+        .outerjoin(
+            XCom,
+            and_(
+                XCom.dag_run_id == DagRun.id,
+                XCom.task_id == TI.task_id,
+                XCom.map_index == TI.map_index,
+                XCom.key.in_((RETURN_KEY, JOB_KEY)),
+            ),
+        )
     )
 
 
@@ -80,26 +107,47 @@ def shape(rows: list[dict], *, score_attribute: str | None = None) -> dict:
     tasks: dict[tuple, dict] = {}
     runs: dict[str, dict] = {}
     for row in rows:
-        run = runs.setdefault(row["run_id"], {
-            "run_id": row["run_id"], "date": _iso(row["logical_date"] or row["run_after"]),
-            "logical_date": _iso(row["logical_date"]), "run_state": row["run_state"],
-            "run_duration_s": (row["run_end"] - row["run_start"]).total_seconds()
-            if row["run_start"] and row["run_end"] else None})
+        run = runs.setdefault(
+            row["run_id"],
+            {
+                "run_id": row["run_id"],
+                "date": _iso(row["logical_date"] or row["run_after"]),
+                "logical_date": _iso(row["logical_date"]),
+                "run_state": row["run_state"],
+                "run_duration_s": (row["run_end"] - row["run_start"]).total_seconds()
+                if row["run_start"] and row["run_end"]
+                else None,
+            },
+        )
         if row["task_id"] is None:
             continue
-        ti = tasks.setdefault((row["run_id"], row["task_id"], row["map_index"]), {
-            "run": run, "task_id": row["task_id"], "map_index": row["map_index"], "state": row["state"],
-            "try_number": row["try_number"], "duration_s": row["duration"],
-            "start_date": _iso(row["start_date"]), "end_date": _iso(row["end_date"]),
-            "operator": row["custom_operator_name"] or row["operator"], "result": None, "job": None})
+        ti = tasks.setdefault(
+            (row["run_id"], row["task_id"], row["map_index"]),
+            {
+                "run": run,
+                "task_id": row["task_id"],
+                "map_index": row["map_index"],
+                "state": row["state"],
+                "try_number": row["try_number"],
+                "duration_s": row["duration"],
+                "start_date": _iso(row["start_date"]),
+                "end_date": _iso(row["end_date"]),
+                "operator": row["custom_operator_name"] or row["operator"],
+                "result": None,
+                "job": None,
+            },
+        )
         if row["key"] == RETURN_KEY:
             ti["result"] = row["value"]
         elif row["key"] == JOB_KEY and isinstance(row["value"], dict):
             ti["job"] = row["value"]
 
     def trains(ti: dict) -> bool:
-        return (is_training_result(ti["result"]) or (ti["job"] or {}).get("kind") == KIND_TRAIN
-                or ti["operator"] in TRAINING_OPERATORS)
+        return (
+            is_training_result(ti["result"])
+            or (ti["job"] or {}).get("kind") == KIND_TRAIN
+            or ti["operator"] in TRAINING_OPERATORS
+        )
 
     training_ids = {ti["task_id"] for ti in tasks.values() if trains(ti)}
     # Per run: what the other tasks returned (evaluation numbers) and whether the champion moved.
@@ -120,33 +168,53 @@ def shape(rows: list[dict], *, score_attribute: str | None = None) -> dict:
             continue
         result = ti["result"] if is_training_result(ti["result"]) else {}
         job = ti["job"] or {}
-        entries.append({
-            **{k: ti["run"][k] for k in ("run_id", "date", "logical_date", "run_state", "run_duration_s")},
-            "task_id": task_id, "map_index": map_index, "state": ti["state"], "try_number": ti["try_number"],
-            "duration_s": ti["duration_s"], "start_date": ti["start_date"], "end_date": ti["end_date"],
-            "metrics": numbers(result.get("metrics")),
-            "attempt": result.get("attempt") or job.get("attempt"),
-            "submission_id": result.get("submission_id") or job.get("submission_id"),
-            "dashboard_url": result.get("dashboard_url") or job.get("dashboard_url"),
-            "score_attribute": result.get("checkpoint_score_attribute") or job.get("checkpoint_score_attribute"),
-            "evaluation": {labels[key]: v for key, v in evaluation.get(run_id, {}).items()},
-            "promoted": promoted.get(run_id),
-        })
+        entries.append(
+            {
+                **{k: ti["run"][k] for k in ("run_id", "date", "logical_date", "run_state", "run_duration_s")},
+                "task_id": task_id,
+                "map_index": map_index,
+                "state": ti["state"],
+                "try_number": ti["try_number"],
+                "duration_s": ti["duration_s"],
+                "start_date": ti["start_date"],
+                "end_date": ti["end_date"],
+                "metrics": numbers(result.get("metrics")),
+                "attempt": result.get("attempt") or job.get("attempt"),
+                "submission_id": result.get("submission_id") or job.get("submission_id"),
+                "dashboard_url": result.get("dashboard_url") or job.get("dashboard_url"),
+                "score_attribute": result.get("checkpoint_score_attribute") or job.get("checkpoint_score_attribute"),
+                "evaluation": {labels[key]: v for key, v in evaluation.get(run_id, {}).items()},
+                "promoted": promoted.get(run_id),
+            }
+        )
     entries.sort(key=lambda e: (e["date"] or "", e["run_id"], e["task_id"], e["map_index"]))
     score = score_attribute or next((e["score_attribute"] for e in reversed(entries) if e["score_attribute"]), None)
     metric_names = metric_order({k for e in entries for k in e["metrics"]}, score)
     evaluation_names = metric_order({k for e in entries for k in e["evaluation"]})
-    return {"runs": len(runs), "rows": entries, "metrics": metric_names, "evaluation": evaluation_names,
-            # Final metrics that count (epoch, step): in the table, not charted over the dates.
-            "counters": [name for name in metric_names if name in COUNTERS],
-            "score_attribute": score, "training_tasks": sorted(training_ids)}
+    return {
+        "runs": len(runs),
+        "rows": entries,
+        "metrics": metric_names,
+        "evaluation": evaluation_names,
+        # Final metrics that count (epoch, step): in the table, not charted over the dates.
+        "counters": [name for name in metric_names if name in COUNTERS],
+        "score_attribute": score,
+        "training_tasks": sorted(training_ids),
+    }
 
 
 def _evaluation_labels(evaluation: dict[str, dict[tuple[str, str], float]]) -> dict[tuple[str, str], str]:
     """A number's column: its key; ``task.key`` when, in some run, tasks report that key with different
     values (the same key and value from two tasks, say evaluate and promote, is one number repeated); a
     task's plain number is named after the task."""
-    ambiguous = {key for per_run in evaluation.values() for (_, key) in per_run
-                 if len({v for (_, k), v in per_run.items() if k == key}) > 1}
-    return {(task_id, key): task_id if not key else f"{task_id}.{key}" if key in ambiguous else key
-            for per_run in evaluation.values() for (task_id, key) in per_run}
+    ambiguous = {
+        key
+        for per_run in evaluation.values()
+        for (_, key) in per_run
+        if len({v for (_, k), v in per_run.items() if k == key}) > 1
+    }
+    return {
+        (task_id, key): task_id if not key else f"{task_id}.{key}" if key in ambiguous else key
+        for per_run in evaluation.values()
+        for (task_id, key) in per_run
+    }

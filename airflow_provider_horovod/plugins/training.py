@@ -30,8 +30,9 @@ BUNDLE = "training.js"
 # app's component up on ``globalThis`` by the app's name.
 TRAINING_VIEW, HISTORY_VIEW = "Training", "Training history"
 # Task instance states in which a training may still report: the view refreshes while in one.
-LIVE_STATES = frozenset({"scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule",
-                         "restarting"})
+LIVE_STATES = frozenset(
+    {"scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}
+)
 REFRESH_S = 5
 TRAINERS = {"v2": "Ray Train V2", "legacy": "Ray Train V1 (legacy)"}
 
@@ -47,20 +48,35 @@ def bundle_url() -> str:
 
 # --- the Training view -------------------------------------------------------------------------------
 
+
 def load_task(session, dag_id: str, run_id: str, task_id: str, map_index: int) -> tuple[dict | None, dict]:
     """(the task instance, its ``return_value`` and ``ray_job`` XComs), in one query."""
     from airflow.models.taskinstance import TaskInstance as TI
     from airflow.models.xcom import XComModel as XCom
     from sqlalchemy import and_, select
 
-    stmt = (select(TI.state, TI.try_number, TI.operator, TI.custom_operator_name, XCom.key, XCom.value)
-            .outerjoin(XCom, and_(XCom.dag_id == TI.dag_id, XCom.run_id == TI.run_id, XCom.task_id == TI.task_id,
-                                  XCom.map_index == TI.map_index, XCom.key.in_((RETURN_KEY, JOB_KEY))))
-            .where(TI.dag_id == dag_id, TI.run_id == run_id, TI.task_id == task_id, TI.map_index == map_index))
+    stmt = (
+        select(TI.state, TI.try_number, TI.operator, TI.custom_operator_name, XCom.key, XCom.value)
+        .outerjoin(
+            XCom,
+            and_(
+                XCom.dag_id == TI.dag_id,
+                XCom.run_id == TI.run_id,
+                XCom.task_id == TI.task_id,
+                XCom.map_index == TI.map_index,
+                XCom.key.in_((RETURN_KEY, JOB_KEY)),
+            ),
+        )
+        .where(TI.dag_id == dag_id, TI.run_id == run_id, TI.task_id == task_id, TI.map_index == map_index)
+    )
     ti, xcoms = None, {}
     for row in session.execute(stmt):
-        ti = ti or {"state": row.state, "try_number": row.try_number, "map_index": map_index,
-                    "operator": row.custom_operator_name or row.operator}
+        ti = ti or {
+            "state": row.state,
+            "try_number": row.try_number,
+            "map_index": map_index,
+            "operator": row.custom_operator_name or row.operator,
+        }
         if row.key is not None:
             xcoms[row.key] = XCom.deserialize_value(row)
     return ti, xcoms
@@ -72,8 +88,10 @@ def cost_text(cost: Any) -> str | None:
     total = cost.get("total") if isinstance(cost, dict) else None
     if not isinstance(total, dict) or not total.get("attempts"):
         return None
-    text = (f"{total.get('worker_s', 0):.1f} worker-s (CPU {total.get('cpu_s', 0):.1f} s, "
-            f"GPU {total.get('gpu_s', 0):.1f} s)")
+    text = (
+        f"{total.get('worker_s', 0):.1f} worker-s (CPU {total.get('cpu_s', 0):.1f} s, "
+        f"GPU {total.get('gpu_s', 0):.1f} s)"
+    )
     if total.get("amount") is not None:
         text += f", {total['amount']:.4f} {(cost.get('prices') or {}).get('currency') or ''}".rstrip()
     if total.get("failed_attempts"):
@@ -95,17 +113,24 @@ def facts(result: dict, record: dict, job: dict) -> list[dict]:
         ("cost", cost_text(result.get("cost") or record.get("cost"))),
         ("resumed from", result.get("resumed_from") or record.get("resumed_from")),
     ]
-    out: list[dict[str, Any]] = [{"label": label, "value": str(value)}
-                                 for label, value in items if value not in (None, "")]
+    out: list[dict[str, Any]] = [
+        {"label": label, "value": str(value)} for label, value in items if value not in (None, "")
+    ]
     submission = str(result.get("submission_id") or job.get("submission_id") or "")
     if submission:
-        out.append({"label": "Ray job", "value": submission,
-                    "href": result.get("dashboard_url") or job.get("dashboard_url") or None})
+        out.append(
+            {
+                "label": "Ray job",
+                "value": submission,
+                "href": result.get("dashboard_url") or job.get("dashboard_url") or None,
+            }
+        )
     return out
 
 
-def failed_attempts(storage_uri: str, attempt: int, record: dict, *, files=AttemptFiles,
-                    aws_conn_id: str | None = None) -> list[dict]:
+def failed_attempts(
+    storage_uri: str, attempt: int, record: dict, *, files=AttemptFiles, aws_conn_id: str | None = None
+) -> list[dict]:
     """Why each attempt of the task run up to ``attempt`` failed, from the records they left (the
     reason outlives the cluster): class, rank, summary, the user's own frames, what to do."""
     out = []
@@ -113,9 +138,16 @@ def failed_attempts(storage_uri: str, attempt: int, record: dict, *, files=Attem
         written = record if number == attempt else files(storage_uri, number, aws_conn_id=aws_conn_id).record() or {}
         failure = written.get("failure")
         if isinstance(failure, dict):
-            out.append({"attempt": number, "class": str(failure.get("failure_class", "")).replace("_", " "),
-                        "rank": failure.get("rank"), "summary": failure.get("summary", ""),
-                        "traceback": failure.get("traceback", ""), "hint": failure.get("hint", "")})
+            out.append(
+                {
+                    "attempt": number,
+                    "class": str(failure.get("failure_class", "")).replace("_", " "),
+                    "rank": failure.get("rank"),
+                    "summary": failure.get("summary", ""),
+                    "traceback": failure.get("traceback", ""),
+                    "hint": failure.get("hint", ""),
+                }
+            )
     return out
 
 
@@ -124,8 +156,14 @@ def answer(ti: dict | None, xcoms: dict, files=AttemptFiles) -> dict:
     if ti is None:
         return {"found": False, "trains": False, "live": False, "message": "There is no such task instance."}
     live = ti["state"] in LIVE_STATES
-    base = {"found": True, "state": ti["state"], "try_number": ti["try_number"],
-            "map_index": ti["map_index"] if ti["map_index"] >= 0 else None, "live": live, "refresh_s": REFRESH_S}
+    base = {
+        "found": True,
+        "state": ti["state"],
+        "try_number": ti["try_number"],
+        "map_index": ti["map_index"] if ti["map_index"] >= 0 else None,
+        "live": live,
+        "refresh_s": REFRESH_S,
+    }
     result: dict = xcoms[RETURN_KEY] if is_training_result(xcoms.get(RETURN_KEY)) else {}
     job: dict = xcoms[JOB_KEY] if isinstance(xcoms.get(JOB_KEY), dict) else {}
     source = result or (job if job.get("kind") == KIND_TRAIN and job.get("storage_uri") else None)
@@ -133,12 +171,16 @@ def answer(ti: dict | None, xcoms: dict, files=AttemptFiles) -> dict:
         if job:
             message = "This task runs a Ray job, not a training: it has no training curves."
         elif ti["operator"] in TRAINING_OPERATORS:
-            message = ("The training has not been submitted yet." if live
-                       else "This task instance submitted no training.")
+            message = (
+                "The training has not been submitted yet." if live else "This task instance submitted no training."
+            )
         else:
             message = "This task does not train with Horovod: there are no training curves here."
-        link = [{"label": "Ray job", "value": job["submission_id"], "href": job.get("dashboard_url")}] \
-            if job.get("submission_id") else []
+        link = (
+            [{"label": "Ray job", "value": job["submission_id"], "href": job.get("dashboard_url")}]
+            if job.get("submission_id")
+            else []
+        )
         return {**base, "trains": False, "message": message, "facts": link}
 
     attempt = int(source["attempt"])
@@ -153,37 +195,60 @@ def answer(ti: dict | None, xcoms: dict, files=AttemptFiles) -> dict:
             points = record.get("history")
         if any(isinstance(p.get("checkpoint"), str) for p in points or []):
             kept = attempt_files.folders_with_files()
-        failed = failed_attempts(source["storage_uri"], attempt, record, files=files,
-                                 aws_conn_id=source.get("aws_conn_id"))
+        failed = failed_attempts(
+            source["storage_uri"], attempt, record, files=files, aws_conn_id=source.get("aws_conn_id")
+        )
     except Exception as err:  # storage down or refused: say so on the page, with what was read
         problem = f"The training's files at {attempt_files.folder} cannot be read: {err}"
-    score = (result.get("checkpoint_score_attribute") or record.get("checkpoint_score_attribute")
-             or job.get("checkpoint_score_attribute"))
-    shaped = curves.shape(points or [], score_attribute=score, kept=kept,
-                          latest=result.get("checkpoint_uri") or record.get("checkpoint_uri"),
-                          best=result.get("best_checkpoint_uri") or record.get("best_checkpoint_uri"))
+    score = (
+        result.get("checkpoint_score_attribute")
+        or record.get("checkpoint_score_attribute")
+        or job.get("checkpoint_score_attribute")
+    )
+    shaped = curves.shape(
+        points or [],
+        score_attribute=score,
+        kept=kept,
+        latest=result.get("checkpoint_uri") or record.get("checkpoint_uri"),
+        best=result.get("best_checkpoint_uri") or record.get("best_checkpoint_uri"),
+    )
     for checkpoint in shaped["checkpoints"]:
         checkpoint["uri"] = attempt_files.checkpoint_uri(checkpoint["name"]) if checkpoint["name"] else None
     if not points and not problem:
         message = "Waiting for the first report." if live else "This training reported no metrics."
     else:
         message = ""
-    uris = [(label, result.get(key) or record.get(key)) for label, key in (
-        ("latest checkpoint", "checkpoint_uri"), ("best checkpoint", "best_checkpoint_uri"),
-        ("Horovod timeline", "timeline_uri"))] + [("attempt folder", attempt_files.folder)]
-    return {**base, "trains": True, "message": message, "problem": problem, "attempt": attempt,
-            "facts": facts(result, record, job), "uris": [{"label": k, "value": v} for k, v in uris if v],
-            "curves": shaped, "failures": failed}
+    uris = [
+        (label, result.get(key) or record.get(key))
+        for label, key in (
+            ("latest checkpoint", "checkpoint_uri"),
+            ("best checkpoint", "best_checkpoint_uri"),
+            ("Horovod timeline", "timeline_uri"),
+        )
+    ] + [("attempt folder", attempt_files.folder)]
+    return {
+        **base,
+        "trains": True,
+        "message": message,
+        "problem": problem,
+        "attempt": attempt,
+        "facts": facts(result, record, job),
+        "uris": [{"label": k, "value": v} for k, v in uris if v],
+        "curves": shaped,
+        "failures": failed,
+    }
 
 
 # --- the app -----------------------------------------------------------------------------------------
+
 
 def json_response(payload: Any):
     """JSON as it is (FastAPI's encoder walks every one of 10,000 points again)."""
     from fastapi.responses import Response
 
-    return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json",
-                    headers={"Cache-Control": "no-store"})
+    return Response(
+        json.dumps(payload, separators=(",", ":")), media_type="application/json", headers={"Cache-Control": "no-store"}
+    )
 
 
 def make_app():
@@ -197,8 +262,10 @@ def make_app():
 
     app = FastAPI(title="Horovod training")
     # What the views show: task instances and their XComs; the same rights Airflow's own pages ask.
-    may_read = [Depends(requires_access_dag("GET", DagAccessEntity.TASK_INSTANCE)),
-                Depends(requires_access_dag("GET", DagAccessEntity.XCOM))]
+    may_read = [
+        Depends(requires_access_dag("GET", DagAccessEntity.TASK_INSTANCE)),
+        Depends(requires_access_dag("GET", DagAccessEntity.XCOM)),
+    ]
 
     @app.get("/api/training", dependencies=may_read)
     def training(dag_id: str, run_id: str, task_id: str, map_index: int = -1):
@@ -218,8 +285,11 @@ def make_app():
 
         @app.get("/static/{name}")
         def not_built(name: str):
-            raise HTTPException(404, f"The Training views' bundle is not in {DIST}: this airflow-provider-horovod "
-                                     "was built without it. Build it with scripts/build_ui.sh before the wheel.")
+            raise HTTPException(
+                404,
+                f"The Training views' bundle is not in {DIST}: this airflow-provider-horovod "
+                "was built without it. Build it with scripts/build_ui.sh before the wheel.",
+            )
 
     return app
 
@@ -228,10 +298,20 @@ class HorovodTrainingPlugin(AirflowPlugin):
     name = "horovod_training"
     fastapi_apps = [{"app": make_app(), "url_prefix": ROUTE, "name": "Horovod training"}]
     react_apps = [
-        {"name": TRAINING_VIEW, "bundle_url": bundle_url(), "destination": "task_instance",
-         "url_route": "horovod_training", "icon": f"{ROUTE}/static/chart.svg",
-         "icon_dark_mode": f"{ROUTE}/static/chart-dark.svg"},
-        {"name": HISTORY_VIEW, "bundle_url": bundle_url(), "destination": "dag",
-         "url_route": "horovod_history", "icon": f"{ROUTE}/static/chart.svg",
-         "icon_dark_mode": f"{ROUTE}/static/chart-dark.svg"},
+        {
+            "name": TRAINING_VIEW,
+            "bundle_url": bundle_url(),
+            "destination": "task_instance",
+            "url_route": "horovod_training",
+            "icon": f"{ROUTE}/static/chart.svg",
+            "icon_dark_mode": f"{ROUTE}/static/chart-dark.svg",
+        },
+        {
+            "name": HISTORY_VIEW,
+            "bundle_url": bundle_url(),
+            "destination": "dag",
+            "url_route": "horovod_history",
+            "icon": f"{ROUTE}/static/chart.svg",
+            "icon_dark_mode": f"{ROUTE}/static/chart-dark.svg",
+        },
     ]

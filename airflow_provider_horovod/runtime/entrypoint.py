@@ -36,8 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     kinds = [kind.value for kind in JobKind]
     if len(argv) != 2 or argv[0] not in kinds:
-        print(f"usage: python -m airflow_provider_horovod.runtime.entrypoint {'|'.join(kinds)} <payload module>",
-              file=sys.stderr)
+        print(
+            f"usage: python -m airflow_provider_horovod.runtime.entrypoint {'|'.join(kinds)} <payload module>",
+            file=sys.stderr,
+        )
         return 2
     from airflow_provider_horovod.runtime.storage import read_payload
 
@@ -64,9 +66,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def banner(spec: JobSpec) -> str:
     if isinstance(spec, TrainingSpec):
-        return (f"airflow-provider-horovod: job {spec.submission_id}, attempt {spec.attempt}, {spec.num_workers} "
-                f"Horovod workers ({'GPU' if spec.use_gpu else 'CPU'}), trainer {spec.trainer_api}, storage "
-                f"{spec.run_uri}")
+        return (
+            f"airflow-provider-horovod: job {spec.submission_id}, attempt {spec.attempt}, {spec.num_workers} "
+            f"Horovod workers ({'GPU' if spec.use_gpu else 'CPU'}), trainer {spec.trainer_api}, storage "
+            f"{spec.run_uri}"
+        )
     return f"airflow-provider-horovod: task job {spec.submission_id}, attempt {spec.attempt}"
 
 
@@ -84,8 +88,9 @@ def run_training(spec: TrainingSpec, folder: str, started_at: float) -> TaskReco
         except BaseException:
             tracking.ended(spec, None)
             raise
-        tracking.ended(spec, {"checkpoint_uri": record.checkpoint_uri,
-                              "best_checkpoint_uri": record.best_checkpoint_uri})
+        tracking.ended(
+            spec, {"checkpoint_uri": record.checkpoint_uri, "best_checkpoint_uri": record.best_checkpoint_uri}
+        )
     print(f"checkpoint: {record.checkpoint_uri}", flush=True)
     return record
 
@@ -100,19 +105,26 @@ def run_task(spec: TaskSpec, folder: str, started_at: float) -> TaskRecord:
     try:
         json.dumps(value)
     except (TypeError, ValueError) as err:
-        raise TypeError(f"the function returned a {type(value).__name__}, which XCom cannot hold as JSON ({err}). "
-                        "Return numbers, strings, lists or dicts; write bigger objects to storage and return their "
-                        "URI.") from None
-    record = TaskRecord(submission_id=spec.submission_id, attempt=spec.attempt, storage_uri=spec.storage_uri,
-                        run_uri=spec.run_uri, return_value=value,
-                        timings={"started_at": started_at, "finished_at": time.time(),
-                                 "total_s": round(time.time() - started_at, 3)})
+        raise TypeError(
+            f"the function returned a {type(value).__name__}, which XCom cannot hold as JSON ({err}). "
+            "Return numbers, strings, lists or dicts; write bigger objects to storage and return their "
+            "URI."
+        ) from None
+    record = TaskRecord(
+        submission_id=spec.submission_id,
+        attempt=spec.attempt,
+        storage_uri=spec.storage_uri,
+        run_uri=spec.run_uri,
+        return_value=value,
+        timings={"started_at": started_at, "finished_at": time.time(), "total_s": round(time.time() - started_at, 3)},
+    )
     write_record(spec.result_uri, record)
     print(f"result: {spec.result_uri}", flush=True)
     return record
 
 
 # --- before anything runs --------------------------------------------------------------------------
+
 
 def preflight(spec: JobSpec) -> str | None:
     """What keeps the job from running here, and the fix; None when nothing does."""
@@ -132,13 +144,16 @@ def python_mismatch(airflow_python: str, pickled: dict[str, str]) -> str | None:
     if not pickled or not airflow_python or airflow_python == here:
         return None
     names = " and ".join(pickled)
-    return (f"{names} travelled pickled by cloudpickle from Airflow's Python {airflow_python}, and pickled code loads "
-            f"only on the same Python minor version; this Ray cluster runs Python {here}. Give {names} as an import "
-            'path "package.module:function" (the module installed on the cluster, or shipped with runtime_env '
-            "py_modules/working_dir), or run Airflow and the Ray cluster on the same Python minor version.")
+    return (
+        f"{names} travelled pickled by cloudpickle from Airflow's Python {airflow_python}, and pickled code loads "
+        f"only on the same Python minor version; this Ray cluster runs Python {here}. Give {names} as an import "
+        'path "package.module:function" (the module installed on the cluster, or shipped with runtime_env '
+        "py_modules/working_dir), or run Airflow and the Ray cluster on the same Python minor version."
+    )
 
 
 # --- the one error line -----------------------------------------------------------------------------
+
 
 def report_failure(spec: JobSpec, failure: Failure, started_at: float) -> None:
     """Say why the attempt failed, in the job's log and in the attempt's record beside its checkpoints."""
@@ -147,13 +162,22 @@ def report_failure(spec: JobSpec, failure: Failure, started_at: float) -> None:
     from airflow_provider_horovod.runtime.storage import read_json, write_record
 
     timings = {"started_at": started_at, "finished_at": time.time(), "total_s": round(time.time() - started_at, 3)}
-    fields: dict[str, Any] = {"submission_id": spec.submission_id, "attempt": spec.attempt,
-                              "storage_uri": spec.storage_uri, "run_uri": spec.run_uri, "timings": timings,
-                              "failure": failure.to_dict()}
+    fields: dict[str, Any] = {
+        "submission_id": spec.submission_id,
+        "attempt": spec.attempt,
+        "storage_uri": spec.storage_uri,
+        "run_uri": spec.run_uri,
+        "timings": timings,
+        "failure": failure.to_dict(),
+    }
     try:
         if isinstance(spec, TrainingSpec):
-            record: TaskRecord = ResultRecord(**fields, world_size=spec.min_workers, trainer_api=spec.trainer_api,
-                                              history=read_json(spec.history_uri) or [])
+            record: TaskRecord = ResultRecord(
+                **fields,
+                world_size=spec.min_workers,
+                trainer_api=spec.trainer_api,
+                history=read_json(spec.history_uri) or [],
+            )
         else:
             record = TaskRecord(**fields)
         write_record(spec.result_uri, record)

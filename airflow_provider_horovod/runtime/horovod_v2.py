@@ -111,8 +111,10 @@ def host_plan(node_ids: Sequence[str]) -> str:
         if hosts and hosts[-1][0] == node_id:
             hosts[-1] = (node_id, hosts[-1][1] + 1)
         elif any(name == node_id for name, _ in hosts):
-            raise RuntimeError(f"Ray Train gave node {node_id} non-contiguous ranks {list(node_ids)}; "
-                               "Horovod needs the ranks of a node together.")
+            raise RuntimeError(
+                f"Ray Train gave node {node_id} non-contiguous ranks {list(node_ids)}; "
+                "Horovod needs the ranks of a node together."
+            )
         else:
             hosts.append((node_id, 1))
     return ",".join(f"{name}:{slots}" for name, slots in hosts)
@@ -160,22 +162,31 @@ def is_loopback(address: str | None) -> bool:
 
 
 def _no_interface(host: HostNetwork, nics: Sequence[str] | None) -> str:
-    have = "; ".join([f"{name} {', '.join(addresses)}" for name, addresses in host.interfaces.items()]
-                     + [f"{name} (down)" for name in host.down]) or "none"
+    have = (
+        "; ".join(
+            [f"{name} {', '.join(addresses)}" for name, addresses in host.interfaces.items()]
+            + [f"{name} (down)" for name in host.down]
+        )
+        or "none"
+    )
     if nics:
         return f"{host.label} has none of horovod_nics {list(nics)}; its interfaces: {have}"
-    return (f"{host.label}: no interface holds {host.node_ip}, the address Ray uses for the node; its interfaces: "
-            f"{have}. Name the interfaces to use with horovod_nics")
+    return (
+        f"{host.label}: no interface holds {host.node_ip}, the address Ray uses for the node; its interfaces: "
+        f"{have}. Name the interfaces to use with horovod_nics"
+    )
 
 
 def _names_on_loopback(hosts: Sequence[HostNetwork]) -> str:
     names = "; ".join(f"{h.host} -> {h.hostname_address or 'nothing'}" for h in hosts)
-    return (f"The host names of these hosts resolve to a loopback address or to nothing ({names}), as Debian and "
-            "Ubuntu write /etc/hosts. Horovod 0.28.1 as released connects its process sets on the address of the "
-            "host name, whatever interface it is given (horovod/common/gloo/gloo_context.cc:282, "
-            "InitializeForProcessSet), so ranks on other hosts cannot reach these. Install the Horovod that "
-            "`python -m airflow_provider_horovod.build_horovod` builds (it fixes this) on every node, or map each "
-            "host's name to its network address in its /etc/hosts.")
+    return (
+        f"The host names of these hosts resolve to a loopback address or to nothing ({names}), as Debian and "
+        "Ubuntu write /etc/hosts. Horovod 0.28.1 as released connects its process sets on the address of the "
+        "host name, whatever interface it is given (horovod/common/gloo/gloo_context.cc:282, "
+        "InitializeForProcessSet), so ranks on other hosts cannot reach these. Install the Horovod that "
+        "`python -m airflow_provider_horovod.build_horovod` builds (it fixes this) on every node, or map each "
+        "host's name to its network address in its /etc/hosts."
+    )
 
 
 def network_plan(hosts: Sequence[HostNetwork], nics: Sequence[str] | None) -> list[list[str]]:
@@ -185,8 +196,11 @@ def network_plan(hosts: Sequence[HostNetwork], nics: Sequence[str] | None) -> li
     if missing := [_no_interface(host, nics) for host, ifaces in zip(hosts, plan) if not ifaces]:
         raise HorovodNetworkError("Horovod cannot choose a network interface on every host:\n  " + "\n  ".join(missing))
     addresses = {gloo_address(host, ifaces[0]) for host, ifaces in zip(hosts, plan)}
-    stuck = [h for h in hosts if not h.process_sets_use_iface and
-             (h.hostname_address is None or is_loopback(h.hostname_address))]
+    stuck = [
+        h
+        for h in hosts
+        if not h.process_sets_use_iface and (h.hostname_address is None or is_loopback(h.hostname_address))
+    ]
     if len(addresses) > 1 and stuck:
         raise HorovodNetworkError(_names_on_loopback(stuck))
     return plan
@@ -201,20 +215,27 @@ class Unreachable:
     error: str
 
 
-def unreachable_message(failures: Sequence[Unreachable], *, probe_timeout_s: float, timeout_s: int,
-                        nics: Sequence[str] | None) -> str:
+def unreachable_message(
+    failures: Sequence[Unreachable], *, probe_timeout_s: float, timeout_s: int, nics: Sequence[str] | None
+) -> str:
     tried = "\n".join(f"  {f.source} -> {f.target} at {f.address}:{f.port}: {f.error}" for f in failures)
-    chosen = (f"horovod_nics={list(nics)}" if nics else
-              "horovod_nics unset: each host uses the interface of the address Ray uses for its node")
-    return (f"Horovod's workers cannot reach each other over TCP (checked before hvd.init(), {probe_timeout_s:g} s "
-            f"per connection):\n{tried}\n"
-            "Gloo connects every worker to every other on these addresses, on ports from each host's ephemeral "
-            "range (net.ipv4.ip_local_port_range), and to Horovod's rendezvous server in the Ray Train controller. "
-            f"Allow TCP between the hosts on those ports, or choose the network with horovod_nics ({chosen}); "
-            f"horovod_timeout_s (now {timeout_s}) bounds Horovod's own waits.")
+    chosen = (
+        f"horovod_nics={list(nics)}"
+        if nics
+        else "horovod_nics unset: each host uses the interface of the address Ray uses for its node"
+    )
+    return (
+        f"Horovod's workers cannot reach each other over TCP (checked before hvd.init(), {probe_timeout_s:g} s "
+        f"per connection):\n{tried}\n"
+        "Gloo connects every worker to every other on these addresses, on ports from each host's ephemeral "
+        "range (net.ipv4.ip_local_port_range), and to Horovod's rendezvous server in the Ray Train controller. "
+        f"Allow TCP between the hosts on those ports, or choose the network with horovod_nics ({chosen}); "
+        f"horovod_timeout_s (now {timeout_s}) bounds Horovod's own waits."
+    )
 
 
 # Run in the workers.
+
 
 def _set_env(env: dict[str, str]) -> None:
     """Runs in each worker, before its training function calls ``hvd.init()``."""
@@ -226,12 +247,18 @@ def _host_network() -> HostNetwork:
     import ray
 
     up = {name for name, stats in psutil.net_if_stats().items() if stats.isup}  # isup: flag up and carrier
-    interfaces = {name: [a.address.split("%")[0] for a in addresses if a.family in (socket.AF_INET, socket.AF_INET6)]
-                  for name, addresses in psutil.net_if_addrs().items()}
-    return HostNetwork(socket.gethostname(), ray.util.get_node_ip_address(),
-                       {name: addresses for name, addresses in interfaces.items() if addresses and name in up},
-                       _gloo_hostname_address(), _process_sets_use_iface(),
-                       tuple(name for name, addresses in interfaces.items() if addresses and name not in up))
+    interfaces = {
+        name: [a.address.split("%")[0] for a in addresses if a.family in (socket.AF_INET, socket.AF_INET6)]
+        for name, addresses in psutil.net_if_addrs().items()
+    }
+    return HostNetwork(
+        socket.gethostname(),
+        ray.util.get_node_ip_address(),
+        {name: addresses for name, addresses in interfaces.items() if addresses and name in up},
+        _gloo_hostname_address(),
+        _process_sets_use_iface(),
+        tuple(name for name, addresses in interfaces.items() if addresses and name not in up),
+    )
 
 
 def _gloo_hostname_address() -> str | None:
@@ -282,6 +309,7 @@ def _probe_close() -> None:
 
 def _probe_connect(targets: Sequence[tuple[str, int]], timeout_s: float) -> list[str | None]:
     """An error for each (address, port) this worker cannot connect to, None for those it can."""
+
     def attempt(target: tuple[str, int]) -> str | None:
         try:
             socket.create_connection(target, timeout=timeout_s).close()
@@ -376,8 +404,12 @@ class HorovodV2Backend(Backend):
 
         self._stop_server()  # a restart after a failure: the old rendezvous is stale
         node_ids = [w.metadata.node_id for w in worker_group.get_workers()]
-        reason = segment_reason(len(self._nodes) if self._nodes else None, len(node_ids), _CHANGE.pop("last", None),
-                                bool(self._nodes) and _any_node_gone(self._nodes))
+        reason = segment_reason(
+            len(self._nodes) if self._nodes else None,
+            len(node_ids),
+            _CHANGE.pop("last", None),
+            bool(self._nodes) and _any_node_gone(self._nodes),
+        )
         self._nodes = node_ids
         slots = get_host_assignments(parse_hosts(host_plan(node_ids)), len(node_ids))
         firsts = {node: node_ids.index(node) for node in dict.fromkeys(node_ids)}  # a rank on each node
@@ -390,12 +422,20 @@ class HorovodV2Backend(Backend):
         except BaseException:
             self._stop_server()
             raise
-        ray.get([
-            worker_group.execute_single_async(
-                rank, _set_env, {**rank_env(slot, rendezvous_addr=addr, rendezvous_port=port, config=backend_config),
-                                 **network_env(plan[node][0], plan[node]), WORKER_GROUP_REASON_ENV: reason})
-            for rank, (slot, node) in enumerate(zip(slots, node_ids))
-        ])
+        ray.get(
+            [
+                worker_group.execute_single_async(
+                    rank,
+                    _set_env,
+                    {
+                        **rank_env(slot, rendezvous_addr=addr, rendezvous_port=port, config=backend_config),
+                        **network_env(plan[node][0], plan[node]),
+                        WORKER_GROUP_REASON_ENV: reason,
+                    },
+                )
+                for rank, (slot, node) in enumerate(zip(slots, node_ids))
+            ]
+        )
 
     def _start_server(self, slots) -> int:
         from horovod.runner.http.http_server import RendezvousServer
@@ -406,8 +446,15 @@ class HorovodV2Backend(Backend):
         self._server = server
         return port
 
-    def _check_reachable(self, worker_group, firsts: dict, hosts: Sequence[HostNetwork], plan: dict,
-                         rendezvous: tuple[str, int], config: HorovodV2Config) -> None:
+    def _check_reachable(
+        self,
+        worker_group,
+        firsts: dict,
+        hosts: Sequence[HostNetwork],
+        plan: dict,
+        rendezvous: tuple[str, int],
+        config: HorovodV2Config,
+    ) -> None:
         """Every node connects to every other node's Gloo address, and to the rendezvous server."""
         ranks = list(firsts.values())
         addresses = [gloo_address(host, plan[node][0]) for host, node in zip(hosts, firsts)]
@@ -417,16 +464,24 @@ class HorovodV2Backend(Backend):
         server = (f"the rendezvous server (Ray Train controller, {rendezvous[0]})", *rendezvous)
         targets = [[t for j, t in enumerate(nodes) if j != i] + [server] for i in range(len(ranks))]
         try:
-            errors = _call(worker_group, {
-                rank: (_probe_connect, [(a, p) for _, a, p in targets[i]], timeout_s) for i, rank in enumerate(ranks)
-            }, "test its connections", timeout_s + RAY_CALL_TIMEOUT_S)
+            errors = _call(
+                worker_group,
+                {rank: (_probe_connect, [(a, p) for _, a, p in targets[i]], timeout_s) for i, rank in enumerate(ranks)},
+                "test its connections",
+                timeout_s + RAY_CALL_TIMEOUT_S,
+            )
         finally:
             _call(worker_group, {rank: (_probe_close,) for rank in ranks}, "close its test port")
-        failures = [Unreachable(hosts[i].label, name, a, p, error) for i in range(len(ranks))
-                    for (name, a, p), error in zip(targets[i], errors[i]) if error]
+        failures = [
+            Unreachable(hosts[i].label, name, a, p, error)
+            for i in range(len(ranks))
+            for (name, a, p), error in zip(targets[i], errors[i])
+            if error
+        ]
         if failures:
-            raise HorovodNetworkError(unreachable_message(failures, probe_timeout_s=timeout_s,
-                                                          timeout_s=config.timeout_s, nics=config.nics))
+            raise HorovodNetworkError(
+                unreachable_message(failures, probe_timeout_s=timeout_s, timeout_s=config.timeout_s, nics=config.nics)
+            )
 
     def on_shutdown(self, worker_group, backend_config: HorovodV2Config) -> None:
         self._stop_server()
@@ -449,10 +504,15 @@ def _call(worker_group, calls: Mapping[int, tuple], what: str, timeout_s: float 
     ready, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
     if pending:
         workers = worker_group.get_workers()
-        late = [f"{workers[rank].metadata.hostname} ({workers[rank].metadata.node_ip})"
-                for rank, ref in zip(calls, refs) if ref in pending]
-        raise HorovodNetworkError(f"The training workers on {', '.join(late)} did not {what} within {timeout_s:g} s "
-                                  "of being asked through Ray.")
+        late = [
+            f"{workers[rank].metadata.hostname} ({workers[rank].metadata.node_ip})"
+            for rank, ref in zip(calls, refs)
+            if ref in pending
+        ]
+        raise HorovodNetworkError(
+            f"The training workers on {', '.join(late)} did not {what} within {timeout_s:g} s "
+            "of being asked through Ray."
+        )
     return ray.get(refs)
 
 
@@ -473,8 +533,10 @@ class FreshElasticScalingPolicy(ElasticScalingPolicy):
             return self._latest_reserved_resources
         reserved = None
         try:
-            reserved = ray.get(self._autoscaling_coordinator.get_reserved_resources.remote(
-                self._requester_id, recompute=True), timeout=RESERVED_RESOURCES_TIMEOUT_S)
+            reserved = ray.get(
+                self._autoscaling_coordinator.get_reserved_resources.remote(self._requester_id, recompute=True),
+                timeout=RESERVED_RESOURCES_TIMEOUT_S,
+            )
         except Exception:  # noqa: BLE001 - as Ray's own: no resize this time, the next look retries
             pass
         self._latest_reserved_resources_query_time = time_monotonic()
@@ -518,17 +580,27 @@ def with_initial_checkpoint(train_fn: Callable, checkpoint_uri: str | None, file
     return wrapped
 
 
-def build_v2_trainer(train_fn: Callable, *, train_loop_config, datasets, scaling_config, run_config,
-                     resume_from: str | None, timeout_s: int, nics):
+def build_v2_trainer(
+    train_fn: Callable,
+    *,
+    train_loop_config,
+    datasets,
+    scaling_config,
+    run_config,
+    resume_from: str | None,
+    timeout_s: int,
+    nics,
+):
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     run_config.callbacks.append(ControllerChanges())
-    return _with_fresh_elastic_policy(DataParallelTrainer(
-        with_initial_checkpoint(train_fn, resume_from, run_config.storage_filesystem),
-        train_loop_config=train_loop_config,
-        backend_config=HorovodV2Config(timeout_s=timeout_s, nics=nics),
-        scaling_config=scaling_config,
-        run_config=run_config,
-        datasets=datasets,
-    ))
-
+    return _with_fresh_elastic_policy(
+        DataParallelTrainer(
+            with_initial_checkpoint(train_fn, resume_from, run_config.storage_filesystem),
+            train_loop_config=train_loop_config,
+            backend_config=HorovodV2Config(timeout_s=timeout_s, nics=nics),
+            scaling_config=scaling_config,
+            run_config=run_config,
+            datasets=datasets,
+        )
+    )

@@ -33,6 +33,7 @@ T = TypeVar("T")
 
 # --- the payload -----------------------------------------------------------------------------------
 
+
 def read_payload(module: str, spec_class: type[T]) -> tuple[T, str]:
     """(spec, payload folder) of the payload package ``module``, which the Airflow side shipped as a
     Ray ``py_module`` holding the spec and any pickled code."""
@@ -66,8 +67,7 @@ DYNAMIC_CODE = "<dynamic-code>"
 
 def _with_file(code: types.CodeType, source: str) -> types.CodeType:
     consts = tuple(_with_file(c, source) if isinstance(c, types.CodeType) else c for c in code.co_consts)
-    return code.replace(co_filename=source if code.co_filename == DYNAMIC_CODE else code.co_filename,
-                        co_consts=consts)
+    return code.replace(co_filename=source if code.co_filename == DYNAMIC_CODE else code.co_filename, co_consts=consts)
 
 
 def with_source_file(fn: Any, source: str) -> None:
@@ -151,7 +151,7 @@ def write_text(uri: str, text: str) -> None:
     """Write in one step: a local temp file renamed into place, or a single S3 PUT."""
     body = text.encode("utf-8")
     if "://" not in uri or uri.startswith("file://"):
-        path = uri[len("file://"):] if uri.startswith("file://") else uri
+        path = uri[len("file://") :] if uri.startswith("file://") else uri
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
         with os.fdopen(fd, "wb") as f:
@@ -203,15 +203,20 @@ def _s3_client():
     from botocore.config import Config
 
     # Credentials and endpoint from the environment (the cluster's own, or forwarded ones).
-    return boto3.client("s3", config=Config(max_pool_connections=FILE_WORKERS * PART_WORKERS,
-                                            retries={"max_attempts": 5, "mode": "standard"}))
+    return boto3.client(
+        "s3",
+        config=Config(
+            max_pool_connections=FILE_WORKERS * PART_WORKERS, retries={"max_attempts": 5, "mode": "standard"}
+        ),
+    )
 
 
 def _transfer_config():
     from boto3.s3.transfer import TransferConfig
 
-    return TransferConfig(multipart_threshold=PART_BYTES, multipart_chunksize=PART_BYTES,
-                          max_concurrency=PART_WORKERS, use_threads=True)
+    return TransferConfig(
+        multipart_threshold=PART_BYTES, multipart_chunksize=PART_BYTES, max_concurrency=PART_WORKERS, use_threads=True
+    )
 
 
 def _is_s3(fs) -> bool:
@@ -234,8 +239,14 @@ def upload(local_path: str, bucket: str, key: str) -> int:
         return 1
     files = [os.path.join(root, name) for root, _, names in os.walk(local_path) for name in names]
     with concurrent.futures.ThreadPoolExecutor(FILE_WORKERS) as pool:
-        list(pool.map(lambda f: client.upload_file(
-            f, bucket, posixpath.join(key, os.path.relpath(f, local_path).replace(os.sep, "/")), Config=config), files))
+        list(
+            pool.map(
+                lambda f: client.upload_file(
+                    f, bucket, posixpath.join(key, os.path.relpath(f, local_path).replace(os.sep, "/")), Config=config
+                ),
+                files,
+            )
+        )
     return len(files)
 
 
@@ -245,8 +256,13 @@ def copy_files(original, source, destination, source_filesystem=None, destinatio
         bucket, _, key = destination.partition("/")
         upload(source, bucket, key)
         return None
-    return original(source, destination, source_filesystem=source_filesystem,
-                    destination_filesystem=destination_filesystem, **kwargs)
+    return original(
+        source,
+        destination,
+        source_filesystem=source_filesystem,
+        destination_filesystem=destination_filesystem,
+        **kwargs,
+    )
 
 
 def route_uploads() -> None:
@@ -261,8 +277,11 @@ def route_uploads() -> None:
 
 
 # --- forwarded AWS credentials -------------------------------------------------------------
-ENV_NAMES = {"aws_access_key_id": "AWS_ACCESS_KEY_ID", "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
-             "aws_session_token": "AWS_SESSION_TOKEN"}
+ENV_NAMES = {
+    "aws_access_key_id": "AWS_ACCESS_KEY_ID",
+    "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+    "aws_session_token": "AWS_SESSION_TOKEN",
+}
 
 
 def read_session(folder: str) -> dict | None:
@@ -287,7 +306,8 @@ def s3_filesystem(env: dict[str, str]):
     import pyarrow.fs
 
     return pyarrow.fs.S3FileSystem(
-        access_key=env["AWS_ACCESS_KEY_ID"], secret_key=env["AWS_SECRET_ACCESS_KEY"],
+        access_key=env["AWS_ACCESS_KEY_ID"],
+        secret_key=env["AWS_SECRET_ACCESS_KEY"],
         session_token=env["AWS_SESSION_TOKEN"],
         endpoint_override=env.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL"),
         region=env.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
@@ -313,8 +333,10 @@ MAX_POINTS = 10_000
 # How often rank 0 rewrites the live history while it trains (and always after its last report):
 # often enough for a live chart, seldom enough that a long run does not rewrite it at every step.
 HISTORY_WRITE_S = 5.0
-_REPORTS = (("ray.train.v2._internal.execution.context", "TrainContext", "_sync_checkpoint_dir_name_across_ranks"),
-            ("ray.train._internal.session", "_TrainSession", None))
+_REPORTS = (
+    ("ray.train.v2._internal.execution.context", "TrainContext", "_sync_checkpoint_dir_name_across_ranks"),
+    ("ray.train._internal.session", "_TrainSession", None),
+)
 _RECORDED = "_ahp_recorded"
 
 
@@ -323,8 +345,11 @@ def point(metrics: dict, step: int, checkpoint: str | None) -> dict:
     import math
     import time
 
-    numbers = {k: float(v) for k, v in metrics.items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+    numbers = {
+        k: float(v)
+        for k, v in metrics.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
     return {"report": step, "time": round(time.time(), 3), "metrics": numbers, "checkpoint": checkpoint}
 
 

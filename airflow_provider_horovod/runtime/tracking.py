@@ -31,8 +31,11 @@ TASK_RUN_TAG = "airflow_provider_horovod.task_run"
 # not stall that long on a tracking server that is gone.
 CLIENT_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 # The connection's credentials -> the variables MLflow's client reads.
-AUTH_ENV = {"username": "MLFLOW_TRACKING_USERNAME", "password": "MLFLOW_TRACKING_PASSWORD",
-            "token": "MLFLOW_TRACKING_TOKEN"}
+AUTH_ENV = {
+    "username": "MLFLOW_TRACKING_USERNAME",
+    "password": "MLFLOW_TRACKING_PASSWORD",
+    "token": "MLFLOW_TRACKING_TOKEN",
+}
 # MLflow's limit on a parameter's value (6000 characters) and on one log_batch call (100 parameters).
 PARAM_CHARS = 6000
 PARAMS_PER_BATCH = 100
@@ -40,6 +43,7 @@ _UNSAFE_KEY = re.compile(r"[^A-Za-z0-9_\-. /]+")
 
 
 # --- pure: what is logged -------------------------------------------------------------------------
+
 
 def flat(values: dict, prefix: str = "") -> dict[str, str]:
     """Nested dicts as ``a.b`` keys; other values as MLflow keeps them (strings, lists as JSON)."""
@@ -57,18 +61,31 @@ def flat(values: dict, prefix: str = "") -> dict[str, str]:
 def params(spec: TrainingSpec) -> dict[str, str]:
     """The training's parameters: ``train_loop_config`` (or a ``@task.horovod`` call's arguments), the
     world size and the trainer."""
-    values = {**flat(spec.train_loop_config), **flat(spec.train_kwargs or {}),
-              **flat({"args": spec.train_args} if spec.train_args else {})}
-    values.update({"world_size": json.dumps(spec.num_workers), "trainer": "horovod", "trainer_api": spec.trainer_api,
-                   "use_gpu": str(spec.use_gpu)})
+    values = {
+        **flat(spec.train_loop_config),
+        **flat(spec.train_kwargs or {}),
+        **flat({"args": spec.train_args} if spec.train_args else {}),
+    }
+    values.update(
+        {
+            "world_size": json.dumps(spec.num_workers),
+            "trainer": "horovod",
+            "trainer_api": spec.trainer_api,
+            "use_gpu": str(spec.use_gpu),
+        }
+    )
     return values
 
 
 def tags(spec: TrainingSpec) -> dict[str, str]:
     """The Airflow side's tags (dag, run, task, try, map index) and this attempt's."""
     tracking = spec.tracking or {}
-    return {**tracking.get("tags", {}), TASK_RUN_TAG: tracking["run_key"], "ray.submission_id": spec.submission_id,
-            "ray.attempt": str(spec.attempt)}
+    return {
+        **tracking.get("tags", {}),
+        TASK_RUN_TAG: tracking["run_key"],
+        "ray.submission_id": spec.submission_id,
+        "ray.attempt": str(spec.attempt),
+    }
 
 
 def metric_key(name: str) -> str:
@@ -117,6 +134,7 @@ def auth_env(folder: str) -> dict[str, str]:
 
 # --- the driver: find or create the run, end it ----------------------------------------------------
 
+
 def client(tracking_uri: str):
     for name, value in CLIENT_ENV.items():
         os.environ.setdefault(name, value)
@@ -150,8 +168,12 @@ def last_step(mlflow_client, run) -> int:
 def find_or_create_run(mlflow_client, spec: TrainingSpec, experiment: str) -> tuple[str, int]:
     """(run id, steps already logged): the task run's run, running again, or a new one."""
     tracking = spec.tracking or {}
-    found = mlflow_client.search_runs([experiment], filter_string=run_filter(tracking["run_key"]), max_results=1,
-                                      order_by=["attributes.start_time ASC"])
+    found = mlflow_client.search_runs(
+        [experiment],
+        filter_string=run_filter(tracking["run_key"]),
+        max_results=1,
+        order_by=["attributes.start_time ASC"],
+    )
     if found:
         run = found[0]
         mlflow_client.update_run(run.info.run_id, status="RUNNING")
@@ -165,7 +187,7 @@ def log_params(mlflow_client, run_id: str, values: dict[str, str]) -> None:
 
     items = sorted(values.items())
     for start in range(0, len(items), PARAMS_PER_BATCH):
-        mlflow_client.log_batch(run_id, params=[Param(k, v) for k, v in items[start:start + PARAMS_PER_BATCH]])
+        mlflow_client.log_batch(run_id, params=[Param(k, v) for k, v in items[start : start + PARAMS_PER_BATCH]])
 
 
 def started(spec: TrainingSpec, folder: str) -> TrainingSpec:
@@ -189,10 +211,21 @@ def started(spec: TrainingSpec, folder: str) -> TrainingSpec:
         return spec
     url = run_url(spec.tracking["tracking_uri"], experiment, run_id)
     verb = "continues" if offset else "is"
-    print(f"MLflow run {run_id} (experiment {spec.tracking['experiment_name']!r}) {verb} this training's run"
-          f"{f', from step {offset + 1}' if offset else ''}: {url or run_id}", flush=True)
-    return dataclasses.replace(spec, tracking={**spec.tracking, "run_id": run_id, "experiment_id": experiment,
-                                               "run_url": url, "step_offset": offset})
+    print(
+        f"MLflow run {run_id} (experiment {spec.tracking['experiment_name']!r}) {verb} this training's run"
+        f"{f', from step {offset + 1}' if offset else ''}: {url or run_id}",
+        flush=True,
+    )
+    return dataclasses.replace(
+        spec,
+        tracking={
+            **spec.tracking,
+            "run_id": run_id,
+            "experiment_id": experiment,
+            "run_url": url,
+            "step_offset": offset,
+        },
+    )
 
 
 def ended(spec: TrainingSpec, checkpoints: dict[str, str | None] | None) -> None:
@@ -217,6 +250,7 @@ def _tags(values: dict[str, Any]) -> list:
 
 
 # --- rank 0: every report, at its step ---------------------------------------------------------------
+
 
 class Tracker:
     """Rank 0's MLflow logging in a worker process: ``log`` is called with each report that
@@ -245,12 +279,16 @@ class Tracker:
                 self.client = client(self.tracking["tracking_uri"])
             step = step_of(point, int(self.tracking.get("step_offset") or 0))
             timestamp = int(point["time"] * 1000)
-            self.client.log_batch(self.tracking["run_id"], metrics=[
-                Metric(metric_key(k), v, timestamp, step) for k, v in sorted(point["metrics"].items())])
+            self.client.log_batch(
+                self.tracking["run_id"],
+                metrics=[Metric(metric_key(k), v, timestamp, step) for k, v in sorted(point["metrics"].items())],
+            )
         except Exception as err:
             self.stopped = True
-            print(f"MLflow: logging metrics to run {self.tracking['run_id']} stopped: {type(err).__name__}: {err}",
-                  flush=True)
+            print(
+                f"MLflow: logging metrics to run {self.tracking['run_id']} stopped: {type(err).__name__}: {err}",
+                flush=True,
+            )
 
 
 TRACKER = Tracker()

@@ -106,8 +106,10 @@ def keep_rank0_return(value: Any, uri: str) -> None:
     try:
         json.dumps(value)
     except (TypeError, ValueError) as err:
-        raise TypeError(f"train_fn returned a {type(value).__name__}, which XCom cannot hold as JSON ({err}). Return "
-                        "numbers, strings, lists or dicts; save models in the checkpoint.") from None
+        raise TypeError(
+            f"train_fn returned a {type(value).__name__}, which XCom cannot hold as JSON ({err}). Return "
+            "numbers, strings, lists or dicts; save models in the checkpoint."
+        ) from None
     write_json(uri, value)
 
 
@@ -126,6 +128,7 @@ def per_worker(spec: TrainingSpec, fn: Callable) -> Callable:
 
         return called_with_arguments
     if takes_config(fn):
+
         def called_with_config(config):
             worker_started(spec)
             worker_finished(spec, call(fn, config))
@@ -188,7 +191,7 @@ def load_datasets(spec: TrainingSpec, folder: str, s3_fs=None) -> dict:
     for name, ref in spec.datasets.items():
         if "uri" in ref:
             if s3_fs is not None and ref["uri"].startswith("s3://"):
-                datasets[name] = readers[ref["format"]](ref["uri"][len("s3://"):], filesystem=s3_fs)
+                datasets[name] = readers[ref["format"]](ref["uri"][len("s3://") :], filesystem=s3_fs)
             else:
                 datasets[name] = readers[ref["format"]](ref["uri"])
         else:
@@ -206,7 +209,8 @@ def pending_timeout_error(spec: TrainingSpec) -> PendingTimeoutError:
         f"within {worker_group_start_timeout_s(spec):g} s (pending_timeout_seconds); the cluster has "
         f"{json.dumps(ray.cluster_resources(), sort_keys=True)} of which "
         f"{json.dumps(ray.available_resources(), sort_keys=True)} are free. Give the cluster those resources, lower "
-        "num_workers/resources_per_worker, or raise pending_timeout_seconds.")
+        "num_workers/resources_per_worker, or raise pending_timeout_seconds."
+    )
 
 
 def wait_for_resources(spec: TrainingSpec) -> None:
@@ -255,26 +259,33 @@ def resume_checkpoint(spec: TrainingSpec) -> str | None:
     return None
 
 
-def build_legacy_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, resume_from: str | None,
-                         storage_fs=None):
+def build_legacy_trainer(
+    spec: TrainingSpec, train_fn: Callable, datasets: dict, resume_from: str | None, storage_fs=None
+):
     """Ray's own HorovodTrainer (Train V1; needs RAY_TRAIN_V2_ENABLED=0 before ray.train loads)."""
     from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig
     from ray.train.horovod import HorovodConfig, HorovodTrainer
 
     if spec.elastic:  # the plan refuses it before submission; a spec made elsewhere is refused here
-        raise ValueError(f"num_workers={spec.num_workers}: trainer_api='legacy' (Ray's HorovodTrainer) has no elastic "
-                         "training; give a number of workers, or use trainer_api='v2'.")
+        raise ValueError(
+            f"num_workers={spec.num_workers}: trainer_api='legacy' (Ray's HorovodTrainer) has no elastic "
+            "training; give a number of workers, or use trainer_api='v2'."
+        )
     resume = None
     if resume_from:
-        resume = Checkpoint(path=resume_from.split("://", 1)[-1], filesystem=storage_fs) if storage_fs \
+        resume = (
+            Checkpoint(path=resume_from.split("://", 1)[-1], filesystem=storage_fs)
+            if storage_fs
             else Checkpoint(path=resume_from)
+        )
     return HorovodTrainer(
         train_loop_per_worker=train_fn,
         train_loop_config=spec.train_loop_config if takes_config(train_fn) else None,
         # Ray's HorovodConfig takes a set and uses one name of it on every host: the first candidate,
         # which must then exist on all of them (the V2 backend picks per host).
-        horovod_config=HorovodConfig(timeout_s=spec.horovod_timeout_s,
-                                     nics=set(spec.horovod_nics[:1]) if spec.horovod_nics else None),
+        horovod_config=HorovodConfig(
+            timeout_s=spec.horovod_timeout_s, nics=set(spec.horovod_nics[:1]) if spec.horovod_nics else None
+        ),
         scaling_config=scaling_config(spec),
         run_config=run_config(spec, RunConfig, CheckpointConfig, FailureConfig, storage_fs),
         datasets=datasets or None,
@@ -282,8 +293,7 @@ def build_legacy_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict,
     )
 
 
-def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, resume_from: str | None,
-                     storage_fs=None):
+def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, resume_from: str | None, storage_fs=None):
     """Horovod on Ray Train V2, through the provider's own backend."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig
 
@@ -301,8 +311,7 @@ def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, res
         scaling_config=scaling_config(spec),
         # A worker group that cannot start within the pending timeout fails the run, saying why;
         # Ray Train's default retries it (a controller failure) without end.
-        run_config=run_config(spec, RunConfig, CheckpointConfig, FailureConfig, storage_fs,
-                              controller_failure_limit=0),
+        run_config=run_config(spec, RunConfig, CheckpointConfig, FailureConfig, storage_fs, controller_failure_limit=0),
         resume_from=resume_from,
         timeout_s=spec.horovod_timeout_s,
         nics=list(spec.horovod_nics) if spec.horovod_nics else None,
@@ -349,8 +358,14 @@ def run_config(spec: TrainingSpec, RunConfig, CheckpointConfig, FailureConfig, s
 def segments(groups: list[dict]) -> list[dict]:
     """The run's segments from rank 0's notes of each worker group: ``{"started_at", "world_size",
     "reason"}``. A note without a reason (Ray's HorovodTrainer) is the start, or a restart after a failure."""
-    return [{"started_at": g.get("started_at"), "world_size": int(g.get("world_size") or 0),
-             "reason": g.get("reason") or (SEGMENT_START if i == 0 else SEGMENT_FAILURE)} for i, g in enumerate(groups)]
+    return [
+        {
+            "started_at": g.get("started_at"),
+            "world_size": int(g.get("world_size") or 0),
+            "reason": g.get("reason") or (SEGMENT_START if i == 0 else SEGMENT_FAILURE),
+        }
+        for i, g in enumerate(groups)
+    ]
 
 
 TRAINER_BUILDERS = {TrainerApi.LEGACY.value: build_legacy_trainer, TrainerApi.V2.value: build_v2_trainer}
@@ -387,8 +402,10 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
     train_fn = load_callable(spec.train_fn, folder)
     s3_fs = None
     if session := read_session(folder):
-        print(f"Using the AWS session credentials forwarded with the job (valid until {session['expiration']}).",
-              flush=True)
+        print(
+            f"Using the AWS session credentials forwarded with the job (valid until {session['expiration']}).",
+            flush=True,
+        )
         env = session_env(session)
         os.environ.update(env)  # this driver: result record, resume lookup
         s3_fs = s3_filesystem(env)
@@ -438,8 +455,12 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
         checkpoint_score_attribute=spec.checkpoint_score_attribute,
         tracking=summary(spec) if spec.tracking else None,
         resumed_from=resume_from,
-        timings={"started_at": started_at, "finished_at": time.time(), "fit_s": round(fit_s, 3),
-                 "total_s": round(time.time() - started_at, 3)},
+        timings={
+            "started_at": started_at,
+            "finished_at": time.time(),
+            "fit_s": round(fit_s, 3),
+            "total_s": round(time.time() - started_at, 3),
+        },
         return_value=read_json(spec.return_value_uri),
         history=read_json(spec.history_uri) or [],
         timeline_uri=spec.timeline_uri if spec.horovod_timeline and exists(spec.timeline_uri) else None,

@@ -43,9 +43,17 @@ class RayJobSensor(BaseSensorOperator):
     template_fields: Sequence[str] = ("submission_id", "ray_conn_id", "aws_conn_id")
     operator_extra_links = (RayJobLink(),)
 
-    def __init__(self, *, submission_id: str, ray_conn_id: str = "ray_default", aws_conn_id: str | None = None,
-                 deferrable: bool = DEFERRABLE,
-                 pending_timeout_seconds: float | None = None, retry_on_user_error: bool = False, **kwargs) -> None:
+    def __init__(
+        self,
+        *,
+        submission_id: str,
+        ray_conn_id: str = "ray_default",
+        aws_conn_id: str | None = None,
+        deferrable: bool = DEFERRABLE,
+        pending_timeout_seconds: float | None = None,
+        retry_on_user_error: bool = False,
+        **kwargs,
+    ) -> None:
         # BaseSensorOperator refuses these here already (at parse time), in words that show neither
         # the value nor the task; the same check, with a message like the provider's others.
         for name in ("poke_interval", "timeout"):
@@ -72,8 +80,10 @@ class RayJobSensor(BaseSensorOperator):
 
         if self.deferrable and self.poke_interval <= 0:
             raise InvalidParameterError(
-                "poke_interval", self.poke_interval,
-                "in deferrable mode it is the triggerer's poll interval: give seconds greater than 0.")
+                "poke_interval",
+                self.poke_interval,
+                "in deferrable mode it is the triggerer's poll interval: give seconds greater than 0.",
+            )
         return WaitPolicy(float(self.poke_interval) or 1.0, self.pending_timeout_seconds, None)
 
     def _check_inputs(self) -> tuple[str, WaitPolicy]:
@@ -101,8 +111,12 @@ class RayJobSensor(BaseSensorOperator):
         from airflow_provider_horovod.triggers.ray import RayJobTrigger
 
         self.defer(
-            trigger=RayJobTrigger(submission_id=sid, ray_conn_id=self.ray_conn_id, policy=policy.to_dict(),
-                                  not_before=time.time() + RESUME_GUARD_S),
+            trigger=RayJobTrigger(
+                submission_id=sid,
+                ray_conn_id=self.ray_conn_id,
+                policy=policy.to_dict(),
+                not_before=time.time() + RESUME_GUARD_S,
+            ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout) if self.timeout else None,
         )
@@ -114,8 +128,11 @@ class RayJobSensor(BaseSensorOperator):
         sid = checks.check_submission_id(self.submission_id)
         info = self.hook.get_job_info(sid)
         if info is None:
-            raise RayJobError(f"Ray job {sid!r} does not exist on the cluster of connection {self.ray_conn_id!r}; "
-                              "check submission_id and ray_conn_id.", submission_id=sid)
+            raise RayJobError(
+                f"Ray job {sid!r} does not exist on the cluster of connection {self.ray_conn_id!r}; "
+                "check submission_id and ray_conn_id.",
+                submission_id=sid,
+            )
         self.log.info("Ray job %s is %s", sid, info.get("status"))
         # A failure shows the log's last lines.
         failed = info.get("status") in ("FAILED", "STOPPED")
@@ -139,6 +156,10 @@ class RayJobSensor(BaseSensorOperator):
         job_event = JobEvent.from_dict(event)
         self.dashboard_url = self.hook.get_job_url(job_event.submission_id)
         with compat.failing_for_good(self.retry_on_user_error):
-            result = finish(job_event, dashboard_url=self.dashboard_url, storage=Storage(self.aws_conn_id),
-                            try_number=getattr(context["ti"], "try_number", None))
+            result = finish(
+                job_event,
+                dashboard_url=self.dashboard_url,
+                storage=Storage(self.aws_conn_id),
+                try_number=getattr(context["ti"], "try_number", None),
+            )
         return push_result(context, result)

@@ -31,8 +31,16 @@ class RayJobTrigger(BaseTrigger):
         when it resumes the task (a job ending right after the deferral waits that much longer).
     """
 
-    def __init__(self, *, submission_id: str, ray_conn_id: str = "ray_default", policy: dict | None = None,
-                 log_cursor: dict | None = None, stream_logs: bool = True, not_before: float | None = None):
+    def __init__(
+        self,
+        *,
+        submission_id: str,
+        ray_conn_id: str = "ray_default",
+        policy: dict | None = None,
+        log_cursor: dict | None = None,
+        stream_logs: bool = True,
+        not_before: float | None = None,
+    ):
         super().__init__()
         if not isinstance(submission_id, str) or not submission_id:
             raise InvalidParameterError("submission_id", submission_id, "give the Ray job's submission id.")
@@ -66,8 +74,12 @@ class RayJobTrigger(BaseTrigger):
         if ti is None:
             return None
         index = getattr(ti, "map_index", -1)
-        return {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id,
-                "map_index": -1 if index is None else index}
+        return {
+            "dag_id": ti.dag_id,
+            "task_id": ti.task_id,
+            "run_id": ti.run_id,
+            "map_index": -1 if index is None else index,
+        }
 
     async def _saved_cursor(self) -> LogCursor:
         """How far this trigger (an earlier run of it, before a triggerer restart) streamed the log."""
@@ -96,8 +108,11 @@ class RayJobTrigger(BaseTrigger):
         # test` runs the trigger inline, in the worker itself.
         in_triggerer = self.task_instance is not None
         if in_triggerer and self.not_before is not None and (early := self.not_before - time.time()) > 0:
-            self.log.info("The job ended right after the task deferred: the task resumes in %.1f s, once Airflow "
-                          "has seen its worker exit.", early)
+            self.log.info(
+                "The job ended right after the task deferred: the task resumes in %.1f s, once Airflow "
+                "has seen its worker exit.",
+                early,
+            )
             await asyncio.sleep(early)
         yield TriggerEvent(event.to_dict())
 
@@ -112,11 +127,19 @@ class RayJobTrigger(BaseTrigger):
 
         async with self._hook() as hook:
             try:
-                return await follow(hook, sid, policy=self.policy, cursor=latest[0], write=self.log.log,
-                                    save_cursor=save, stream_logs=self.stream_logs)
+                return await follow(
+                    hook,
+                    sid,
+                    policy=self.policy,
+                    cursor=latest[0],
+                    write=self.log.log,
+                    save_cursor=save,
+                    stream_logs=self.stream_logs,
+                )
             except HorovodProviderError as err:
-                return JobEvent.error(sid, str(err), log_cursor=latest[0].to_dict(),
-                                      failure_class=failures.class_of_provider_error(err))
+                return JobEvent.error(
+                    sid, str(err), log_cursor=latest[0].to_dict(), failure_class=failures.class_of_provider_error(err)
+                )
             except asyncio.CancelledError:
                 # Before Airflow 3.3 no on_kill is called: a cancel whose task is no longer deferred is a kill.
                 if not compat.trigger_on_kill_supported() and (ids := self._task_ids()) is not None:

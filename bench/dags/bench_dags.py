@@ -37,8 +37,12 @@ class TimedHorovodTrainOperator(HorovodTrainOperator):
     def _note(self, context, event: str) -> None:
         if TIMINGS_FILE:
             with open(TIMINGS_FILE, "a") as f:
-                f.write(json.dumps({"dag_id": self.dag_id, "run_id": context["ti"].run_id, "event": event,
-                                    "t": time.time()}) + "\n")
+                f.write(
+                    json.dumps(
+                        {"dag_id": self.dag_id, "run_id": context["ti"].run_id, "event": event, "t": time.time()}
+                    )
+                    + "\n"
+                )
 
     def execute(self, context):
         self._note(context, "start")
@@ -65,8 +69,16 @@ def _train_dag(deferrable: bool, trainer_api: str):
     @dag(dag_id=dag_id, schedule=None, start_date=START, catchup=False, tags=["bench"])
     def build():
         operator = DeferredAtOnce if deferrable else TimedHorovodTrainOperator
-        operator(task_id="train", train_fn=train_mlp, train_loop_config=TRAIN_CONFIG, num_workers=2,
-                 trainer_api=trainer_api, deferrable=deferrable, runtime_env=RUNTIME_ENV, checkpoint_num_to_keep=2)
+        operator(
+            task_id="train",
+            train_fn=train_mlp,
+            train_loop_config=TRAIN_CONFIG,
+            num_workers=2,
+            trainer_api=trainer_api,
+            deferrable=deferrable,
+            runtime_env=RUNTIME_ENV,
+            checkpoint_num_to_keep=2,
+        )
 
     return build()
 
@@ -86,9 +98,10 @@ def handwritten_wait(interval_s: float, job_s: float, tag: str, ti=None) -> str:
 
     cluster = ensure_running()
     client = JobSubmissionClient(cluster.dashboard_url, headers={"Authorization": f"Bearer {cluster.token}"})
-    submission_id = client.submit_job(entrypoint=f"python -c 'import time; time.sleep({job_s})'",
-                                      metadata={"bench": "handwritten", "tag": tag, "run_id": ti.run_id,
-                                                "map_index": str(ti.map_index)})
+    submission_id = client.submit_job(
+        entrypoint=f"python -c 'import time; time.sleep({job_s})'",
+        metadata={"bench": "handwritten", "tag": tag, "run_id": ti.run_id, "map_index": str(ti.map_index)},
+    )
     while client.get_job_status(submission_id) not in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
         time.sleep(interval_s)
     return submission_id
@@ -104,8 +117,13 @@ def _latency_plan() -> list[dict]:
     repeats = int(os.environ.get("BENCH_LATENCY_REPEATS") or 5)
     for interval in [float(x) for x in (os.environ.get("BENCH_LATENCY_INTERVALS") or "1,10").split(",")]:
         for i in range(repeats):
-            plan.append({"interval_s": interval, "job_s": round(1 + rng.uniform(0, interval), 2),
-                         "tag": f"every-{interval:g}s-{i}"})
+            plan.append(
+                {
+                    "interval_s": interval,
+                    "job_s": round(1 + rng.uniform(0, interval), 2),
+                    "tag": f"every-{interval:g}s-{i}",
+                }
+            )
     return plan
 
 

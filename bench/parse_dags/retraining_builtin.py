@@ -20,7 +20,8 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import Asset, dag, task
 
 STORAGE = os.environ.get("HOROVOD_RETRAINING_STORAGE") or os.path.join(
-    os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow"), "horovod-storage")
+    os.environ.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow"), "horovod-storage"
+)
 ROOT = f"{STORAGE.rstrip('/')}/horovod_retraining"
 CHAMPION = f"{ROOT}/champion.json"
 CHAMPION_ASSET = Asset(name="horovod_retraining_champion_builtin")
@@ -35,10 +36,15 @@ def run_on_ray(code: str, env: dict, poll_s: float = 10) -> str:
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     client = JobSubmissionClient(os.environ.get("RAY_DASHBOARD", "http://127.0.0.1:8265"))
-    submission_id = client.submit_job(entrypoint=f"python -c {shlex.quote(code)}",
-                                      runtime_env={"env_vars": {k: json.dumps(v) for k, v in env.items()}})
-    while (status := client.get_job_status(submission_id)) not in (JobStatus.SUCCEEDED, JobStatus.FAILED,
-                                                                     JobStatus.STOPPED):
+    submission_id = client.submit_job(
+        entrypoint=f"python -c {shlex.quote(code)}",
+        runtime_env={"env_vars": {k: json.dumps(v) for k, v in env.items()}},
+    )
+    while (status := client.get_job_status(submission_id)) not in (
+        JobStatus.SUCCEEDED,
+        JobStatus.FAILED,
+        JobStatus.STOPPED,
+    ):
         time.sleep(poll_s)
     logs = client.get_job_logs(submission_id)
     if status != JobStatus.SUCCEEDED:
@@ -52,14 +58,16 @@ def last_json(logs: str) -> dict:
 
 def train_with_ray(train_loop_config: dict, dataset_uri: str, storage_path: str, run_id: str) -> dict:
     """The training as a Ray job running Ray's HorovodTrainer (the model's own function, by import path)."""
-    code = ("import json, os; from ray.train import RunConfig, ScalingConfig, CheckpointConfig; "
-            "from ray.train.horovod import HorovodTrainer; import ray.data; "
-            "from airflow_provider_horovod.examples.retraining import train_regressor; "
-            "r = HorovodTrainer(train_regressor, train_loop_config=json.loads(os.environ['CONFIG']), "
-            "datasets={'train': ray.data.read_parquet(json.loads(os.environ['DATA']))}, "
-            "scaling_config=ScalingConfig(num_workers=2), run_config=RunConfig(storage_path="
-            "json.loads(os.environ['STORAGE']), checkpoint_config=CheckpointConfig(num_to_keep=2))).fit(); "
-            "print(json.dumps({'checkpoint_uri': r.checkpoint.path, 'metrics': r.metrics}))")
+    code = (
+        "import json, os; from ray.train import RunConfig, ScalingConfig, CheckpointConfig; "
+        "from ray.train.horovod import HorovodTrainer; import ray.data; "
+        "from airflow_provider_horovod.examples.retraining import train_regressor; "
+        "r = HorovodTrainer(train_regressor, train_loop_config=json.loads(os.environ['CONFIG']), "
+        "datasets={'train': ray.data.read_parquet(json.loads(os.environ['DATA']))}, "
+        "scaling_config=ScalingConfig(num_workers=2), run_config=RunConfig(storage_path="
+        "json.loads(os.environ['STORAGE']), checkpoint_config=CheckpointConfig(num_to_keep=2))).fit(); "
+        "print(json.dumps({'checkpoint_uri': r.checkpoint.path, 'metrics': r.metrics}))"
+    )
     logs = run_on_ray(code, {"CONFIG": train_loop_config, "DATA": dataset_uri, "STORAGE": f"{storage_path}/{run_id}"})
     return last_json(logs)
 
@@ -74,10 +82,12 @@ def horovod_retraining_builtin():
     @task
     def prepare_data(day: str) -> dict:
         """Write this interval's training and holdout data, in a Ray job."""
-        code = ("import json, os; from datetime import date; "
-                "from airflow_provider_horovod.examples.retraining import write_data; "
-                "day = json.loads(os.environ['DAY']); seed = (date.fromisoformat(day) - date(1970, 1, 1)).days; "
-                "print(json.dumps(write_data(seed, json.loads(os.environ['FOLDER']) + '/' + day.replace('-', ''))))")
+        code = (
+            "import json, os; from datetime import date; "
+            "from airflow_provider_horovod.examples.retraining import write_data; "
+            "day = json.loads(os.environ['DAY']); seed = (date.fromisoformat(day) - date(1970, 1, 1)).days; "
+            "print(json.dumps(write_data(seed, json.loads(os.environ['FOLDER']) + '/' + day.replace('-', ''))))"
+        )
         return last_json(run_on_ray(code, {"DAY": day, "FOLDER": f"{ROOT}/data"}))
 
     @task
@@ -108,8 +118,10 @@ def horovod_retraining_builtin():
     @task
     def evaluate(result: dict, data: dict) -> dict:
         """Score the trained model on the holdout data, next to the untrained baseline, in a Ray job."""
-        code = ("import json, os; from airflow_provider_horovod.examples.retraining import evaluate; "
-                "print(json.dumps(evaluate(json.loads(os.environ['CKPT']), json.loads(os.environ['HOLDOUT']))))")
+        code = (
+            "import json, os; from airflow_provider_horovod.examples.retraining import evaluate; "
+            "print(json.dumps(evaluate(json.loads(os.environ['CKPT']), json.loads(os.environ['HOLDOUT']))))"
+        )
         scores = last_json(run_on_ray(code, {"CKPT": result["checkpoint_uri"], "HOLDOUT": data["holdout"]}))
         return {"checkpoint_uri": result["checkpoint_uri"], **scores}
 
@@ -127,14 +139,19 @@ def horovod_retraining_builtin():
                     champion = json.load(f)
             except FileNotFoundError:
                 champion = None
-            promoted = champion is None or (candidate["logical_date"] > champion.get("logical_date", "")
-                                            and candidate["holdout_mse"] < champion["holdout_mse"])
+            promoted = champion is None or (
+                candidate["logical_date"] > champion.get("logical_date", "")
+                and candidate["holdout_mse"] < champion["holdout_mse"]
+            )
             if promoted:
                 with open(CHAMPION + ".tmp", "w") as f:
                     json.dump(candidate, f)
                 os.replace(CHAMPION + ".tmp", CHAMPION)
-        summary = {**candidate, "promoted": promoted,
-                   "champion_before": {k: champion[k] for k in ("logical_date", "holdout_mse")} if champion else None}
+        summary = {
+            **candidate,
+            "promoted": promoted,
+            "champion_before": {k: champion[k] for k in ("logical_date", "holdout_mse")} if champion else None,
+        }
         print("AHP_RETRAINING " + json.dumps(summary))
         return summary
 
@@ -145,8 +162,10 @@ def horovod_retraining_builtin():
 
         if not summary["promoted"]:
             raise AirflowSkipException("The champion stays; nothing new for downstream DAGs.")
-        outlet_events[CHAMPION_ASSET].extra = {"checkpoint_uri": summary["checkpoint_uri"],
-                                               "holdout_mse": summary["holdout_mse"]}
+        outlet_events[CHAMPION_ASSET].extra = {
+            "checkpoint_uri": summary["checkpoint_uri"],
+            "holdout_mse": summary["holdout_mse"],
+        }
 
     publish_champion(promote(evaluate(train.output, data)))
 

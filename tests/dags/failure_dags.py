@@ -32,8 +32,15 @@ def bug_on_rank_1(config):
 
 @dag(schedule=None, start_date=START, catchup=False, default_args={"retries": 3, "retry_delay": timedelta(seconds=1)})
 def ahp_bug_on_one_rank():
-    HorovodTrainOperator(task_id="train", train_fn=bug_on_rank_1, train_loop_config={"steps": 10}, num_workers=2,
-                         max_failures=2, storage_path=STORAGE, poll_interval_seconds=0.5)
+    HorovodTrainOperator(
+        task_id="train",
+        train_fn=bug_on_rank_1,
+        train_loop_config={"steps": 10},
+        num_workers=2,
+        max_failures=2,
+        storage_path=STORAGE,
+        poll_interval_seconds=0.5,
+    )
 
 
 ahp_bug_on_one_rank()
@@ -57,10 +64,21 @@ if ExceptionRetryPolicy is not None:
     @dag(schedule=None, start_date=START, catchup=False)
     def ahp_retry_policy():
         RayTaskOperator(
-            task_id="lost", python_callable=killed_driver, storage_path=STORAGE, poll_interval_seconds=0.5,
-            retries=2, retry_delay=timedelta(seconds=1),
-            retry_policy=ExceptionRetryPolicy(rules=[RetryRule(
-                exception="airflow_provider_horovod.exceptions.InfrastructureError", action=RetryAction.FAIL,
-                reason="this team retries lost nodes by hand")]))
+            task_id="lost",
+            python_callable=killed_driver,
+            storage_path=STORAGE,
+            poll_interval_seconds=0.5,
+            retries=2,
+            retry_delay=timedelta(seconds=1),
+            retry_policy=ExceptionRetryPolicy(
+                rules=[
+                    RetryRule(
+                        exception="airflow_provider_horovod.exceptions.InfrastructureError",
+                        action=RetryAction.FAIL,
+                        reason="this team retries lost nodes by hand",
+                    )
+                ]
+            ),
+        )
 
     ahp_retry_policy()

@@ -33,8 +33,14 @@ def evaluate(result: dict) -> dict:
 @dag(schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False)
 def ahp_train_deferred():
     train = HorovodTrainOperator(
-        task_id="train", train_fn=QUICKSTART, train_loop_config=CONFIG, datasets={"train": train_dataset},
-        num_workers=2, storage_path=STORAGE, deferrable=True, poll_interval_seconds=0.5,
+        task_id="train",
+        train_fn=QUICKSTART,
+        train_loop_config=CONFIG,
+        datasets={"train": train_dataset},
+        num_workers=2,
+        storage_path=STORAGE,
+        deferrable=True,
+        poll_interval_seconds=0.5,
     )
     evaluate(train.output)
 

@@ -33,9 +33,13 @@ def ahp_lineage():
         return {**write_data(1, DATA), "env": {name: os.environ.get(name) for name in PARENT_ENV}}
 
     train = HorovodTrainOperator(
-        task_id="train", train_fn="airflow_provider_horovod.examples.retraining:train_regressor",
-        train_loop_config=CONFIG, datasets={"train": "{{ ti.xcom_pull(task_ids='prepare')['train'] }}"},
-        num_workers=2, storage_path=STORAGE, poll_interval_seconds=0.5,
+        task_id="train",
+        train_fn="airflow_provider_horovod.examples.retraining:train_regressor",
+        train_loop_config=CONFIG,
+        datasets={"train": "{{ ti.xcom_pull(task_ids='prepare')['train'] }}"},
+        num_workers=2,
+        storage_path=STORAGE,
+        poll_interval_seconds=0.5,
     )
 
     @task.ray(storage_path=STORAGE, outlets=[CHAMPION], poll_interval_seconds=0.5)

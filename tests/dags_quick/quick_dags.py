@@ -22,8 +22,11 @@ use_quick_jobs()
 @dag(schedule="@daily", start_date=pendulum.datetime(2026, 11, 1, tz="UTC"), catchup=False)
 def ahp_quick_retraining():
     train = HorovodTrainOperator(
-        task_id="train", train_fn="airflow_provider_horovod.examples.quickstart:train_func", num_workers=2,
-        storage_path="{{ dag_run.conf.get('storage_path', '') }}", poll_interval_seconds=0.5,
+        task_id="train",
+        train_fn="airflow_provider_horovod.examples.quickstart:train_func",
+        num_workers=2,
+        storage_path="{{ dag_run.conf.get('storage_path', '') }}",
+        poll_interval_seconds=0.5,
         train_loop_config={"quick_lines": 20, "quick_line_s": 0.5, "run": "{{ run_id }}"},
     )
 

@@ -20,9 +20,13 @@ use_quick_jobs()
 
 @dag(schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False)
 def ahp_stack_quick():
-    HorovodTrainOperator(task_id="train", train_fn="airflow_provider_horovod.examples.quickstart:train_func",
-                         num_workers=2, poll_interval_seconds=1,
-                         train_loop_config={"quick_lines": 600, "quick_line_s": 1})
+    HorovodTrainOperator(
+        task_id="train",
+        train_fn="airflow_provider_horovod.examples.quickstart:train_func",
+        num_workers=2,
+        poll_interval_seconds=1,
+        train_loop_config={"quick_lines": 600, "quick_line_s": 1},
+    )
 
 
 ahp_stack_quick()

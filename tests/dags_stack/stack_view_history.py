@@ -24,17 +24,27 @@ def train() -> dict:
     ti = context["ti"]
     day = context["dag_run"].logical_date.day
     storage = os.path.join(os.environ["AIRFLOW_HOME"], "view-history", context["run_id"].replace(":", "_"))
-    job = {"submission_id": f"stand-in-{day}", "storage_uri": storage, "attempt": 1,
-           "dashboard_url": "http://127.0.0.1:8265/#/jobs/stand-in", "kind": "train", "trainer_api": "v2",
-           "checkpoint_score_attribute": "val_loss"}
+    job = {
+        "submission_id": f"stand-in-{day}",
+        "storage_uri": storage,
+        "attempt": 1,
+        "dashboard_url": "http://127.0.0.1:8265/#/jobs/stand-in",
+        "kind": "train",
+        "trainer_api": "v2",
+        "checkpoint_score_attribute": "val_loss",
+    }
     ti.xcom_push(key=JOB_KEY, value=job)
     folder = attempt_uri(storage, 1)
     os.makedirs(folder, exist_ok=True)
     # Each day trains a bit better: the curves differ from run to run.
     history = []
     for step in range(8):
-        point = {"report": step + 1, "time": time.time() + step, "metrics": {"epoch": step,
-                 "loss": 1.0 / (step + 1) / day}, "checkpoint": None}
+        point = {
+            "report": step + 1,
+            "time": time.time() + step,
+            "metrics": {"epoch": step, "loss": 1.0 / (step + 1) / day},
+            "checkpoint": None,
+        }
         if step % 2:
             point["metrics"]["val_loss"] = 1.2 / (step + 1) / day
             point["checkpoint"] = f"checkpoint_{step:06d}"
@@ -47,11 +57,23 @@ def train() -> dict:
     with open(f"{folder}/{HISTORY_FILE}", "w") as f:
         json.dump(history, f)
     checkpoint = f"{folder}/{last['checkpoint']}"
-    result = {"checkpoint_uri": checkpoint, "best_checkpoint_uri": checkpoint, "metrics": last["metrics"],
-              "storage_uri": storage, "run_uri": folder, "world_size": 2, "attempt": 1, "trainer_api": "v2",
-              "resumed_from": None, "timings": {"fit_s": 12.5}, "return_value": None, "timeline_uri": None,
-              "submission_id": job["submission_id"], "dashboard_url": job["dashboard_url"],
-              "checkpoint_score_attribute": "val_loss"}
+    result = {
+        "checkpoint_uri": checkpoint,
+        "best_checkpoint_uri": checkpoint,
+        "metrics": last["metrics"],
+        "storage_uri": storage,
+        "run_uri": folder,
+        "world_size": 2,
+        "attempt": 1,
+        "trainer_api": "v2",
+        "resumed_from": None,
+        "timings": {"fit_s": 12.5},
+        "return_value": None,
+        "timeline_uri": None,
+        "submission_id": job["submission_id"],
+        "dashboard_url": job["dashboard_url"],
+        "checkpoint_score_attribute": "val_loss",
+    }
     with open(result_uri(storage, 1), "w") as f:
         json.dump({**result, "history": history}, f)
     return result

@@ -35,9 +35,14 @@ def report_slowly(reports: int = 12, pause_s: float = 1.5) -> dict:
 
 @dag(schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False)
 def ahp_stack_view_training():
-    task.horovod(task_id="train", num_workers=2, poll_interval_seconds=1,
-                 checkpoint_num_to_keep=2, checkpoint_score_attribute="val_loss",
-                 checkpoint_score_order="min")(report_slowly)()
+    task.horovod(
+        task_id="train",
+        num_workers=2,
+        poll_interval_seconds=1,
+        checkpoint_num_to_keep=2,
+        checkpoint_score_attribute="val_loss",
+        checkpoint_score_order="min",
+    )(report_slowly)()
 
 
 ahp_stack_view_training()

@@ -12,8 +12,14 @@ from support.stack import Stack
 
 REPO = Path(__file__).resolve().parents[2]
 # The DAGs of tests/dags_stack the tests trigger: each is parsed and unpaused before any test runs.
-STACK_DAGS = ("ahp_stack_training", "ahp_stack_quick", "ahp_stack_short", "ahp_stack_view_training",
-              "ahp_stack_view_history", "horovod_retraining")
+STACK_DAGS = (
+    "ahp_stack_training",
+    "ahp_stack_quick",
+    "ahp_stack_short",
+    "ahp_stack_view_training",
+    "ahp_stack_view_history",
+    "horovod_retraining",
+)
 
 
 @pytest.fixture(scope="session")

@@ -56,16 +56,22 @@ def check_message(message: str, *fragments: str, hidden: tuple[str, ...] = ()) -
 OPERATOR_CASES = BAD_INPUTS + [
     ({"forward_aws_credentials": True}, "forward_aws_credentials", "set aws_conn_id"),
     ({"forward_aws_credentials": "yes"}, "forward_aws_credentials", "True or False"),
-    ({"forward_aws_credentials": True, "aws_conn_id": "aws_x", "aws_credentials_ttl_seconds": 60},
-     "aws_credentials_ttl_seconds", "from 900 to"),
+    (
+        {"forward_aws_credentials": True, "aws_conn_id": "aws_x", "aws_credentials_ttl_seconds": 60},
+        "aws_credentials_ttl_seconds",
+        "from 900 to",
+    ),
     ({"aws_conn_id": "aws_does_not_exist"}, "aws_conn_id", "create it (type aws)"),
     ({"ray_conn_id": ""}, "ray_conn_id", "'ray_default'"),
     ({"ray_conn_id": None}, "ray_conn_id", "'ray_default'"),
     ({"storage_path": 5}, "storage_path", "s3://bucket/prefix"),
     ({"storage_path": "file://"}, "storage_path", "file:///abs/path"),
     ({"storage_path": "file://data/checkpoints"}, "storage_path", "file:///abs/path"),
-    ({"train_fn": "airflow_provider_horovod.examples.quickstart:trian_func"}, "train_fn",
-     "defines no 'trian_func'; check the name (it has train_func)"),
+    (
+        {"train_fn": "airflow_provider_horovod.examples.quickstart:trian_func"},
+        "train_fn",
+        "defines no 'trian_func'; check the name (it has train_func)",
+    ),
     ({"datasets": {"train": ""}}, "datasets['train']", "s3://"),
     ({"num_workers": -2}, "num_workers", "1 or more"),
     ({"resources_per_worker": {"CPU": float("inf")}}, "resources_per_worker", "not a number"),
@@ -97,15 +103,17 @@ def given(kwargs: dict, parameter: str):
     return value
 
 
-@pytest.mark.parametrize("kwargs, parameter, fix", OPERATOR_CASES,
-                         ids=[f"{p}-{i}" for i, (_, p, _) in enumerate(OPERATOR_CASES)])
+@pytest.mark.parametrize(
+    "kwargs, parameter, fix", OPERATOR_CASES, ids=[f"{p}-{i}" for i, (_, p, _) in enumerate(OPERATOR_CASES)]
+)
 def test_bad_operator_input(ray_cluster, job_list_unchanged, tmp_path, kwargs, parameter, fix):
     op = HorovodTrainOperator(task_id="train", **{"train_fn": GOOD_FN, "storage_path": str(tmp_path), **kwargs})
     with pytest.raises(InvalidParameterError) as err:
         op.execute({"ti": FakeTI(run_id())})
     assert err.value.parameter == parameter
-    check_message(str(err.value), f"Invalid {parameter}={given(kwargs, parameter)!r}: ", fix,
-                  hidden=(SECRET, ray_cluster.token))
+    check_message(
+        str(err.value), f"Invalid {parameter}={given(kwargs, parameter)!r}: ", fix, hidden=(SECRET, ray_cluster.token)
+    )
     assert op.submission_id is None
 
 
@@ -115,8 +123,15 @@ def test_bad_operator_input(ray_cluster, job_list_unchanged, tmp_path, kwargs, p
 def set_connection(monkeypatch, ray_cluster, conn_id="ray_bad", raw: str | None = None, **fields) -> str:
     """Defines connection `conn_id` (AIRFLOW_CONN_<ID>) to the local cluster, with `fields` changed."""
     port = int(ray_cluster.dashboard_url.rsplit(":", 1)[1])
-    conn = {"conn_type": "ray", "host": "127.0.0.1", "port": port, "schema": "http",
-            "password": ray_cluster.token, "extra": {"shared_storage": True}, **fields}
+    conn = {
+        "conn_type": "ray",
+        "host": "127.0.0.1",
+        "port": port,
+        "schema": "http",
+        "password": ray_cluster.token,
+        "extra": {"shared_storage": True},
+        **fields,
+    }
     monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", raw if raw is not None else json.dumps(conn))
     return conn_id
 
@@ -124,24 +139,36 @@ def set_connection(monkeypatch, ray_cluster, conn_id="ray_bad", raw: str | None 
 CONNECTION_CASES = {
     "verify-number": ({"extra": {"verify": 5}}, ["'verify'=5", "true, false or a CA bundle path"]),
     "verify-word": ({"extra": {"verify": "yes"}}, ["'verify'='yes'", "give true, false or the path of a CA bundle"]),
-    "verify-missing-file": ({"extra": {"verify": "/no/such/ca.pem"}},
-                            ["'verify'='/no/such/ca.pem'", "path of a CA bundle"]),
-    "extra-unknown": ({"extra": {"verfy": False}},
-                      ["unknown extra ['verfy']", "takes 'verify', 'ca_bundle', 'headers'"]),
+    "verify-missing-file": (
+        {"extra": {"verify": "/no/such/ca.pem"}},
+        ["'verify'='/no/such/ca.pem'", "path of a CA bundle"],
+    ),
+    "extra-unknown": (
+        {"extra": {"verfy": False}},
+        ["unknown extra ['verfy']", "takes 'verify', 'ca_bundle', 'headers'"],
+    ),
     "shared_storage-word": ({"extra": {"shared_storage": "yes"}}, ["'shared_storage'='yes'", "true or false"]),
     "extra-not-json": ({"extra": "{verify: true"}, ["extra is not valid JSON", "give a JSON object"]),
     "extra-not-object": ({"extra": "[1, 2]"}, ["extra must be a JSON object, got list", '{"verify": true']),
     "headers-not-json": ({"extra": {"headers": "{not json"}}, ["'headers' is not valid JSON", "give a JSON object"]),
     "headers-list": ({"extra": {"headers": ["X-Team", "ml"]}}, ["'headers' must be a JSON object, got list"]),
-    "headers-number": ({"extra": {"headers": {"X-Team": 1}}},
-                       ["'headers' must map strings to strings; header 'X-Team' has a int value", '"X-Team": "ml"']),
-    "headers-line-break": ({"extra": {"headers": {"X-Proxy-Auth": f"{SECRET}\r\nX-Injected: 1"}}},
-                           ["header 'X-Proxy-Auth' has a line break", "remove it"]),
+    "headers-number": (
+        {"extra": {"headers": {"X-Team": 1}}},
+        ["'headers' must map strings to strings; header 'X-Team' has a int value", '"X-Team": "ml"'],
+    ),
+    "headers-line-break": (
+        {"extra": {"headers": {"X-Proxy-Auth": f"{SECRET}\r\nX-Injected: 1"}}},
+        ["header 'X-Proxy-Auth' has a line break", "remove it"],
+    ),
     "runtime_env-not-object": ({"extra": {"runtime_env": "[1, 2]"}}, ["'runtime_env' must be a JSON object"]),
-    "runtime_env-secret": ({"extra": {"runtime_env": {"env_vars": {"AWS_SECRET_ACCESS_KEY": SECRET}}}},
-                           ["extra 'runtime_env'=", "'AWS_SECRET_ACCESS_KEY' looks like a secret", "instance role"]),
-    "runtime_env-unknown-field": ({"extra": {"runtime_env": {"pips": ["pandas"]}}},
-                                  ["extra 'runtime_env'={'pips': ['pandas']}", "unknown field 'pips'"]),
+    "runtime_env-secret": (
+        {"extra": {"runtime_env": {"env_vars": {"AWS_SECRET_ACCESS_KEY": SECRET}}}},
+        ["extra 'runtime_env'=", "'AWS_SECRET_ACCESS_KEY' looks like a secret", "instance role"],
+    ),
+    "runtime_env-unknown-field": (
+        {"extra": {"runtime_env": {"pips": ["pandas"]}}},
+        ["extra 'runtime_env'={'pips': ['pandas']}", "unknown field 'pips'"],
+    ),
     "schema-ftp": ({"schema": "ftp"}, ["schema 'ftp'", "'http' or 'https'"]),
     "schema-database": ({"schema": "public"}, ["schema 'public'", "'http' or 'https'"]),
     "host-url-ftp": ({"host": "ftp://127.0.0.1"}, ["schema 'ftp'", "'http' or 'https'"]),
@@ -171,8 +198,13 @@ def test_a_token_with_a_line_break_inside(ray_cluster, job_list_unchanged, tmp_p
     with pytest.raises(RayConnectionConfigError) as err:
         op.execute({"ti": FakeTI(run_id())})
     # requests would have echoed the whole header, token included; this names the field only.
-    check_message(str(err.value), "'ray_bad'", "the password (the Ray auth token)", "~/.ray/auth_token",
-                  hidden=(token[:6], token[6:]))
+    check_message(
+        str(err.value),
+        "'ray_bad'",
+        "the password (the Ray auth token)",
+        "~/.ray/auth_token",
+        hidden=(token[:6], token[6:]),
+    )
 
 
 def test_a_token_pasted_with_its_trailing_newline_works(ray_cluster, monkeypatch):
@@ -183,25 +215,36 @@ def test_a_token_pasted_with_its_trailing_newline_works(ray_cluster, monkeypatch
 
 
 @pytest.mark.parametrize("conn_id", ["ray_bad", "ray_default"])
-@pytest.mark.parametrize("raw, reason", [
-    ('{"conn_type": "ray", "host": "127.0.0.1", "password": "%s",' % SECRET, "it is not valid JSON"),
-    ('{"conn_type": "ray", "host": "127.0.0.1", "port": "http", "password": "%s"}' % SECRET,
-     "its port 'http' is not a number"),
-], ids=["malformed-json", "port-not-a-number"])
-def test_an_unreadable_connection_is_not_taken_for_a_missing_one(ray_cluster, job_list_unchanged, tmp_path,
-                                                                   monkeypatch, conn_id, raw, reason):
+@pytest.mark.parametrize(
+    "raw, reason",
+    [
+        ('{"conn_type": "ray", "host": "127.0.0.1", "password": "%s",' % SECRET, "it is not valid JSON"),
+        (
+            '{"conn_type": "ray", "host": "127.0.0.1", "port": "http", "password": "%s"}' % SECRET,
+            "its port 'http' is not a number",
+        ),
+    ],
+    ids=["malformed-json", "port-not-a-number"],
+)
+def test_an_unreadable_connection_is_not_taken_for_a_missing_one(
+    ray_cluster, job_list_unchanged, tmp_path, monkeypatch, conn_id, raw, reason
+):
     # For ray_default, "missing" would mean training on an embedded local cluster instead.
     set_connection(monkeypatch, ray_cluster, conn_id, raw=raw)
     op = HorovodTrainOperator(task_id="train", train_fn=GOOD_FN, storage_path=str(tmp_path), ray_conn_id=conn_id)
     with pytest.raises(RayConnectionConfigError) as err:
         op.execute({"ti": FakeTI(run_id())})
-    check_message(str(err.value), f"Connection {conn_id!r} is set in AIRFLOW_CONN_{conn_id.upper()}", reason,
-                  '"conn_type": "ray"', hidden=(SECRET,))
+    check_message(
+        str(err.value),
+        f"Connection {conn_id!r} is set in AIRFLOW_CONN_{conn_id.upper()}",
+        reason,
+        '"conn_type": "ray"',
+        hidden=(SECRET,),
+    )
 
 
 @pytest.mark.parametrize("fields", [{"port": 70000}, {"extra": {"verify": "yes"}}], ids=["port", "verify"])
-def test_the_trigger_turns_a_bad_connection_into_one_error_event(ray_cluster, job_list_unchanged, monkeypatch,
-                                                                  fields):
+def test_the_trigger_turns_a_bad_connection_into_one_error_event(ray_cluster, job_list_unchanged, monkeypatch, fields):
     import asyncio
 
     conn_id = set_connection(monkeypatch, ray_cluster, **fields)
@@ -211,8 +254,12 @@ def test_the_trigger_turns_a_bad_connection_into_one_error_event(ray_cluster, jo
 
     (event,) = asyncio.run(events())
     assert event.payload["outcome"] == "error"
-    check_message(event.payload["message"], f"Connection {conn_id!r}", "port 70000" if "port" in fields
-                  else "'verify'='yes'", hidden=(ray_cluster.token,))
+    check_message(
+        event.payload["message"],
+        f"Connection {conn_id!r}",
+        "port 70000" if "port" in fields else "'verify'='yes'",
+        hidden=(ray_cluster.token,),
+    )
 
 
 def test_a_connection_that_does_not_exist(ray_cluster, job_list_unchanged, tmp_path):
@@ -223,8 +270,9 @@ def test_a_connection_that_does_not_exist(ray_cluster, job_list_unchanged, tmp_p
 
 
 @pytest.mark.parametrize("storage", ["tmp", "file", "default"])
-def test_local_storage_with_a_cluster_that_does_not_share_it(ray_cluster, job_list_unchanged, tmp_path, monkeypatch,
-                                                            storage):
+def test_local_storage_with_a_cluster_that_does_not_share_it(
+    ray_cluster, job_list_unchanged, tmp_path, monkeypatch, storage
+):
     """The result record would be written on the Ray nodes, where Airflow cannot read it."""
     conn_id = set_connection(monkeypatch, ray_cluster, "ray_remote", extra={})
     path = {"tmp": str(tmp_path), "file": f"file://{tmp_path}", "default": None}[storage]
@@ -232,8 +280,13 @@ def test_local_storage_with_a_cluster_that_does_not_share_it(ray_cluster, job_li
     with pytest.raises(InvalidParameterError) as err:
         op.execute({"ti": FakeTI(run_id())})
     assert err.value.parameter == "storage_path"
-    check_message(str(err.value), "not the embedded local one", "s3://bucket/prefix",
-                  '{"shared_storage": true} on connection \'ray_remote\'', hidden=(ray_cluster.token,))
+    check_message(
+        str(err.value),
+        "not the embedded local one",
+        "s3://bucket/prefix",
+        "{\"shared_storage\": true} on connection 'ray_remote'",
+        hidden=(ray_cluster.token,),
+    )
 
 
 # --- sensor --------------------------------------------------------------------------------------
@@ -256,8 +309,9 @@ SENSOR_CASES = [
 ]
 
 
-@pytest.mark.parametrize("kwargs, parameter, fix", SENSOR_CASES,
-                         ids=[f"{p}-{i}" for i, (_, p, _) in enumerate(SENSOR_CASES)])
+@pytest.mark.parametrize(
+    "kwargs, parameter, fix", SENSOR_CASES, ids=[f"{p}-{i}" for i, (_, p, _) in enumerate(SENSOR_CASES)]
+)
 def test_bad_sensor_input(ray_cluster, job_list_unchanged, kwargs, parameter, fix):
     sensor = RayJobSensor(task_id="wait", **{"submission_id": "ahp-some-job-a1", "poke_interval": 1, **kwargs})
     with pytest.raises(InvalidParameterError) as err:
@@ -266,12 +320,15 @@ def test_bad_sensor_input(ray_cluster, job_list_unchanged, kwargs, parameter, fi
     check_message(str(err.value), f"Invalid {parameter}={kwargs[parameter]!r}: ", fix)
 
 
-@pytest.mark.parametrize("kwargs, parameter", [
-    ({"poke_interval": -1}, "poke_interval"),
-    ({"poke_interval": "fast"}, "poke_interval"),
-    ({"timeout": -5}, "timeout"),
-    ({"timeout": "1h"}, "timeout"),
-])
+@pytest.mark.parametrize(
+    "kwargs, parameter",
+    [
+        ({"poke_interval": -1}, "poke_interval"),
+        ({"poke_interval": "fast"}, "poke_interval"),
+        ({"timeout": -5}, "timeout"),
+        ({"timeout": "1h"}, "timeout"),
+    ],
+)
 def test_bad_sensor_timing_fails_when_the_dag_is_parsed(ray_cluster, job_list_unchanged, kwargs, parameter):
     with pytest.raises(InvalidParameterError) as err:
         RayJobSensor(task_id="wait", submission_id="ahp-some-job-a1", **kwargs)
@@ -287,14 +344,18 @@ def test_sensor_of_a_job_that_does_not_exist(ray_cluster, job_list_unchanged):
 
 # --- trigger (its arguments cross a serialisation boundary: checked at construction) ------------
 
-@pytest.mark.parametrize("kwargs, parameter, value", [
-    ({"submission_id": ""}, "submission_id", ""),
-    ({"submission_id": None}, "submission_id", None),
-    ({"submission_id": "x", "policy": {"poll_interval_s": 0}}, "poll_interval_seconds", 0),
-    ({"submission_id": "x", "policy": {"poll_interval_s": "fast"}}, "poll_interval_seconds", "fast"),
-    ({"submission_id": "x", "policy": {"pending_timeout_s": -1}}, "pending_timeout_seconds", -1),
-    ({"submission_id": "x", "policy": {"pending_timeout_s": "10"}}, "pending_timeout_seconds", "10"),
-])
+
+@pytest.mark.parametrize(
+    "kwargs, parameter, value",
+    [
+        ({"submission_id": ""}, "submission_id", ""),
+        ({"submission_id": None}, "submission_id", None),
+        ({"submission_id": "x", "policy": {"poll_interval_s": 0}}, "poll_interval_seconds", 0),
+        ({"submission_id": "x", "policy": {"poll_interval_s": "fast"}}, "poll_interval_seconds", "fast"),
+        ({"submission_id": "x", "policy": {"pending_timeout_s": -1}}, "pending_timeout_seconds", -1),
+        ({"submission_id": "x", "policy": {"pending_timeout_s": "10"}}, "pending_timeout_seconds", "10"),
+    ],
+)
 def test_bad_trigger_arguments(ray_cluster, job_list_unchanged, kwargs, parameter, value):
     with pytest.raises(InvalidParameterError) as err:
         RayJobTrigger(**kwargs)
@@ -314,15 +375,20 @@ def load_dag(dag_id: str):
 STORAGE_FIX = ("give an absolute path, file:///path or", "s3://bucket/prefix")
 
 
-@pytest.mark.parametrize("dag_id, param, value, fix", [
-    ("horovod_quickstart", "storage_path", 5, STORAGE_FIX),
-    ("horovod_quickstart", "storage_path", "relative/dir", STORAGE_FIX),
-    ("horovod_quickstart", "storage_path", "gs://bucket/x", STORAGE_FIX),
-    ("horovod_sensor_example", "storage_path", ["s3://b"], STORAGE_FIX),
-    ("horovod_sensor_example", "storage_path", "s3:///no-bucket", STORAGE_FIX),
-], ids=lambda v: v if isinstance(v, str) else None)
-def test_bad_dag_params_are_refused_when_the_run_is_triggered(ray_cluster, job_list_unchanged, dag_id, param,
-                                                                value, fix):
+@pytest.mark.parametrize(
+    "dag_id, param, value, fix",
+    [
+        ("horovod_quickstart", "storage_path", 5, STORAGE_FIX),
+        ("horovod_quickstart", "storage_path", "relative/dir", STORAGE_FIX),
+        ("horovod_quickstart", "storage_path", "gs://bucket/x", STORAGE_FIX),
+        ("horovod_sensor_example", "storage_path", ["s3://b"], STORAGE_FIX),
+        ("horovod_sensor_example", "storage_path", "s3:///no-bucket", STORAGE_FIX),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_bad_dag_params_are_refused_when_the_run_is_triggered(
+    ray_cluster, job_list_unchanged, dag_id, param, value, fix
+):
     # What Airflow runs on a DAG run's conf before the run exists (trigger, API, `dags test --conf`).
     from airflow.sdk.definitions.param import ParamsDict
     from airflow.sdk.exceptions import ParamValidationError

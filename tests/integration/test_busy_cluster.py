@@ -41,9 +41,14 @@ def test_more_trainings_than_the_cluster_fits_queue_and_all_finish(ray_cluster, 
     tis = [FakeTI(f"busy-{i}-{token}", dag_id="ahp_busy") for i in range(3)]
 
     def make():
-        return make_operator(tmp_path / "storage", train_fn=QUICKSTART, deferrable=True, poll_interval_seconds=2,
-                             train_loop_config={"num_epochs": 2, "lr": 0.1, "batch_size": 16},
-                             datasets={"train": data})
+        return make_operator(
+            tmp_path / "storage",
+            train_fn=QUICKSTART,
+            deferrable=True,
+            poll_interval_seconds=2,
+            train_loop_config={"num_epochs": 2, "lr": 0.1, "batch_size": 16},
+            datasets={"train": data},
+        )
 
     with ThreadPoolExecutor(3) as pool:
         deferrals = list(pool.map(lambda ti: defer(make(), ti), tis))
@@ -107,11 +112,13 @@ def test_a_training_that_stops_making_progress_fails_and_its_retry_resumes(ray_h
 
     ti.try_number = 2
     result = make_operator(tmp_path, train_loop_config=config, stall_timeout_seconds=6).execute(
-        {"ti": ti, "task_state_store": store})
+        {"ti": ti, "task_state_store": store}
+    )
     assert result["attempt"] == 2 and result["submission_id"] == ti.task_run.submission_id(2)
     # The second attempt was told to resume from the first's folder.
     assert f"resume from ['{ti.task_run.storage_uri(str(tmp_path))}/attempt-1']" in ray_hook.get_job_logs(
-        result["submission_id"])
+        result["submission_id"]
+    )
 
 
 @pytest.mark.parametrize("where", ["local", "s3"])
@@ -119,7 +126,9 @@ def test_overlapping_retraining_runs_keep_a_consistent_log_of_champion_moves(whe
     """Four days' runs promote at once, in an order unlike their dates, through the example DAG's own
     promote task: no run's move is lost, each was a win over the champion in force on its day when it
     was recorded, and the current champion is the latest day's."""
-    storage = str(tmp_path) if where == "local" else f"s3://{moto_server.make_bucket(f'ahp-champ-{uuid.uuid4().hex[:6]}')}"
+    storage = (
+        str(tmp_path) if where == "local" else f"s3://{moto_server.make_bucket(f'ahp-champ-{uuid.uuid4().hex[:6]}')}"
+    )
     monkeypatch.setenv("HOROVOD_RETRAINING_STORAGE", storage)
     import importlib
 
@@ -137,8 +146,12 @@ def test_overlapping_retraining_runs_keep_a_consistent_log_of_champion_moves(whe
 
     def run(day: str) -> dict:
         barrier.wait()
-        return promote({"checkpoint_uri": f"{storage}/{day}", "holdout_mse": scores[day], "submission_id": day},
-                       "", day, run_id=f"scheduled__{day}")
+        return promote(
+            {"checkpoint_uri": f"{storage}/{day}", "holdout_mse": scores[day], "submission_id": day},
+            "",
+            day,
+            run_id=f"scheduled__{day}",
+        )
 
     with ThreadPoolExecutor(len(scores)) as pool:
         summaries = list(pool.map(run, ["2026-11-04", "2026-11-02", "2026-11-03", "2026-11-01"]))
@@ -154,18 +167,24 @@ def test_overlapping_retraining_runs_keep_a_consistent_log_of_champion_moves(whe
         assert replayed is not None, move
     for summary in promoted:
         before = summary["champion_before"]
-        assert before is None or (before["logical_date"] <= summary["logical_date"]
-                                  and summary["holdout_mse"] < before["holdout_mse"]), summary
+        assert before is None or (
+            before["logical_date"] <= summary["logical_date"] and summary["holdout_mse"] < before["holdout_mse"]
+        ), summary
     assert "2026-11-03" in {m["logical_date"] for m in moves}  # the best day wins whatever the order
     # The current champion is the latest day's move, and its run said it moved the current champion.
     assert record["current"] == current_champion(moves) and record["current"]["logical_date"] == max(
-        m["logical_date"] for m in moves)
+        m["logical_date"] for m in moves
+    )
     assert record["current"]["run_id"] in {s["run_id"] for s in summaries if s["current"]}
 
     # Then a backfill of an earlier day that beats the champion of its time: recorded as such, the current
     # champion (a newer day's) stays, and nothing is published.
-    backfill = promote({"checkpoint_uri": f"{storage}/2026-10-30", "holdout_mse": 0.05, "submission_id": "b"}, "",
-                       "2026-10-30", run_id="backfill__2026-10-30")
+    backfill = promote(
+        {"checkpoint_uri": f"{storage}/2026-10-30", "holdout_mse": 0.05, "submission_id": "b"},
+        "",
+        "2026-10-30",
+        run_id="backfill__2026-10-30",
+    )
     assert backfill["promoted"] and not backfill["current"] and backfill["champion_before"] is None
     after = Storage().read_json(champion_uri)
     assert after["moves"][-1]["run_id"] == "backfill__2026-10-30" and after["current"] == record["current"]

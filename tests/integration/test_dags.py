@@ -49,7 +49,8 @@ def xcom_values(dag_id: str, task_id: str, run_id: str | None = None) -> dict:
 
     with create_session() as session:
         query = session.query(XComModel.key, XComModel.value, XComModel.run_id).filter(
-            XComModel.dag_id == dag_id, XComModel.task_id == task_id)
+            XComModel.dag_id == dag_id, XComModel.task_id == task_id
+        )
         rows = query.all()
     if run_id is None and rows:
         run_id = sorted({r[2] for r in rows})[-1]
@@ -91,8 +92,13 @@ def champion_events(storage: Path) -> list[dict]:
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        rows = (session.query(AssetEvent.extra).join(AssetModel, AssetModel.id == AssetEvent.asset_id)
-                .filter(AssetModel.name == "horovod_retraining_champion").order_by(AssetEvent.id).all())
+        rows = (
+            session.query(AssetEvent.extra)
+            .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
+            .filter(AssetModel.name == "horovod_retraining_champion")
+            .order_by(AssetEvent.id)
+            .all()
+        )
     return [extra for (extra,) in rows if str(extra.get("checkpoint_uri", "")).startswith(str(storage))]
 
 
@@ -105,9 +111,14 @@ def test_a_backfill_after_a_newer_champion_reproduces_the_past(retraining_env, r
     show it; each more costs three Ray jobs and an `airflow dags test`, about 40 s.)"""
     from airflow_provider_horovod.storage import Storage
 
-    newest = {"logical_date": "2026-11-10", "holdout_mse": 0.32, "run_id": "scheduled__2026-11-10",
-              "checkpoint_uri": str(retraining_env / "gone" / "checkpoint_000004"), "submission_id": "ahp-x-a1",
-              "replaces": None}
+    newest = {
+        "logical_date": "2026-11-10",
+        "holdout_mse": 0.32,
+        "run_id": "scheduled__2026-11-10",
+        "checkpoint_uri": str(retraining_env / "gone" / "checkpoint_000004"),
+        "submission_id": "ahp-x-a1",
+        "replaces": None,
+    }
     Storage().write_json(str(retraining_env / DAG_ID / "champion.json"), {"current": newest, "moves": [newest]})
 
     for day in ("2026-11-01", "2026-11-02"):
@@ -153,8 +164,10 @@ def test_the_retraining_days_come_from_the_run_after_date_without_a_logical_date
     assert list(dag().get_task("champion_checkpoint").op_args) == [template]
     assert list(dag().get_task("promote").op_args)[-1] == template
     after = datetime.datetime(2026, 11, 12, 6, 30, tzinfo=datetime.timezone.utc)
-    for logical_date, day in ((None, "2026-11-12"), (datetime.datetime(2026, 11, 3, tzinfo=datetime.timezone.utc),
-                                                     "2026-11-03")):
+    for logical_date, day in (
+        (None, "2026-11-12"),
+        (datetime.datetime(2026, 11, 3, tzinfo=datetime.timezone.utc), "2026-11-03"),
+    ):
         task = dag().get_task("prepare_data")
         task.render_template_fields({"dag_run": types.SimpleNamespace(logical_date=logical_date, run_after=after)})
         assert list(task.op_args) == [day]
@@ -174,8 +187,9 @@ def run_id_of(dag_id: str, day: str) -> str | None:
 
 def tasks_test(dag_id: str, task_id: str, run_id: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(QUICK_DAGS)}
-    return subprocess.run([airflow_bin(), "tasks", "test", dag_id, task_id, run_id], capture_output=True,
-                          text=True, timeout=600, env=env)
+    return subprocess.run(
+        [airflow_bin(), "tasks", "test", dag_id, task_id, run_id], capture_output=True, text=True, timeout=600, env=env
+    )
 
 
 def jobs_for(hook, dag_id: str, run_id: str) -> list[str]:
@@ -188,8 +202,13 @@ def test_rerun_after_a_crash_reattaches_and_clearing_trains_again(airflow_db, ra
     the task run, the complete XCom); running the succeeded task again (a clear) trains anew."""
     dag_id = "ahp_quick_retraining"
     env = {**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(QUICK_DAGS)}
-    proc = subprocess.Popen([airflow_bin(), "dags", "test", dag_id, "2026-11-05"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [airflow_bin(), "dags", "test", dag_id, "2026-11-05"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 300
         run_id = None
@@ -220,8 +239,7 @@ def test_rerun_after_a_crash_reattaches_and_clearing_trains_again(airflow_db, ra
     assert jobs_for(ray_hook, dag_id, run_id) == [job, job[:-1] + "2"]
 
 
-def test_taskflow_sweep_returns_its_values_picks_the_best_and_scores_it(airflow_db, ray_cluster, ray_hook,
-                                                                       tmp_path):
+def test_taskflow_sweep_returns_its_values_picks_the_best_and_scores_it(airflow_db, ray_cluster, ray_hook, tmp_path):
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
@@ -229,21 +247,34 @@ def test_taskflow_sweep_returns_its_values_picks_the_best_and_scores_it(airflow_
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-6000:]
     with create_session() as session:
-        run_id = session.query(XComModel.run_id).filter(XComModel.dag_id == "horovod_taskflow").order_by(
-            XComModel.timestamp.desc()).first()[0]
-        rows = session.query(XComModel.task_id, XComModel.map_index, XComModel.value).filter(
-            XComModel.dag_id == "horovod_taskflow", XComModel.run_id == run_id,
-            XComModel.key == "return_value").all()
+        run_id = (
+            session.query(XComModel.run_id)
+            .filter(XComModel.dag_id == "horovod_taskflow")
+            .order_by(XComModel.timestamp.desc())
+            .first()[0]
+        )
+        rows = (
+            session.query(XComModel.task_id, XComModel.map_index, XComModel.value)
+            .filter(XComModel.dag_id == "horovod_taskflow", XComModel.run_id == run_id, XComModel.key == "return_value")
+            .all()
+        )
     results = {index: value for task_id, index, value in rows if task_id == "train"}
     # One Ray job per mapped training, each once, each in a folder of its own, each returning its value.
     assert sorted(results) == [0, 1, 2]
     assert [results[i]["return_value"]["learning_rate"] for i in range(3)] == [0.02, 0.1, 0.3]
     assert len({r["storage_uri"] for r in results.values()}) == 3
     assert all(r["storage_uri"].endswith(f"/map-{i}") and r["attempt"] == 1 for i, r in results.items())
-    jobs = [j for j in ray_hook.list_jobs() if j.get("metadata", {}).get("airflow_dag_id") == "horovod_taskflow"
-            and j["metadata"].get("airflow_run_id") == run_id]
+    jobs = [
+        j
+        for j in ray_hook.list_jobs()
+        if j.get("metadata", {}).get("airflow_dag_id") == "horovod_taskflow"
+        and j["metadata"].get("airflow_run_id") == run_id
+    ]
     assert sorted(j["metadata"]["airflow_map_index"] for j in jobs if j["metadata"]["airflow_task_id"] == "train") == [
-        "0", "1", "2"]
+        "0",
+        "1",
+        "2",
+    ]
     # The best by the returned loss, scored on the cluster from its checkpoint.
     best = min(results.values(), key=lambda r: r["return_value"]["loss"])
     picked = next(value for task_id, _, value in rows if task_id == "pick_best")

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.integration
 
 def ray_task(tmp_path, function, *args, **kwargs):
     kwargs = {"deferrable": False, "poll_interval_seconds": 0.5, **kwargs}
-    return RayTaskOperator(task_id="train", python_callable=function, op_args=list(args), storage_path=str(tmp_path),
-                           **kwargs)
+    return RayTaskOperator(
+        task_id="train", python_callable=function, op_args=list(args), storage_path=str(tmp_path), **kwargs
+    )
 
 
 def test_a_ray_task_returns_its_value_to_xcom(ray_hook, tmp_path):
@@ -59,13 +60,16 @@ def test_a_retry_of_a_ray_task_reattaches_to_its_job(ray_hook, tmp_path):
     assert [j["submission_id"] for j in jobs_of(ray_hook, ti.run_id)] == [sid]
 
 
-@pytest.mark.parametrize("decorator, kwargs, parameter", [
-    ("ray", {"num_gpus": -1}, "num_gpus"),
-    ("ray", {"memory": 1.5}, "memory"),
-    ("ray", {"runtime_env": {"env_vars": {"API_TOKEN": "x"}}}, "runtime_env"),
-    ("horovod", {"num_workers": 0}, "num_workers"),
-    ("horovod", {"storage_path": "relative/path"}, "storage_path"),
-])
+@pytest.mark.parametrize(
+    "decorator, kwargs, parameter",
+    [
+        ("ray", {"num_gpus": -1}, "num_gpus"),
+        ("ray", {"memory": 1.5}, "memory"),
+        ("ray", {"runtime_env": {"env_vars": {"API_TOKEN": "x"}}}, "runtime_env"),
+        ("horovod", {"num_workers": 0}, "num_workers"),
+        ("horovod", {"storage_path": "relative/path"}, "storage_path"),
+    ],
+)
 def test_bad_decorator_arguments_fail_before_submission(ray_hook, tmp_path, decorator, kwargs, parameter):
     from airflow.sdk import dag, task
 

@@ -28,8 +28,9 @@ def listening_addresses(pids: list[int]) -> set[str]:
     found = set()
     for pid in pids:
         try:
-            found |= {c.laddr.ip for c in psutil.Process(pid).net_connections(kind="tcp")
-                      if c.status == psutil.CONN_LISTEN}
+            found |= {
+                c.laddr.ip for c in psutil.Process(pid).net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN
+            }
         except psutil.Error:  # gone meanwhile
             continue
     return found
@@ -58,13 +59,24 @@ def test_the_embedded_cluster_runs_a_job_where_the_cluster_side_is_installed(tmp
     (`make demo`'s): the hook starts a local Ray head, runs the job, and the result reaches XCom."""
     bin_dir = Path(cluster_python()).parent
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_CONN_", "AWS_"))}
-    env.update({"AIRFLOW_HOME": str(tmp_path / "home"), "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags"),
-                "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
+    env.update(
+        {
+            "AIRFLOW_HOME": str(tmp_path / "home"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "tests" / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        }
+    )
     try:
-        subprocess.run([str(bin_dir / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True,
-                       timeout=300)
-        run = subprocess.run([str(bin_dir / "airflow"), "dags", "test", "ahp_embedded"], env=env,
-                             capture_output=True, text=True, timeout=600)
+        subprocess.run(
+            [str(bin_dir / "airflow"), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300
+        )
+        run = subprocess.run(
+            [str(bin_dir / "airflow"), "dags", "test", "ahp_embedded"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         output = run.stdout + run.stderr
         assert run.returncode == 0, output[-4000:]
         assert f"{sys.version_info[0]}.{sys.version_info[1]}" in output  # the job's Python answered
@@ -82,11 +94,17 @@ def test_the_embedded_cluster_runs_a_job_where_the_cluster_side_is_installed(tmp
         # Loopback only: no port of the embedded cluster (GCS, raylet, agents, workers) is reachable
         # from another machine.
         listening = listening_addresses(_cluster_pids(temp_dir))
-        assert listening and all(ipaddress.ip_address(ip.removeprefix("::ffff:")).is_loopback
-                                 for ip in listening), listening
+        assert listening and all(ipaddress.ip_address(ip.removeprefix("::ffff:")).is_loopback for ip in listening), (
+            listening
+        )
     finally:
-        down = subprocess.run([cluster_python(), "-m", "airflow_provider_horovod.local", "down"], env=env,
-                              capture_output=True, text=True, timeout=120)
+        down = subprocess.run(
+            [cluster_python(), "-m", "airflow_provider_horovod.local", "down"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert down.returncode == 0 and _cluster_pids(temp_dir) == []
     assert not os.path.exists(temp_dir)  # Ray's session folder (its logs) went with the cluster
     assert subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=60).returncode == 1
@@ -106,12 +124,21 @@ def test_a_function_pickled_on_another_python_fails_at_the_jobs_start(ray_hook, 
     from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
 
     airflow_python = f"{sys.version_info[0]}.{sys.version_info[1]}"
-    cluster = subprocess.run([cluster_python(), "-c",
-                             "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    cluster = subprocess.run(
+        [cluster_python(), "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert airflow_python != cluster, "this test runs where Airflow's Python is not the cluster's"
-    op = HorovodTrainOperator(task_id="train", train_fn=pickled_train, num_workers=2, storage_path=str(tmp_path),
-                              poll_interval_seconds=0.5, deferrable=False)
+    op = HorovodTrainOperator(
+        task_id="train",
+        train_fn=pickled_train,
+        num_workers=2,
+        storage_path=str(tmp_path),
+        poll_interval_seconds=0.5,
+        deferrable=False,
+    )
     with pytest.raises(RayJobError) as err:
         op.execute({"ti": FakeTI("cross-python")})
     message = str(err.value)

@@ -27,8 +27,11 @@ def task_instances(dag_id: str) -> list[tuple[str, str, int]]:
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        rows = session.query(TaskInstance.task_id, TaskInstance.state, TaskInstance.try_number).filter(
-            TaskInstance.dag_id == dag_id).all()
+        rows = (
+            session.query(TaskInstance.task_id, TaskInstance.state, TaskInstance.try_number)
+            .filter(TaskInstance.dag_id == dag_id)
+            .all()
+        )
     return [(task, str(state), tries) for task, state, tries in rows]
 
 
@@ -36,8 +39,9 @@ def jobs_of_dag(hook, dag_id: str) -> list[dict]:
     return [j for j in hook.list_jobs() if (j.get("metadata") or {}).get("airflow_dag_id") == dag_id]
 
 
-def test_a_users_bug_on_one_rank_runs_one_job_one_worker_group_and_fails_after_one_try(airflow_db, ray_cluster,
-                                                                                       ray_hook, tmp_path):
+def test_a_users_bug_on_one_rank_runs_one_job_one_worker_group_and_fails_after_one_try(
+    airflow_db, ray_cluster, ray_hook, tmp_path
+):
     dag_id = "ahp_bug_on_one_rank"
     run = dags_test(dag_id, conf={"storage_path": str(tmp_path)}, timeout=400)
     output = run.stdout + run.stderr
@@ -47,9 +51,9 @@ def test_a_users_bug_on_one_rank_runs_one_job_one_worker_group_and_fails_after_o
     log = ray_hook.get_job_logs(job["submission_id"])
     assert log.count("Started training worker group") == 1, log[-3000:]  # Ray Train restarted nothing
     # The task log ends with the answer: the class, the rank, the user's exception and own line.
-    answer = output[output.rindex("user code, rank 1: ZeroDivisionError"):]
+    answer = output[output.rindex("user code, rank 1: ZeroDivisionError") :]
     assert f'File "{DAG_FILE}"' in answer and "in bug_on_rank_1" in answer
-    assert "return config[\"steps\"] / (ranks - 2)" in answer and "What to do: fix the function" in answer
+    assert 'return config["steps"] / (ranks - 2)' in answer and "What to do: fix the function" in answer
     assert "UserCodeFailed" in output  # an AirflowFailException: Airflow does not retry it
     record = json.loads(open(result_uri(job["metadata"]["ahp_storage_uri"], 1)).read())
     assert record["failure"]["failure_class"] == "user_code" and record["failure"]["rank"] == 1
@@ -62,8 +66,14 @@ def test_a_runtime_env_package_that_does_not_exist_is_configuration_and_fails_on
     from airflow_provider_horovod.operators.ray import RayTaskOperator
 
     package = f"ahp-no-such-package-{uuid.uuid4().hex[:8]}"
-    op = RayTaskOperator(task_id="train", python_callable="platform:python_version", deferrable=False,
-                         storage_path=str(tmp_path), runtime_env={"pip": [package]}, poll_interval_seconds=0.5)
+    op = RayTaskOperator(
+        task_id="train",
+        python_callable="platform:python_version",
+        deferrable=False,
+        storage_path=str(tmp_path),
+        runtime_env={"pip": [package]},
+        poll_interval_seconds=0.5,
+    )
     ti = FakeTI(f"noenv-{uuid.uuid4().hex[:6]}")
     with pytest.raises(ConfigurationError) as err:
         op.execute({"ti": ti})
@@ -83,7 +93,8 @@ def own_head(tmp_path_factory, moto_server):
 
 
 def test_a_retry_policy_on_the_infrastructure_class_is_honoured_and_the_reason_outlives_the_cluster(
-        airflow_db, own_head, tmp_path):
+    airflow_db, own_head, tmp_path
+):
     pytest.importorskip("airflow.sdk.definitions.retry_policy", reason="Airflow 3.3 has retry_policy")
     state, head = own_head
     dag_id = "ahp_retry_policy"

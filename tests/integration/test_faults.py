@@ -28,8 +28,10 @@ pytestmark = pytest.mark.integration
 def counting_job(hook, ticks: int, every_s: float, repeats: int = 0) -> str:
     """A plain Ray job printing a numbered line each tick, each followed by ``repeats`` identical
     lines (a training log repeats itself), for watching what a trigger streams."""
-    code = (f"import time\nfor i in range({ticks}):\n    print(f'line-{{i:03d}}', flush=True)\n"
-            f"    for _ in range({repeats}):\n        print('epoch 3 loss 0.5', flush=True)\n    time.sleep({every_s})")
+    code = (
+        f"import time\nfor i in range({ticks}):\n    print(f'line-{{i:03d}}', flush=True)\n"
+        f"    for _ in range({repeats}):\n        print('epoch 3 loss 0.5', flush=True)\n    time.sleep({every_s})"
+    )
     sid = f"ahp-count-{uuid.uuid4().hex[:8]}"
     return hook.submit_job(entrypoint=f"python -c {shlex.quote(code)}", submission_id=sid)
 
@@ -57,13 +59,12 @@ class Streamed:
     def lines(self) -> list[str]:
         """Every job line streamed so far (Airflow's structlog prints them, padded, before the logger's name)."""
         self.text += self.capsys.readouterr().out
-        logged = [r.getMessage()[len("[ray] "):] for r in self.caplog.records if r.getMessage().startswith("[ray] ")]
+        logged = [r.getMessage()[len("[ray] ") :] for r in self.caplog.records if r.getMessage().startswith("[ray] ")]
         printed = re.findall(r"\[ray\] (.*?)\s+\[airflow_provider_horovod\.", self.text)
         return logged or printed
 
 
-def test_a_restarted_trigger_repeats_no_line_and_yields_one_event(ray_cluster, ray_hook, monkeypatch, capsys,
-                                                                   caplog):
+def test_a_restarted_trigger_repeats_no_line_and_yields_one_event(ray_cluster, ray_hook, monkeypatch, capsys, caplog):
     from airflow.sdk.execution_time.xcom import XCom
 
     store = XComStore()
@@ -129,8 +130,9 @@ def test_a_kill_while_deferred_stops_the_job_within_15_s(ray_cluster, ray_hook, 
         # task's state (here what the API answers once the user marked the task failed).
         from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
 
-        monkeypatch.setattr(RuntimeTaskInstance, "get_task_states",
-                            staticmethod(lambda **kw: {ti.run_id: {ti.task_id: "failed"}}))
+        monkeypatch.setattr(
+            RuntimeTaskInstance, "get_task_states", staticmethod(lambda **kw: {ti.run_id: {ti.task_id: "failed"}})
+        )
 
     async def scenario():
         task = asyncio.create_task(anext(trigger.run(), None))
@@ -185,8 +187,9 @@ class Outage:
         """Until ``count`` more connections came and were refused: the client met the outage."""
         with self.changed:
             wanted = self.refused + count
-            assert self.changed.wait_for(lambda: self.refused >= wanted, timeout), \
+            assert self.changed.wait_for(lambda: self.refused >= wanted, timeout), (
                 f"nothing tried the dashboard during the outage ({self.refused} refused)"
+            )
 
     def close(self):
         self.down()
@@ -237,19 +240,33 @@ def outage(ray_cluster, monkeypatch):
     """Connection ``ray_flaky``: the local cluster, reached through the proxy."""
     port = int(ray_cluster.dashboard_url.rsplit(":", 1)[1])
     proxy = Outage(port)
-    monkeypatch.setenv("AIRFLOW_CONN_RAY_FLAKY", json.dumps(
-        {"conn_type": "ray", "host": "127.0.0.1", "port": proxy.port, "password": ray_cluster.token,
-         "extra": {"shared_storage": True}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_RAY_FLAKY",
+        json.dumps(
+            {
+                "conn_type": "ray",
+                "host": "127.0.0.1",
+                "port": proxy.port,
+                "password": ray_cluster.token,
+                "extra": {"shared_storage": True},
+            }
+        ),
+    )
     yield proxy
     proxy.close()
 
 
 @pytest.mark.parametrize("deferrable", [False, True], ids=["sync", "deferred"])
-def test_a_dashboard_that_comes_back_within_the_retries_costs_nothing(outage, ray_hook, tmp_path, deferrable,
-                                                                     quick_jobs):
+def test_a_dashboard_that_comes_back_within_the_retries_costs_nothing(
+    outage, ray_hook, tmp_path, deferrable, quick_jobs
+):
     run_id = f"flaky-{uuid.uuid4().hex[:6]}"
-    op = make_operator(tmp_path, train_loop_config={"quick_lines": 12, "quick_line_s": 1, "run": run_id},
-                       ray_conn_id="ray_flaky", deferrable=deferrable)
+    op = make_operator(
+        tmp_path,
+        train_loop_config={"quick_lines": 12, "quick_line_s": 1, "run": run_id},
+        ray_conn_id="ray_flaky",
+        deferrable=deferrable,
+    )
     ti = FakeTI(run_id)
     sid = ti.task_run.submission_id(1)
     outage.down()  # down when the task starts
@@ -280,4 +297,3 @@ def test_a_dashboard_that_stays_away_fails_the_task_clearly(outage, ray_hook, tm
     assert f"http://127.0.0.1:{outage.port}" in message and "'ray_flaky'" in message and "tries" in message
     assert outage.refused >= 6  # every try met the outage
     assert jobs_of(ray_hook, run_id) == []  # nothing reached the cluster
-

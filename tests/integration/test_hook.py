@@ -35,7 +35,8 @@ def test_submit_status_logs_stop_delete_round_trip(ray_hook):
     assert ray_hook.submit_job(entrypoint=PRINT_LINES, submission_id=sid, metadata={"k": "v"}) == sid
     assert wait_terminal(ray_hook, sid) == "SUCCEEDED"
     assert [ln for ln in ray_hook.get_job_logs(sid).splitlines() if ln.startswith("line ")] == [
-        f"line {i}" for i in range(5)]
+        f"line {i}" for i in range(5)
+    ]
     assert ray_hook.get_job_info(sid)["metadata"] == {"k": "v"}
     assert sid in [j["submission_id"] for j in ray_hook.list_jobs()]
     assert ray_hook.get_job_url(sid) == f"{ray_hook.get_dashboard_url()}/#/jobs/{sid}"
@@ -69,9 +70,17 @@ def test_async_round_trip(ray_hook):
         while (await hook.a_get_job_status(long_id)) != "STOPPED" and time.monotonic() < deadline:
             await asyncio.sleep(0.3)
         deleted = await hook.a_delete_job(long_id)
-        outcome = (status, seen, info, stopped, deleted, await hook.a_get_job_info(long_id),
-                   await hook.a_get_job_url(sid), await hook.a_get_cluster_resources(),
-                   await hook.a_get_job_info("no-such-job"))
+        outcome = (
+            status,
+            seen,
+            info,
+            stopped,
+            deleted,
+            await hook.a_get_job_info(long_id),
+            await hook.a_get_job_url(sid),
+            await hook.a_get_cluster_resources(),
+            await hook.a_get_job_info("no-such-job"),
+        )
         await hook.aclose()
         return outcome
 
@@ -85,8 +94,10 @@ def test_async_round_trip(ray_hook):
 
 def test_wrong_token_is_a_clear_error(ray_cluster, monkeypatch):
     port = int(ray_cluster.dashboard_url.rsplit(":", 1)[1])
-    monkeypatch.setenv("AIRFLOW_CONN_RAY_BAD", json.dumps(
-        {"conn_type": "ray", "host": "127.0.0.1", "port": port, "password": "wrong-token"}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_RAY_BAD",
+        json.dumps({"conn_type": "ray", "host": "127.0.0.1", "port": port, "password": "wrong-token"}),
+    )
     started = time.monotonic()
     with pytest.raises(RayAuthenticationError) as err:
         RayHook("ray_bad").check_connection()
@@ -123,8 +134,10 @@ def test_local_folders_travel_through_the_package_api(ray_hook, tmp_path):
     (module / "__init__.py").write_text("VALUE = 'from-py-module'\n")
     (module / "__pycache__").mkdir()
     (module / "__pycache__" / "junk.pyc").write_bytes(b"x")
-    code = "import ahp_probe_module, os; print(open('data.txt').read(), ahp_probe_module.VALUE, os.path.exists(" \
-           "os.path.join(os.path.dirname(ahp_probe_module.__file__), '__pycache__', 'junk.pyc')))"
+    code = (
+        "import ahp_probe_module, os; print(open('data.txt').read(), ahp_probe_module.VALUE, os.path.exists("
+        "os.path.join(os.path.dirname(ahp_probe_module.__file__), '__pycache__', 'junk.pyc')))"
+    )
     env = {"working_dir": str(work), "py_modules": [str(module)]}
     first = f"hook-pkg-{uuid.uuid4().hex[:8]}"
     ray_hook.submit_job(entrypoint=f'python -c "{code}"', submission_id=first, runtime_env=env)

@@ -37,7 +37,8 @@ def two_nodes(ray_cluster, tmp_path_factory):
         # With two clusters on one machine, Ray's state API (used by Train V2's placement-group
         # cleaner) needs to be told which one is its own; the connection's default runtime_env does.
         os.environ[f"AIRFLOW_CONN_{TWO_NODE_CONN.upper()}"] = cluster.connection(
-            head, extra={"runtime_env": {"env_vars": {"RAY_ADDRESS": head["gcs_address"]}}})
+            head, extra={"runtime_env": {"env_vars": {"RAY_ADDRESS": head["gcs_address"]}}}
+        )
         hook = RayHook(ray_conn_id=TWO_NODE_CONN)
         deadline = time.monotonic() + 60
         while hook.get_cluster_resources().get("ahp_slot", 0) < 2:
@@ -65,13 +66,24 @@ def allreduce_probe(config):
     hvd.init()
     summed = hvd.allreduce(torch.tensor([hvd.rank() + 1.0, 10.0 * (hvd.rank() + 1)]), op=hvd.Sum, name="probe")
     averaged = hvd.allreduce(torch.tensor(float(hvd.rank())), op=hvd.Average, name="avg")
-    seen = hvd.allgather_object({
-        "rank": hvd.rank(), "local_rank": hvd.local_rank(), "cross_rank": hvd.cross_rank(),
-        "node_id": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(),
-                                           "world_rank": ray.train.get_context().get_world_rank(),
-    })
-    metrics = {"sum": summed.tolist(), "average": averaged.item(), "size": hvd.size(),
-               "local_size": hvd.local_size(), "cross_size": hvd.cross_size(), "ranks": json.dumps(seen)}
+    seen = hvd.allgather_object(
+        {
+            "rank": hvd.rank(),
+            "local_rank": hvd.local_rank(),
+            "cross_rank": hvd.cross_rank(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "host": socket.gethostname(),
+            "world_rank": ray.train.get_context().get_world_rank(),
+        }
+    )
+    metrics = {
+        "sum": summed.tolist(),
+        "average": averaged.item(),
+        "size": hvd.size(),
+        "local_size": hvd.local_size(),
+        "cross_size": hvd.cross_size(),
+        "ranks": json.dumps(seen),
+    }
     if hvd.rank() == 0:
         with tempfile.TemporaryDirectory() as folder:
             with open(os.path.join(folder, "probe.json"), "w") as f:
@@ -83,8 +95,13 @@ def allreduce_probe(config):
 
 @pytest.mark.parametrize("trainer_api", TRAINER_APIS)
 def test_horovod_across_two_nodes(two_nodes, tmp_path, trainer_api):
-    op = make_operator(tmp_path, train_fn=allreduce_probe, trainer_api=trainer_api, ray_conn_id=TWO_NODE_CONN,
-                       resources_per_worker={"CPU": 1, "ahp_slot": 1})
+    op = make_operator(
+        tmp_path,
+        train_fn=allreduce_probe,
+        trainer_api=trainer_api,
+        ray_conn_id=TWO_NODE_CONN,
+        resources_per_worker={"CPU": 1, "ahp_slot": 1},
+    )
     ti = FakeTI(f"nodes-{trainer_api}-{uuid.uuid4().hex[:6]}")
     result = op.execute({"ti": ti})
     metrics = result["metrics"]
@@ -93,8 +110,10 @@ def test_horovod_across_two_nodes(two_nodes, tmp_path, trainer_api):
     ranks = sorted(json.loads(metrics["ranks"]), key=lambda r: r["rank"])
     assert len({r["node_id"] for r in ranks}) == 2  # one worker on each node
     assert "ahp-second-node" in {r["host"] for r in ranks}
-    assert [(r["rank"], r["world_rank"], r["local_rank"], r["cross_rank"]) for r in ranks] == [(0, 0, 0, 0),
-                                                                                             (1, 1, 0, 1)]
+    assert [(r["rank"], r["world_rank"], r["local_rank"], r["cross_rank"]) for r in ranks] == [
+        (0, 0, 0, 0),
+        (1, 1, 0, 1),
+    ]
     assert result["world_size"] == 2 and result["trainer_api"] == trainer_api
     assert os.path.isfile(os.path.join(result["checkpoint_uri"], "probe.json"))
 
@@ -111,11 +130,15 @@ def gpu_visibility_probe(config):
     from ray.train import Checkpoint
 
     hvd.init()
-    seen = hvd.allgather_object({
-        "rank": hvd.rank(), "local_rank": hvd.local_rank(), "visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-        "assigned": ray.get_runtime_context().get_accelerator_ids()["GPU"],
-        "node_id": ray.get_runtime_context().get_node_id(),
-    })
+    seen = hvd.allgather_object(
+        {
+            "rank": hvd.rank(),
+            "local_rank": hvd.local_rank(),
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+            "assigned": ray.get_runtime_context().get_accelerator_ids()["GPU"],
+            "node_id": ray.get_runtime_context().get_node_id(),
+        }
+    )
     metrics = {"ranks": json.dumps(seen)}
     if hvd.rank() == 0:
         with tempfile.TemporaryDirectory() as folder:
@@ -130,8 +153,14 @@ def test_gpu_workers_of_a_node_each_see_all_its_gpus(two_nodes, tmp_path, traine
     """Horovod pins one GPU per local rank, so every GPU worker of a node must see the node's GPUs
     (not only the one Ray gave it), as Ray's own HorovodTrainer arranges (the provider's V2 backend
     does it too; the legacy trainer is Ray's own code)."""
-    op = make_operator(tmp_path, train_fn=gpu_visibility_probe, trainer_api=trainer_api, ray_conn_id=TWO_NODE_CONN,
-                       use_gpu=True, resources_per_worker={"CPU": 1, "GPU": 1})
+    op = make_operator(
+        tmp_path,
+        train_fn=gpu_visibility_probe,
+        trainer_api=trainer_api,
+        ray_conn_id=TWO_NODE_CONN,
+        use_gpu=True,
+        resources_per_worker={"CPU": 1, "GPU": 1},
+    )
     result = op.execute({"ti": FakeTI(f"gpus-{trainer_api}-{uuid.uuid4().hex[:6]}")})
     ranks = sorted(json.loads(result["metrics"]["ranks"]), key=lambda r: r["rank"])
     assert len({r["node_id"] for r in ranks}) == 1  # the node with the GPUs holds both workers
@@ -169,8 +198,13 @@ def train_until_killed(config):
     start = 0 if restored is None else restored + 1
     for epoch in range(start, 6):
         total = hvd.allreduce(torch.tensor(float(epoch)), op=hvd.Sum, name=f"epoch{epoch}").item()
-        metrics = {"epoch": epoch, "start_epoch": start, "restored_epoch": restored, "total": total,
-                   "restored_intact": intact}
+        metrics = {
+            "epoch": epoch,
+            "start_epoch": start,
+            "restored_epoch": restored,
+            "total": total,
+            "restored_intact": intact,
+        }
         if hvd.rank() == 0:
             with tempfile.TemporaryDirectory() as folder:
                 # 24 MiB of weights: on S3 it goes up (and comes back) in parallel parts.
@@ -208,8 +242,13 @@ def kill_rank1_at_epoch_2(progress_file, outcome) -> dict:
 def test_killed_worker_resumes_from_its_last_checkpoint(ray_cluster, tmp_path, trainer_api):
     progress_dir = tmp_path / "progress"
     progress_dir.mkdir()
-    op = make_operator(tmp_path / "storage", train_fn=train_until_killed, trainer_api=trainer_api, max_failures=1,
-                       train_loop_config={"progress_dir": str(progress_dir)})
+    op = make_operator(
+        tmp_path / "storage",
+        train_fn=train_until_killed,
+        trainer_api=trainer_api,
+        max_failures=1,
+        train_loop_config={"progress_dir": str(progress_dir)},
+    )
     thread, outcome = run_in_thread(op, {"ti": FakeTI(f"kill-{trainer_api}-{uuid.uuid4().hex[:6]}")})
     progress_file = progress_dir / "rank1.json"
     progress = kill_rank1_at_epoch_2(progress_file, outcome)
@@ -225,8 +264,9 @@ def test_killed_worker_resumes_from_its_last_checkpoint(ray_cluster, tmp_path, t
     assert after["pid"] != progress["pid"] and after["restored"] == 2
 
 
-def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(ray_cluster, moto_server, ray_hook, tmp_path,
-                                                           trainer_api="v2"):
+def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(
+    ray_cluster, moto_server, ray_hook, tmp_path, trainer_api="v2"
+):
     """With max_failures=0 a dead worker fails the task, saying so; the retry (a new attempt) resumes
     from the failed attempt's last checkpoint (the same steps on both APIs: the attempt's folder is
     found by the operator, its checkpoint by the runtime). On S3: the checkpoint went up in parallel
@@ -243,9 +283,15 @@ def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(ray_cluster, moto_se
     progress_dir.mkdir()
     bucket = moto_server.make_bucket(f"ahp-resume-{uuid.uuid4().hex[:8]}")
     tags = {"team": "ranking", "model": "ctr", "cost_centre": "cc-4711"}
-    op = make_operator(f"s3://{bucket}/runs", train_fn=train_until_killed, trainer_api=trainer_api, max_failures=0,
-                       train_loop_config={"progress_dir": str(progress_dir)}, job_tags=tags,
-                       prices={"cpu_hour": 0.05, "currency": "USD"})
+    op = make_operator(
+        f"s3://{bucket}/runs",
+        train_fn=train_until_killed,
+        trainer_api=trainer_api,
+        max_failures=0,
+        train_loop_config={"progress_dir": str(progress_dir)},
+        job_tags=tags,
+        prices={"cpu_hour": 0.05, "currency": "USD"},
+    )
     ti = FakeTI(f"retry-{trainer_api}-{uuid.uuid4().hex[:6]}")
     thread, outcome = run_in_thread(op, {"ti": ti})
     kill_rank1_at_epoch_2(progress_dir / "rank1.json", outcome)

@@ -60,7 +60,8 @@ def test_many_waiting_jobs_read_their_statuses_from_one_list(ray_hook, monkeypat
     # ask for their own.
     assert lists == [1] and "/api/v0/jobs" not in paths
     assert sorted(p for p in paths if p != "/api/v0/jobs") == sorted(
-        f"/api/jobs/{sid}" for sid in [ended, *gone, running])  # the last: `own`
+        f"/api/jobs/{sid}" for sid in [ended, *gone, running]
+    )  # the last: `own`
     assert second[0]["submission_id"] == running and {k: second[0][k] for k in USED} == {k: own[k] for k in USED}
     assert second[0]["status"] == "RUNNING" and second[0]["metadata"] == {"k": "v"}
     assert second[1]["status"] == "SUCCEEDED" and second[2:] == [None] * len(gone)

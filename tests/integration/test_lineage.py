@@ -25,8 +25,9 @@ def lineage_run(airflow_db, ray_cluster, moto_server, tmp_path_factory):
     bucket = moto_server.make_bucket("ahp-lineage")
     events_file = folder / "events.jsonl"
     env = {
-        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(events_file),
-                                                       "append": True}),
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(events_file), "append": True}
+        ),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": NAMESPACE,
         "AHP_LINEAGE_STORAGE": str(folder / "storage"),
         "AHP_LINEAGE_DATA": f"s3://{bucket}/data",
@@ -61,9 +62,13 @@ def returned(task_id: str) -> dict:
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        (value,) = session.query(XComModel.value).filter(XComModel.dag_id == DAG_ID, XComModel.task_id == task_id,
-                                                         XComModel.key == "return_value").order_by(
-            XComModel.run_id.desc()).limit(1).one()
+        (value,) = (
+            session.query(XComModel.value)
+            .filter(XComModel.dag_id == DAG_ID, XComModel.task_id == task_id, XComModel.key == "return_value")
+            .order_by(XComModel.run_id.desc())
+            .limit(1)
+            .one()
+        )
     return value if isinstance(value, dict) else json.loads(value)
 
 
@@ -109,8 +114,10 @@ def test_ray_tasks_report_their_run_and_pass_the_parent_run_into_the_job(lineage
         # What the job saw is the task's own OpenLineage run, and the DAG run as the root.
         assert seen["OPENLINEAGE_PARENT_ID"] == parent_id(event)
         root = event["run"]["facets"]["parent"]["root"]
-        assert seen["OPENLINEAGE_ROOT_PARENT_ID"] == f"{root['job']['namespace']}/{root['job']['name']}/" \
-                                                     f"{root['run']['runId']}"
+        assert (
+            seen["OPENLINEAGE_ROOT_PARENT_ID"] == f"{root['job']['namespace']}/{root['job']['name']}/"
+            f"{root['run']['runId']}"
+        )
     # The promoting task's outlet, the champion, is its output (deferred: the resumed instance's).
     storage = lineage_run["storage"]
     assert [(d["namespace"], d["name"]) for d in promote["outputs"]] == [("file", f"{storage}/champion.json")]

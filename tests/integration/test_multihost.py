@@ -30,6 +30,7 @@ BUCKET = "multihost"
 
 # -- what the ranks run (pickled by value with the operator) -----------------------------------------
 
+
 def allreduce_probe(config):
     """``inits`` times hvd.init() (hvd.shutdown() between, as test suites and phased trainings do), an
     allreduce checked after each; what every rank saw."""
@@ -46,8 +47,15 @@ def allreduce_probe(config):
         summed = hvd.allreduce(torch.tensor([hvd.rank() + 1.0, 10.0 * (hvd.rank() + 1)]), op=hvd.Sum, name=f"s{i}")
         n = hvd.size()
         assert summed.tolist() == [n * (n + 1) / 2, 10.0 * n * (n + 1) / 2], summed
-    seen = hvd.allgather_object({"rank": hvd.rank(), "host": socket.gethostname(), "sum": summed.tolist(),
-                                 "size": hvd.size(), "gloo_iface": os.environ.get("HOROVOD_GLOO_IFACE")})
+    seen = hvd.allgather_object(
+        {
+            "rank": hvd.rank(),
+            "host": socket.gethostname(),
+            "sum": summed.tolist(),
+            "size": hvd.size(),
+            "gloo_iface": os.environ.get("HOROVOD_GLOO_IFACE"),
+        }
+    )
     report_checkpoint(hvd.rank(), {"inits": config["inits"]})
     return seen
 
@@ -102,6 +110,7 @@ def elastic_train(config):
 
 # -- the cluster ---------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def cluster(monkeypatch_module):
     """Two Debian-style hosts, interfaces named eth0 and ens5 (and eth1 on a second network), moto
@@ -123,9 +132,13 @@ def cluster(monkeypatch_module):
         port = _free_port(hosts.root_address)
         moto = ThreadedMotoServer(ip_address=hosts.root_address, port=port, verbose=False)
         moto.start()
-        s3 = {"AWS_ENDPOINT_URL": f"http://{hosts.root_address}:{port}", "AWS_ACCESS_KEY_ID": "testing",
-              "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-              "AWS_EC2_METADATA_DISABLED": "true"}
+        s3 = {
+            "AWS_ENDPOINT_URL": f"http://{hosts.root_address}:{port}",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
         hosts.extra_env.update(s3)  # the Ray nodes' own environment, as a cluster's instance role would give
         for key, value in s3.items():
             monkeypatch_module.setenv(key, value)
@@ -171,8 +184,15 @@ def operator(hosts: testhosts.Hosts, train_fn, **kwargs):
 
     # RAY_ADDRESS: Train V2's placement-group cleaner must find this cluster, not another on the machine.
     kwargs.setdefault("runtime_env", {"env_vars": {"RAY_ADDRESS": hosts.gcs_address}})
-    return HorovodTrainOperator(task_id="train", train_fn=train_fn, ray_conn_id=CONN_ID, deferrable=False,
-                                poll_interval_seconds=0.5, storage_path=f"s3://{BUCKET}/runs", **kwargs)
+    return HorovodTrainOperator(
+        task_id="train",
+        train_fn=train_fn,
+        ray_conn_id=CONN_ID,
+        deferrable=False,
+        poll_interval_seconds=0.5,
+        storage_path=f"s3://{BUCKET}/runs",
+        **kwargs,
+    )
 
 
 def groups_started(ti: FakeTI) -> list[dict]:
@@ -210,13 +230,15 @@ def wait_until(predicate, timeout: float, what: str, outcome: dict | None = None
 
 # -- the tests ---------------------------------------------------------------------------------------
 
+
 def test_debian_hosts_with_differently_named_interfaces_train_without_horovod_nics(cluster):
     """Host names on 127.0.1.1, eth0 on one host and ens5 on the other, no horovod_nics: each rank's Gloo
     takes the interface of Ray's address for its node; Horovod re-initialised 20 times across the hosts."""
     ensure_nodes(cluster, 2)
     ti = FakeTI(f"debian-{uuid.uuid4().hex[:6]}")
-    result = operator(cluster, allreduce_probe, num_workers=2, resources_per_worker={"CPU": 2},
-                      train_loop_config={"inits": 20}).execute({"ti": ti})
+    result = operator(
+        cluster, allreduce_probe, num_workers=2, resources_per_worker={"CPU": 2}, train_loop_config={"inits": 20}
+    ).execute({"ti": ti})
     ranks = {r["host"]: r for r in result["return_value"]}
     assert sorted(ranks) == ["ahp-node1", "ahp-node2"], result["return_value"]
     assert all(r["sum"] == [3.0, 30.0] and r["size"] == 2 for r in ranks.values()), ranks
@@ -231,8 +253,9 @@ def test_elastic_training_loses_a_host_and_finishes_smaller_from_its_checkpoint(
     ensure_nodes(cluster, 2)
     ti = FakeTI(f"shrink-{uuid.uuid4().hex[:6]}")
     steps = 12
-    op = operator(cluster, elastic_train, num_workers=(2, 4), max_failures=2, train_loop_config={
-        "steps": steps, "step_s": 0.5})
+    op = operator(
+        cluster, elastic_train, num_workers=(2, 4), max_failures=2, train_loop_config={"steps": steps, "step_s": 0.5}
+    )
     thread, outcome = run_in_thread(op, {"ti": ti})
     wait_until(lambda: [g for g in groups_started(ti) if g["world_size"] == 4], 120, "a group of 4", outcome)
     wait_until(lambda: checkpoints_written(ti) >= 2, 60, "two checkpoints at 4", outcome)
@@ -257,8 +280,13 @@ def test_elastic_training_grows_when_a_host_returns(cluster):
     ensure_nodes(cluster, 1)
     ti = FakeTI(f"grow-{uuid.uuid4().hex[:6]}")
     steps = 24
-    op = operator(cluster, elastic_train, num_workers=[2, 4], elastic_resize_monitor_interval_s=3,
-                  train_loop_config={"steps": steps, "step_s": 0.5})
+    op = operator(
+        cluster,
+        elastic_train,
+        num_workers=[2, 4],
+        elastic_resize_monitor_interval_s=3,
+        train_loop_config={"steps": steps, "step_s": 0.5},
+    )
     thread, outcome = run_in_thread(op, {"ti": ti})
     wait_until(lambda: groups_started(ti), 120, "the first group", outcome)
     wait_until(lambda: checkpoints_written(ti) >= 2, 60, "two checkpoints at 2", outcome)
@@ -285,15 +313,29 @@ def test_hosts_that_cannot_connect_fail_saying_where_within_the_timeout(cluster)
     started = time.monotonic()
     try:
         with pytest.raises(JobFailure) as err:
-            operator(cluster, allreduce_probe, num_workers=2, resources_per_worker={"CPU": 2}, horovod_nics=["eth1"],
-                     horovod_timeout_s=timeout_s, train_loop_config={"inits": 1}).execute(
-                {"ti": FakeTI(f"cut-{uuid.uuid4().hex[:6]}")})
+            operator(
+                cluster,
+                allreduce_probe,
+                num_workers=2,
+                resources_per_worker={"CPU": 2},
+                horovod_nics=["eth1"],
+                horovod_timeout_s=timeout_s,
+                train_loop_config={"inits": 1},
+            ).execute({"ti": FakeTI(f"cut-{uuid.uuid4().hex[:6]}")})
     finally:
         cluster.isolate(cluster[1], False, data=True)
     took = time.monotonic() - started
     message = str(err.value)
-    for needed in ("cannot reach each other", "ahp-node1", "ahp-node2", "10.177.0.1:", "10.177.0.2:",
-                   f"no answer within {timeout_s} s", "horovod_nics", "horovod_timeout_s"):
+    for needed in (
+        "cannot reach each other",
+        "ahp-node1",
+        "ahp-node2",
+        "10.177.0.1:",
+        "10.177.0.2:",
+        f"no answer within {timeout_s} s",
+        "horovod_nics",
+        "horovod_timeout_s",
+    ):
         assert needed in message, (needed, message)
     assert "Fatal Python error" not in message
     # The job's start and end, the workers' start and the check's own wait.

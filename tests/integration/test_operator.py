@@ -56,8 +56,9 @@ def test_deferred_operator_trains_to_s3(ray_cluster, moto_server, airflow_db):
 
 def make_operator(storage_path, train_fn=slow_train, **kwargs):
     kwargs = {"deferrable": False, "poll_interval_seconds": 0.5, **kwargs}
-    return HorovodTrainOperator(task_id="train", train_fn=train_fn, num_workers=2, storage_path=str(storage_path),
-                                **kwargs)
+    return HorovodTrainOperator(
+        task_id="train", train_fn=train_fn, num_workers=2, storage_path=str(storage_path), **kwargs
+    )
 
 
 def long_quick_job(seconds: int = 300) -> dict:
@@ -81,8 +82,10 @@ def test_on_kill_stops_the_job(ray_hook, tmp_path, quick_jobs):
 
 def test_a_failed_job_fails_the_task_with_its_class_and_what_to_do(ray_hook, tmp_path, quick_jobs):
     ti = FakeTI(f"fail-{uuid.uuid4().hex[:6]}")
-    op = make_operator(tmp_path, train_loop_config={"quick_lines": 60, "quick_fail": "boom-in-training",
-                                                    "quick_fail_class": "infrastructure"})
+    op = make_operator(
+        tmp_path,
+        train_loop_config={"quick_lines": 60, "quick_fail": "boom-in-training", "quick_fail_class": "infrastructure"},
+    )
     with pytest.raises(InfrastructureError) as err:
         op.execute({"ti": ti})
     message = str(err.value)
@@ -108,7 +111,7 @@ def test_stopped_job_fails_the_task(ray_hook, tmp_path, quick_jobs):
 
 def streamed_lines(events: list[dict]) -> list[str]:
     """The job's log lines the operator wrote to the task log since the last call (and forget them)."""
-    lines = [e["event"][len("[ray] "):] for e in events if str(e.get("event", "")).startswith("[ray] ")]
+    lines = [e["event"][len("[ray] ") :] for e in events if str(e.get("event", "")).startswith("[ray] ")]
     events.clear()
     return lines
 
@@ -153,8 +156,10 @@ def test_gpus_the_cluster_lacks_fail_before_submission(ray_hook, tmp_path):
     assert len(ray_hook.list_jobs()) == before  # nothing was submitted
 
 
-@pytest.mark.parametrize("kwargs, parameter", [({"ray_conn_id": "no_such_ray"}, "no_such_ray"),
-                                               ({"aws_conn_id": "no_such_aws"}, "aws_conn_id")])
+@pytest.mark.parametrize(
+    "kwargs, parameter",
+    [({"ray_conn_id": "no_such_ray"}, "no_such_ray"), ({"aws_conn_id": "no_such_aws"}, "aws_conn_id")],
+)
 def test_missing_connections_fail_before_submission(airflow_db, ray_cluster, tmp_path, kwargs, parameter):
     from airflow_provider_horovod.exceptions import HorovodProviderError
 

@@ -27,8 +27,10 @@ def session_probe(config):
     from ray.train import Checkpoint
 
     hvd.init()
-    seen = {"key_prefix": os.environ.get("AWS_ACCESS_KEY_ID", "")[:4],
-            "has_session_token": bool(os.environ.get("AWS_SESSION_TOKEN"))}
+    seen = {
+        "key_prefix": os.environ.get("AWS_ACCESS_KEY_ID", "")[:4],
+        "has_session_token": bool(os.environ.get("AWS_SESSION_TOKEN")),
+    }
     if hvd.rank() == 0:
         with tempfile.TemporaryDirectory() as folder:
             open(os.path.join(folder, "model"), "w").close()
@@ -40,32 +42,53 @@ def session_probe(config):
 @pytest.fixture
 def connections(ray_cluster, moto_server, monkeypatch):
     """A Ray connection carrying the token, and an AWS connection with long-lived keys of its own."""
-    secrets = {"ray_token": ray_cluster.token, "aws_key_id": f"AKIA{uuid.uuid4().hex[:16].upper()}",
-               "aws_secret": f"long-lived-{uuid.uuid4().hex}"}
+    secrets = {
+        "ray_token": ray_cluster.token,
+        "aws_key_id": f"AKIA{uuid.uuid4().hex[:16].upper()}",
+        "aws_secret": f"long-lived-{uuid.uuid4().hex}",
+    }
     port = int(ray_cluster.dashboard_url.rsplit(":", 1)[1])
-    monkeypatch.setenv("AIRFLOW_CONN_RAY_SECRET", json.dumps(
-        {"conn_type": "ray", "host": "127.0.0.1", "port": port, "password": secrets["ray_token"]}))
-    monkeypatch.setenv("AIRFLOW_CONN_AWS_SECRET", json.dumps(
-        {"conn_type": "aws", "login": secrets["aws_key_id"], "password": secrets["aws_secret"],
-         "extra": {"endpoint_url": moto_server.endpoint_url, "region_name": "us-east-1"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_RAY_SECRET",
+        json.dumps({"conn_type": "ray", "host": "127.0.0.1", "port": port, "password": secrets["ray_token"]}),
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AWS_SECRET",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": secrets["aws_key_id"],
+                "password": secrets["aws_secret"],
+                "extra": {"endpoint_url": moto_server.endpoint_url, "region_name": "us-east-1"},
+            }
+        ),
+    )
     return secrets
 
 
-def test_no_secret_reaches_logs_xcom_fields_trigger_or_the_ray_job(connections, moto_server, ray_hook, monkeypatch,
-                                                                    capsys, caplog):
+def test_no_secret_reaches_logs_xcom_fields_trigger_or_the_ray_job(
+    connections, moto_server, ray_hook, monkeypatch, capsys, caplog
+):
     from airflow.providers.common.compat.sdk import TaskDeferred
 
     # Spy on the session credentials the job gets, so the search covers them too.
     sessions = []
     real = credentials.session_credentials
-    monkeypatch.setattr(credentials, "session_credentials",
-                        lambda *args: sessions.append(real(*args)) or sessions[-1])
+    monkeypatch.setattr(credentials, "session_credentials", lambda *args: sessions.append(real(*args)) or sessions[-1])
 
     bucket = moto_server.make_bucket(f"ahp-secret-{uuid.uuid4().hex[:8]}")
-    op = HorovodTrainOperator(task_id="train", train_fn=session_probe, num_workers=2, deferrable=True,
-                              poll_interval_seconds=0.5, storage_path=f"s3://{bucket}/runs",
-                              ray_conn_id="ray_secret", aws_conn_id="aws_secret", forward_aws_credentials=True,
-                              aws_credentials_ttl_seconds=3600)
+    op = HorovodTrainOperator(
+        task_id="train",
+        train_fn=session_probe,
+        num_workers=2,
+        deferrable=True,
+        poll_interval_seconds=0.5,
+        storage_path=f"s3://{bucket}/runs",
+        ray_conn_id="ray_secret",
+        aws_conn_id="aws_secret",
+        forward_aws_credentials=True,
+        aws_credentials_ttl_seconds=3600,
+    )
     op.sync_wait_before_defer_s = 0  # defer at once: the trigger's path is what is searched
     ti = FakeTI(f"secret-{uuid.uuid4().hex[:6]}")
     context = {"ti": ti}
@@ -94,8 +117,11 @@ def test_no_secret_reaches_logs_xcom_fields_trigger_or_the_ray_job(connections, 
     }
     assert "Forwarding AWS session credentials" in places["task log"]  # the search looked at the real log
     assert "session credentials forwarded with the job" in places["ray job log"]
-    secrets = {**connections, "session_key_id": sessions[0]["aws_access_key_id"],
-               "session_secret": sessions[0]["aws_secret_access_key"],
-               "session_token": sessions[0]["aws_session_token"]}
+    secrets = {
+        **connections,
+        "session_key_id": sessions[0]["aws_access_key_id"],
+        "session_secret": sessions[0]["aws_secret_access_key"],
+        "session_token": sessions[0]["aws_session_token"],
+    }
     leaks = [(name, where) for name, value in secrets.items() for where, text in places.items() if value in text]
     assert leaks == []

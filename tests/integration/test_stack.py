@@ -24,7 +24,7 @@ DEFERRED = "Pausing task as DEFERRED"  # what Airflow's task runner logs when a 
 
 def streamed(records: list[dict]) -> list[str]:
     """The job's lines the task log holds."""
-    return [r["event"][len("[ray] "):] for r in records if str(r.get("event", "")).startswith("[ray] ")]
+    return [r["event"][len("[ray] ") :] for r in records if str(r.get("event", "")).startswith("[ray] ")]
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +67,10 @@ def test_a_training_defers_by_default_on_airflows_default_configuration(stack, t
 
 def test_a_job_of_a_second_never_defers_and_succeeds_20_times_in_a_row(stack, ray_hook):
     run_ids = [stack.trigger(SHORT) for _ in range(20)]
-    tis = [stack.wait_for_state(SHORT, run_id, "short", {"success", "failed", "up_for_retry"}, timeout=600)
-           for run_id in run_ids]
+    tis = [
+        stack.wait_for_state(SHORT, run_id, "short", {"success", "failed", "up_for_retry"}, timeout=600)
+        for run_id in run_ids
+    ]
     assert [ti["state"] for ti in tis] == ["success"] * 20, stack.log_tail("scheduler")
     for run_id in run_ids:
         records = stack.task_log(SHORT, run_id, "short")
@@ -85,8 +87,9 @@ def test_the_example_retraining_dag_triggered_without_a_logical_date_runs_on_the
     run_id = stack.trigger("horovod_retraining")  # "logical_date": null
     run = stack.api("GET", f"/dags/horovod_retraining/dagRuns/{run_id}")
     assert run["logical_date"] is None
-    ti = stack.wait_for_state("horovod_retraining", run_id, "promote", {"success", "failed", "upstream_failed"},
-                              timeout=600)
+    ti = stack.wait_for_state(
+        "horovod_retraining", run_id, "promote", {"success", "failed", "upstream_failed"}, timeout=600
+    )
     assert ti["state"] == "success", stack.log_tail("scheduler")
     summary = stack.xcom("horovod_retraining", run_id, "promote")
     assert summary["logical_date"] == run["run_after"][:10] and summary["checkpoint_uri"]
@@ -108,8 +111,14 @@ def test_marking_a_deferred_task_failed_stops_its_job_within_15_s(stack, ray_hoo
 # --- the UI, in a real browser -------------------------------------------------------------------
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 
 
 @pytest.fixture(scope="module")

@@ -36,8 +36,16 @@ from .test_operator import make_operator
 
 pytestmark = pytest.mark.integration
 
-RESULT_KEYS = {"checkpoint_uri", "best_checkpoint_uri", "metrics", "submission_id", "dashboard_url",
-               "storage_uri", "world_size", "attempt"}
+RESULT_KEYS = {
+    "checkpoint_uri",
+    "best_checkpoint_uri",
+    "metrics",
+    "submission_id",
+    "dashboard_url",
+    "storage_uri",
+    "world_size",
+    "attempt",
+}
 
 
 def tiny_operator(storage_path, run: str, **kwargs):
@@ -101,9 +109,17 @@ def flaky_s3(ray_cluster, moto_server, monkeypatch, quick_jobs):
     endpoint = S3Endpoint()
     endpoint.up()
     endpoint.bucket = moto_server.make_bucket(f"ahp-flaky-{uuid.uuid4().hex[:8]}")
-    monkeypatch.setenv("AIRFLOW_CONN_AWS_FLAKY", json.dumps(
-        {"conn_type": "aws", "login": "testing", "password": "testing",
-         "extra": {"endpoint_url": endpoint.url, "region_name": "us-east-1"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AWS_FLAKY",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": "testing",
+                "password": "testing",
+                "extra": {"endpoint_url": endpoint.url, "region_name": "us-east-1"},
+            }
+        ),
+    )
     yield endpoint
     endpoint.down()
 
@@ -117,8 +133,11 @@ def test_s3_down_when_the_task_starts_fails_before_submission(flaky_s3, ray_hook
     from airflow_provider_horovod import storage
 
     # The probe's bounds (5 s to connect, 10 s to read, 2 tries) shortened for the test.
-    monkeypatch.setattr(storage, "S3_PROBE_CONFIG", {"connect_timeout": 1, "read_timeout": 2,
-                                                     "retries": {"max_attempts": 1, "mode": "standard"}})
+    monkeypatch.setattr(
+        storage,
+        "S3_PROBE_CONFIG",
+        {"connect_timeout": 1, "read_timeout": 2, "retries": {"max_attempts": 1, "mode": "standard"}},
+    )
     run_id = f"s3down-{uuid.uuid4().hex[:6]}"
     storage_path = f"s3://{flaky_s3.bucket}/runs"
     if outage == "refused":
@@ -225,8 +244,9 @@ def delete_checkpoint(uri: str, moto_server) -> int:
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("where", ["s3", "local"])
-def test_a_checkpoint_that_vanishes_before_the_check_fails_the_task(ray_cluster, moto_server, ray_hook, tmp_path,
-                                                                    where, quick_jobs):
+def test_a_checkpoint_that_vanishes_before_the_check_fails_the_task(
+    ray_cluster, moto_server, ray_hook, tmp_path, where, quick_jobs
+):
     run_id = f"vanish-{where}-{uuid.uuid4().hex[:6]}"
     if where == "s3":
         storage_path = f"s3://{moto_server.make_bucket(f'ahp-vanish-{uuid.uuid4().hex[:8]}')}/runs"
@@ -258,7 +278,9 @@ def test_a_checkpoint_that_vanishes_before_the_check_fails_the_task(ray_cluster,
     assert Storage().folder_has_files(result["checkpoint_uri"])
     assert retry_ti.xcoms[XCOM_CHECKPOINT_URI] == result["checkpoint_uri"]
     assert [j["submission_id"] for j in sorted(jobs_of(ray_hook, run_id), key=lambda j: j["submission_id"])] == [
-        deferred.trigger.submission_id, again.trigger.submission_id]
+        deferred.trigger.submission_id,
+        again.trigger.submission_id,
+    ]
 
 
 # --- a backfill: 20 runs at once on one cluster -----------------------------------------------------
@@ -298,8 +320,9 @@ class MemoryWatch:
 
 
 @pytest.mark.timeout(1200)
-def test_a_backfill_of_20_runs_at_once_completes_each_with_its_own_checkpoint(ray_cluster, ray_hook, tmp_path,
-                                                                             quick_jobs):
+def test_a_backfill_of_20_runs_at_once_completes_each_with_its_own_checkpoint(
+    ray_cluster, ray_hook, tmp_path, quick_jobs
+):
     storage_path = str(tmp_path / "storage")
     token = uuid.uuid4().hex[:6]
     tis = []
@@ -309,8 +332,7 @@ def test_a_backfill_of_20_runs_at_once_completes_each_with_its_own_checkpoint(ra
         tis.append(ti)
     # One epoch, and a triggerer's poll every 2 s: 20 triggers polling every 0.5 s would keep the
     # dashboard of this 2-core machine busy.
-    make = {ti.run_id: (lambda run=ti.run_id: tiny_operator(storage_path, run, poll_interval_seconds=2))
-            for ti in tis}
+    make = {ti.run_id: (lambda run=ti.run_id: tiny_operator(storage_path, run, poll_interval_seconds=2)) for ti in tis}
     timings = {}
 
     with MemoryWatch() as memory:
@@ -322,8 +344,7 @@ def test_a_backfill_of_20_runs_at_once_completes_each_with_its_own_checkpoint(ra
 
         # One triggerer: the 20 triggers in one event loop.
         async def triggerer():
-            return await asyncio.wait_for(
-                asyncio.gather(*(anext(d.trigger.run()) for d in deferrals)), timeout=1000)
+            return await asyncio.wait_for(asyncio.gather(*(anext(d.trigger.run()) for d in deferrals)), timeout=1000)
 
         events = [e.payload for e in asyncio.run(triggerer())]
         timings["all_done_s"] = time.monotonic() - started
@@ -351,7 +372,9 @@ def test_a_backfill_of_20_runs_at_once_completes_each_with_its_own_checkpoint(ra
 
     fit = sorted(r["timings"]["fit_s"] for r in results)
     ended = sorted(r["timings"]["finished_at"] - started_at for r in results)
-    print(f"\nbackfill of {BACKFILL_RUNS}: submitted in {timings['submit_s']:.1f} s, all done in "
-          f"{timings['all_done_s']:.1f} s; jobs ended from {ended[0]:.0f} s to {ended[-1]:.0f} s; "
-          f"fit per job {fit[0]:.1f}-{fit[-1]:.1f} s; "
-          f"peak memory used {memory.peak_used_gib:.1f} GiB (of {memory.start_kb / 2**20:.1f} GiB available)")
+    print(
+        f"\nbackfill of {BACKFILL_RUNS}: submitted in {timings['submit_s']:.1f} s, all done in "
+        f"{timings['all_done_s']:.1f} s; jobs ended from {ended[0]:.0f} s to {ended[-1]:.0f} s; "
+        f"fit per job {fit[0]:.1f}-{fit[-1]:.1f} s; "
+        f"peak memory used {memory.peak_used_gib:.1f} GiB (of {memory.start_kb / 2**20:.1f} GiB available)"
+    )

@@ -48,8 +48,9 @@ print(json.dumps({{"experiment_id": experiment and experiment.experiment_id, "ru
       "history": {{key: [(m.step, m.value) for m in client.get_metric_history(r.info.run_id, key)]
                    for key in {list(metric_keys)!r}}}}} for r in runs]}}))
 """
-        done = subprocess.run([str(MLFLOW_VENV / "bin" / "python"), "-c", code], capture_output=True, text=True,
-                              timeout=120, check=True)
+        done = subprocess.run(
+            [str(MLFLOW_VENV / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=120, check=True
+        )
         return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -62,9 +63,24 @@ def mlflow_server(tmp_path_factory):
     port = free_port()
     log = open(folder / "server.log", "wb")
     server = subprocess.Popen(
-        [str(mlflow), "server", "--backend-store-uri", f"sqlite:///{folder}/mlflow.db", "--default-artifact-root",
-         str(folder / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            str(mlflow),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{folder}/mlflow.db",
+            "--default-artifact-root",
+            str(folder / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     uri = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -120,17 +136,26 @@ def train_fails_once(config):
             raise RuntimeError("failing on purpose, to be resumed")
 
 
-def test_a_failed_then_resumed_training_logs_one_mlflow_run(mlflow_server, ray_cluster, ray_hook, tmp_path,
-                                                            monkeypatch):
+def test_a_failed_then_resumed_training_logs_one_mlflow_run(
+    mlflow_server, ray_cluster, ray_hook, tmp_path, monkeypatch
+):
     from airflow_provider_horovod.exceptions import UserCodeError
 
     experiment = f"ahp-tracking-{uuid.uuid4().hex[:8]}"
     # An MLflow connection with credentials: the server does not ask for them, and they must not show.
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(
-        {"conn_type": "http", "host": mlflow_server.uri, "login": "ahp", "password": PASSWORD}))
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{CONN_ID.upper()}",
+        json.dumps({"conn_type": "http", "host": mlflow_server.uri, "login": "ahp", "password": PASSWORD}),
+    )
     config = {"epochs": 4, "fail_after_epoch": 1, "optimizer": {"name": "sgd", "lr": 0.5}}
-    op = make_operator(tmp_path / "storage", train_fn=train_fails_once, train_loop_config=config,
-                       retry_on_user_error=True, mlflow_conn_id=CONN_ID, mlflow_experiment_name=experiment)
+    op = make_operator(
+        tmp_path / "storage",
+        train_fn=train_fails_once,
+        train_loop_config=config,
+        retry_on_user_error=True,
+        mlflow_conn_id=CONN_ID,
+        mlflow_experiment_name=experiment,
+    )
     ti = FakeTI(f"mlflow-{uuid.uuid4().hex[:6]}")
     started = time.monotonic()
     with pytest.raises(UserCodeError):  # retried by Airflow: retry_on_user_error
@@ -152,14 +177,37 @@ def test_a_failed_then_resumed_training_logs_one_mlflow_run(mlflow_server, ray_c
     assert [step for step, _ in run["history"]["loss"]] == [1, 2, 3, 4]
     assert run["history"]["loss"][-1][1] == pytest.approx(0.25)  # both ranks' 1/4, averaged by Horovod
     assert run["history"]["start_epoch"] == [[1, 0.0], [2, 0.0], [3, 2.0], [4, 2.0]]
-    assert run["params"] == {"epochs": "4", "fail_after_epoch": "1", "optimizer.name": "sgd", "optimizer.lr": "0.5",
-                             "world_size": "2", "trainer": "horovod", "trainer_api": "v2", "use_gpu": "False"}
+    assert run["params"] == {
+        "epochs": "4",
+        "fail_after_epoch": "1",
+        "optimizer.name": "sgd",
+        "optimizer.lr": "0.5",
+        "world_size": "2",
+        "trainer": "horovod",
+        "trainer_api": "v2",
+        "use_gpu": "False",
+    }
     tags = run["tags"]
-    assert {k: tags.get(k) for k in ("airflow.dag_id", "airflow.task_id", "airflow.run_id", "airflow.map_index",
-                                     "airflow.try_number", "ray.attempt", "ray.submission_id")} == {
-        "airflow.dag_id": ti.dag_id, "airflow.task_id": "train", "airflow.run_id": ti.run_id,
-        "airflow.map_index": "-1", "airflow.try_number": "2", "ray.attempt": "2",
-        "ray.submission_id": result["submission_id"]}
+    assert {
+        k: tags.get(k)
+        for k in (
+            "airflow.dag_id",
+            "airflow.task_id",
+            "airflow.run_id",
+            "airflow.map_index",
+            "airflow.try_number",
+            "ray.attempt",
+            "ray.submission_id",
+        )
+    } == {
+        "airflow.dag_id": ti.dag_id,
+        "airflow.task_id": "train",
+        "airflow.run_id": ti.run_id,
+        "airflow.map_index": "-1",
+        "airflow.try_number": "2",
+        "ray.attempt": "2",
+        "ray.submission_id": result["submission_id"],
+    }
     assert tags["checkpoint_uri"] == result["checkpoint_uri"] and "/attempt-2/" in tags["checkpoint_uri"]
     assert tags["mlflow.runName"] == f"train {ti.run_id}"
 

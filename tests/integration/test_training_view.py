@@ -24,8 +24,14 @@ SCREENSHOTS = REPO / "docs" / "screenshots"
 TRAINING, HISTORY = "ahp_stack_view_training", "ahp_stack_view_history"
 HISTORY_DAYS = ("2026-11-01", "2026-11-02", "2026-11-03")
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 VIEW = "[data-testid=training-view]"
 # The oldest supported Airflow runs the tests marked oldest_airflow too: its screenshots apart from
 # those of the Airflow the project is tested with first (scripts/versions.env).
@@ -36,9 +42,12 @@ AIRFLOW_SUFFIX = "" if version("apache-airflow") == NEWEST else f"-airflow-{vers
 @pytest.fixture(scope="module")
 def history_runs(stack):
     """Three runs of the retraining DAG on three logical dates (seconds each)."""
-    return [stack.api("POST", f"/dags/{HISTORY}/dagRuns",
-                      json={"dag_run_id": f"view_{day}", "logical_date": f"{day}T00:00:00Z"})["dag_run_id"]
-            for day in HISTORY_DAYS]
+    return [
+        stack.api(
+            "POST", f"/dags/{HISTORY}/dagRuns", json={"dag_run_id": f"view_{day}", "logical_date": f"{day}T00:00:00Z"}
+        )["dag_run_id"]
+        for day in HISTORY_DAYS
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +91,8 @@ def points(page, metric: str) -> int:
 
 def mean_brightness(page, png: bytes) -> float:
     """Mean luminance (0-255) of a screenshot, worked out by the browser's own PNG decoder."""
-    return page.evaluate("""async (data) => {
+    return page.evaluate(
+        """async (data) => {
         const image = new Image();
         image.src = `data:image/png;base64,${data}`;
         await image.decode();
@@ -97,11 +107,14 @@ def mean_brightness(page, png: bytes) -> float:
             sum += 0.2126 * pixels[i] + 0.7152 * pixels[i + 1] + 0.0722 * pixels[i + 2];
         }
         return sum / (pixels.length / 4);
-    }""", base64.b64encode(png).decode())
+    }""",
+        base64.b64encode(png).decode(),
+    )
 
 
 def test_the_training_view_of_a_running_training_shows_its_first_reports_before_the_job_ends(
-        stack, runs, browser, ray_hook):
+    stack, runs, browser, ray_hook
+):
     run_id = runs["training"]
     stack.wait_for_state(TRAINING, run_id, "train", {"deferred", "running"}, timeout=300)
     sid = TaskRun(TRAINING, "train", run_id).submission_id(1)
@@ -127,8 +140,9 @@ def test_once_trained_the_view_lists_the_checkpoints_ray_kept_and_marks_those_it
     assert stack.wait_for_state(TRAINING, run_id, "train", {"success", "failed"}, timeout=300)["state"] == "success"
     sid = TaskRun(TRAINING, "train", run_id).submission_id(1)
     # The task's Details tab links its Ray job too (the operator's extra link).
-    details = open_page(browser, training_tab(stack, TRAINING, run_id, "train").replace("plugin/horovod_training",
-                                                                                          "details"))
+    details = open_page(
+        browser, training_tab(stack, TRAINING, run_id, "train").replace("plugin/horovod_training", "details")
+    )
     link = details.get_by_role("link", name=re.compile("Ray job"))
     link.first.wait_for(timeout=30_000)
     assert link.first.get_attribute("href").endswith(f"/#/jobs/{sid}")

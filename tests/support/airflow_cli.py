@@ -15,9 +15,15 @@ def airflow_bin() -> str:
     return str(Path(sys.executable).with_name("airflow"))
 
 
-def dags_test(dag_id: str, *, conf: dict | None = None, logical_date: str | None = None,
-              dags_folder: Path = TEST_DAGS, timeout: int = 600,
-              env: dict | None = None) -> subprocess.CompletedProcess:
+def dags_test(
+    dag_id: str,
+    *,
+    conf: dict | None = None,
+    logical_date: str | None = None,
+    dags_folder: Path = TEST_DAGS,
+    timeout: int = 600,
+    env: dict | None = None,
+) -> subprocess.CompletedProcess:
     cmd = [airflow_bin(), "dags", "test", dag_id]
     if logical_date:
         cmd.append(logical_date)

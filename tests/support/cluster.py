@@ -21,15 +21,21 @@ def cluster_python() -> str:
 
 def run_in_cluster_env(code: str, *, env: dict | None = None, timeout: float = 300) -> str:
     """Run Python code in the cluster's environment; its stdout."""
-    done = subprocess.run([cluster_python(), "-c", code], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    done = subprocess.run(
+        [cluster_python(), "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
     if done.returncode != 0:
         raise RuntimeError(f"cluster-side code failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     return done.stdout
 
 
-def start_head(state: str, *, num_cpus: int, extra_args: tuple[str, ...] = (), joinable: bool = False,
-               env: dict | None = None) -> dict:
+def start_head(
+    state: str, *, num_cpus: int, extra_args: tuple[str, ...] = (), joinable: bool = False, env: dict | None = None
+) -> dict:
     """A Ray head with its state in ``state``; its dashboard URL, GCS address and token. ``env`` is
     added to the environment its processes start with."""
     out = run_in_cluster_env(
@@ -37,7 +43,9 @@ def start_head(state: str, *, num_cpus: int, extra_args: tuple[str, ...] = (), j
         f"c = local.start_head({state!r}, num_cpus={num_cpus}, extra_args={tuple(extra_args)!r}, "
         f"joinable={joinable!r})\n"
         "print('CLUSTER', json.dumps({'dashboard_url': c.dashboard_url, 'gcs_address': c.gcs_address, "
-        "'token': c.token}))", env=env)
+        "'token': c.token}))",
+        env=env,
+    )
     return json.loads(out.split("CLUSTER ", 1)[1])
 
 
@@ -45,7 +53,8 @@ def join_node(state: str, head: dict, **kwargs) -> None:
     run_in_cluster_env(
         "from airflow_provider_horovod import local\n"
         f"head = local.LocalCluster({head['dashboard_url']!r}, {head['gcs_address']!r}, '', {head['token']!r})\n"
-        f"local.join_node({state!r}, head, **{kwargs!r})")
+        f"local.join_node({state!r}, head, **{kwargs!r})"
+    )
 
 
 def down(state: str) -> None:
@@ -56,5 +65,12 @@ def connection(head: dict, *, shared_storage: bool = True, extra: dict | None = 
     """An AIRFLOW_CONN_* value for the head. Its storage is on this machine's disk, which the head
     shares with Airflow: ``shared_storage`` says so."""
     host, port = head["dashboard_url"].rsplit("//", 1)[1].split(":")
-    return json.dumps({"conn_type": "ray", "host": host, "port": int(port), "password": head["token"],
-                       "extra": {"shared_storage": shared_storage, **(extra or {})}})
+    return json.dumps(
+        {
+            "conn_type": "ray",
+            "host": host,
+            "port": int(port),
+            "password": head["token"],
+            "extra": {"shared_storage": shared_storage, **(extra or {})},
+        }
+    )

@@ -127,9 +127,17 @@ class Hosts:
     :param data_ifaces: each host's interface name on the second network; None: no second network.
     """
 
-    def __init__(self, count: int = 2, *, ifaces: Sequence[str] | None = None, etc_hosts: str = DEBIAN,
-                 subnet: str = "10.77.0", names: Sequence[str] | None = None, env: dict[str, str] | None = None,
-                 data_ifaces: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        count: int = 2,
+        *,
+        ifaces: Sequence[str] | None = None,
+        etc_hosts: str = DEBIAN,
+        subnet: str = "10.77.0",
+        names: Sequence[str] | None = None,
+        env: dict[str, str] | None = None,
+        data_ifaces: Sequence[str] | None = None,
+    ) -> None:
         ifaces = list(ifaces or ["eth0"] * count)
         names = list(names or [f"{PREFIX}-node{i}" for i in range(1, count + 1)])
         data = list(data_ifaces or [None] * count)
@@ -137,8 +145,18 @@ class Hosts:
         a, b, c = subnet.split(".")
         tag = f"{PREFIX}{int(b):02x}{int(c):02x}"  # unique per subnet, short: link names take 15 bytes
         self.subnet = subnet
-        self.hosts = [Host(i, names[i - 1], f"{tag}-{i}", ifaces[i - 1], f"{subnet}.{i}", data[i - 1],
-                           f"{a}.{int(b) + 100}.{c}.{i}" if data[i - 1] else None) for i in range(1, count + 1)]
+        self.hosts = [
+            Host(
+                i,
+                names[i - 1],
+                f"{tag}-{i}",
+                ifaces[i - 1],
+                f"{subnet}.{i}",
+                data[i - 1],
+                f"{a}.{int(b) + 100}.{c}.{i}" if data[i - 1] else None,
+            )
+            for i in range(1, count + 1)
+        ]
         self.bridge = f"{tag}-br"
         self.data_bridge = f"{tag}-dbr"
         self.root_address = f"{subnet}.{ROOT_HOST_BYTE}"
@@ -168,9 +186,18 @@ class Hosts:
         self._take_lock()
         self._remove()  # a killed run's leftovers under the same names
         self._watcher = subprocess.Popen(  # removes the hosts if this process dies without doing so
-            [sys.executable, os.path.abspath(__file__), "watch", str(os.getpid()), self._lock_path,
-             json.dumps(self._spec())],
-            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                "watch",
+                str(os.getpid()),
+                self._lock_path,
+                json.dumps(self._spec()),
+            ],
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         os.makedirs(self.workdir)
         with open(self.token_path, "w") as f:
             f.write(secrets.token_hex(32))
@@ -202,8 +229,10 @@ class Hosts:
                 if time.monotonic() > deadline:
                     self._lock.close()
                     self._lock = None
-                    raise RuntimeError(f"other test hosts on {self.subnet} have been up for {LOCK_WAIT_S:g} s; "
-                                       "give these another subnet") from None
+                    raise RuntimeError(
+                        f"other test hosts on {self.subnet} have been up for {LOCK_WAIT_S:g} s; "
+                        "give these another subnet"
+                    ) from None
                 time.sleep(0.5)
 
     def _plug(self, host: Host, iface: str, address: str, *, data: bool) -> None:
@@ -221,6 +250,7 @@ class Hosts:
         """Every host knows the others' hardware addresses for good, so that with a host isolated its
         packets are sent and lost (a connection times out, as behind a firewall that drops them)
         rather than refused at once for want of an ARP answer."""
+
         def mac(host: Host, iface: str) -> str:
             return json.loads(_sh("ip", "-n", host.netns, "-j", "link", "show", "dev", iface).stdout)[0]["address"]
 
@@ -230,8 +260,20 @@ class Hosts:
             for host, iface, _ in plugged:
                 for peer, peer_iface, peer_address in plugged:
                     if peer is not host:
-                        _sh("ip", "-n", host.netns, "neigh", "replace", peer_address, "lladdr", mac(peer, peer_iface),
-                            "dev", iface, "nud", "permanent")
+                        _sh(
+                            "ip",
+                            "-n",
+                            host.netns,
+                            "neigh",
+                            "replace",
+                            peer_address,
+                            "lladdr",
+                            mac(peer, peer_iface),
+                            "dev",
+                            iface,
+                            "nud",
+                            "permanent",
+                        )
 
     def write_etc_hosts(self, host: Host, style: str) -> None:
         """Rewritten in place: the processes already on the host see the new file too."""
@@ -251,8 +293,11 @@ class Hosts:
             self._lock = None
 
     def _spec(self) -> dict:
-        return {"netns": [h.netns for h in self.hosts], "bridges": [self.bridge, self.data_bridge],
-                "workdir": self.workdir}
+        return {
+            "netns": [h.netns for h in self.hosts],
+            "bridges": [self.bridge, self.data_bridge],
+            "workdir": self.workdir,
+        }
 
     def _remove(self) -> None:
         remove(**self._spec())
@@ -265,35 +310,57 @@ class Hosts:
 
     def command(self, host: Host, cmd: Sequence[str]) -> list[str]:
         """``cmd`` as run on ``host``: in its network namespace (and its /etc/hosts), under its name."""
-        return ["ip", "netns", "exec", host.netns, "unshare", "--uts",
-                "sh", "-c", 'hostname "$0" && exec "$@"', host.name, *cmd]
+        return [
+            "ip",
+            "netns",
+            "exec",
+            host.netns,
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            'hostname "$0" && exec "$@"',
+            host.name,
+            *cmd,
+        ]
 
     def env(self, **extra: str) -> dict[str, str]:
         """The environment of what runs on the hosts: the cluster's Python first on PATH, Ray's token."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-        env.update({
-            "PATH": os.path.dirname(cluster_python()) + os.pathsep + os.environ.get("PATH", ""),
-            "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN_PATH": self.token_path,
-            "RAY_USAGE_STATS_ENABLED": "0",
-            # Cluster mode: Ray's nodes on their hosts' addresses (see local._ray_env).
-            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",
-        })
+        env.update(
+            {
+                "PATH": os.path.dirname(cluster_python()) + os.pathsep + os.environ.get("PATH", ""),
+                "RAY_AUTH_MODE": "token",
+                "RAY_AUTH_TOKEN_PATH": self.token_path,
+                "RAY_USAGE_STATS_ENABLED": "0",
+                # Cluster mode: Ray's nodes on their hosts' addresses (see local._ray_env).
+                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",
+            }
+        )
         env.update(self.extra_env)
         env.update(extra)
         return env
 
-    def run(self, host: Host, cmd: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 120,
-            check: bool = True) -> subprocess.CompletedProcess:
-        done = subprocess.run(self.command(host, cmd), env=env or self.env(), capture_output=True, text=True,
-                              timeout=timeout)
+    def run(
+        self,
+        host: Host,
+        cmd: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        timeout: float = 120,
+        check: bool = True,
+    ) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            self.command(host, cmd), env=env or self.env(), capture_output=True, text=True, timeout=timeout
+        )
         if check and done.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} on {host.name} exited {done.returncode}:\n"
-                               f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+            raise RuntimeError(
+                f"{' '.join(cmd)} on {host.name} exited {done.returncode}:\n"
+                f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            )
         return done
 
-    def popen(self, host: Host, cmd: Sequence[str], *, env: dict[str, str] | None = None,
-              **kwargs) -> subprocess.Popen:
+    def popen(self, host: Host, cmd: Sequence[str], *, env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
         return subprocess.Popen(self.command(host, cmd), env=env or self.env(), **kwargs)
 
     # -- Ray -------------------------------------------------------------------------------------
@@ -318,17 +385,36 @@ class Hosts:
 
     def _ray(self, host: Host, *args: str, num_cpus: int, resources: dict | None, timeout: float) -> None:
         # Each node also holds one `host<i>` resource, so a test can pin a worker to a host.
-        self.run(host, [os.path.join(os.path.dirname(cluster_python()), "ray"), "start", *args,
-                        f"--node-ip-address={host.address}", f"--num-cpus={num_cpus}", "--num-gpus=0",
-                        f"--resources={json.dumps({f'host{host.index}': 1, **(resources or {})})}",
-                        "--disable-usage-stats"], timeout=timeout)
+        self.run(
+            host,
+            [
+                os.path.join(os.path.dirname(cluster_python()), "ray"),
+                "start",
+                *args,
+                f"--node-ip-address={host.address}",
+                f"--num-cpus={num_cpus}",
+                "--num-gpus=0",
+                f"--resources={json.dumps({f'host{host.index}': 1, **(resources or {})})}",
+                "--disable-usage-stats",
+            ],
+            timeout=timeout,
+        )
 
     def start_head(self, *, num_cpus: int = 2, resources: dict | None = None, timeout: float = 120) -> None:
         """The Ray head on host 1, on its address, with the dashboard there too (token auth)."""
         host = self.hosts[0]
-        self._ray(host, "--head", f"--port={RAY_PORT}", "--include-dashboard=true", f"--dashboard-host={host.address}",
-                  f"--dashboard-port={DASHBOARD_PORT}", f"--temp-dir={self.workdir}/ray",
-                  num_cpus=num_cpus, resources=resources, timeout=timeout)
+        self._ray(
+            host,
+            "--head",
+            f"--port={RAY_PORT}",
+            "--include-dashboard=true",
+            f"--dashboard-host={host.address}",
+            f"--dashboard-port={DASHBOARD_PORT}",
+            f"--temp-dir={self.workdir}/ray",
+            num_cpus=num_cpus,
+            resources=resources,
+            timeout=timeout,
+        )
 
     def join(self, host: Host, *, num_cpus: int = 2, resources: dict | None = None, timeout: float = 120) -> None:
         """A Ray worker node on ``host``, joined to the head on host 1 (which must be up)."""
@@ -347,8 +433,9 @@ class Hosts:
         shows one node per address, the dead one where a host's node died and another joined.)"""
         import urllib.request
 
-        request = urllib.request.Request(f"{self.dashboard_url}/api/v0/nodes?limit=1000",
-                                         headers={"Authorization": f"Bearer {self.token}"})
+        request = urllib.request.Request(
+            f"{self.dashboard_url}/api/v0/nodes?limit=1000", headers={"Authorization": f"Bearer {self.token}"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=5) as response:
                 nodes = json.load(response)["data"]["result"]["result"]
@@ -429,9 +516,11 @@ def _watch(parent: int, lock_path: str, spec: dict) -> None:
 def clean_all() -> None:
     """Every set of hosts made here, whoever made them."""
     names = _sh("ip", "netns", "list", check=False).stdout.split()
-    remove([n for n in names if n.startswith(PREFIX) and "-" in n],
-           [os.path.basename(p) for p in glob.glob(f"/sys/class/net/{PREFIX}*-*br")],
-           "/nonexistent")
+    remove(
+        [n for n in names if n.startswith(PREFIX) and "-" in n],
+        [os.path.basename(p) for p in glob.glob(f"/sys/class/net/{PREFIX}*-*br")],
+        "/nonexistent",
+    )
     for folder in glob.glob(f"/tmp/{PREFIX}[0-9a-f][0-9a-f][0-9a-f][0-9a-f]"):
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -23,7 +23,8 @@ class Stack:
         self.home, self.port = home, port
         self.url = f"http://127.0.0.1:{port}"
         self.env = {
-            **os.environ, **(env or {}),
+            **os.environ,
+            **(env or {}),
             "AIRFLOW_HOME": str(home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
@@ -49,8 +50,7 @@ class Stack:
         if migrated_db is not None:
             shutil.copyfile(migrated_db, self.home / "airflow.db")
         else:
-            subprocess.run([airflow_bin(), "db", "migrate"], env=self.env, check=True, capture_output=True,
-                           timeout=300)
+            subprocess.run([airflow_bin(), "db", "migrate"], env=self.env, check=True, capture_output=True, timeout=300)
         for name in COMPONENTS:
             self.launch(name)
         deadline = time.monotonic() + timeout
@@ -63,14 +63,14 @@ class Stack:
             time.sleep(1)
         else:
             raise RuntimeError(f"the api-server did not answer: {self.log_tail('api-server')}")
-        self.client = httpx.Client(base_url=self.url, timeout=30,
-                                   headers={"Authorization": f"Bearer {self.token()}"})
+        self.client = httpx.Client(base_url=self.url, timeout=30, headers={"Authorization": f"Bearer {self.token()}"})
 
     def launch(self, name: str) -> None:
         args = [airflow_bin(), name] + (["--port", str(self.port)] if name == "api-server" else [])
         log = open(self.logs / f"{name}.log", "ab")
-        self.processes[name] = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                                start_new_session=True)
+        self.processes[name] = subprocess.Popen(
+            args, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def restart(self, name: str) -> None:
         """Stop a component as a deployment's restart does (SIGTERM, then SIGKILL), and start it again."""
@@ -143,24 +143,37 @@ class Stack:
             if ti.get("state") in states:
                 return ti
             time.sleep(1)
-        raise AssertionError(f"{dag_id}.{task_id} never reached {states}: {ti.get('state')}\n"
-                             f"{self.log_tail('scheduler')}\n{self.log_tail('triggerer')}")
+        raise AssertionError(
+            f"{dag_id}.{task_id} never reached {states}: {ti.get('state')}\n"
+            f"{self.log_tail('scheduler')}\n{self.log_tail('triggerer')}"
+        )
 
     def config(self, section: str, key: str) -> str:
         """A setting as the deployment's Airflow reads it (its own config parser)."""
-        done = subprocess.run([airflow_bin(), "config", "get-value", section, key], env=self.env, check=True,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [airflow_bin(), "config", "get-value", section, key],
+            env=self.env,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         return done.stdout.strip()
 
     def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value"):
-        entry = self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}",
-                         params={"deserialize": True, "stringify": False})
+        entry = self.api(
+            "GET",
+            f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}",
+            params={"deserialize": True, "stringify": False},
+        )
         return entry["value"]
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> list[dict]:
         """The task's log as Airflow serves it: one dict per record (``event``, ``level``, ...)."""
-        response = self.client.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
-                                   params={"full_content": True})
+        response = self.client.get(
+            f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+            params={"full_content": True},
+        )
         if response.status_code == 404:
             return []
         response.raise_for_status()

@@ -17,8 +17,9 @@ class FakeTI(SimpleNamespace):
     """A task instance as execute() sees it: ids and an XCom store."""
 
     def __init__(self, run_id, *, dag_id=DAG_ID, task_id="train", map_index=-1, try_number=1):
-        super().__init__(dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index, try_number=try_number,
-                         xcoms={})
+        super().__init__(
+            dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index, try_number=try_number, xcoms={}
+        )
 
     def xcom_push(self, key, value):
         self.xcoms[key] = value
@@ -79,6 +80,7 @@ def defer(op, ti, context=None):
 
 def trigger_event(deferred, timeout: float = 300) -> dict:
     """The trigger run to its one event, in an event loop of its own (as the triggerer runs it)."""
+
     async def first():
         return await asyncio.wait_for(anext(deferred.trigger.run()), timeout)
 

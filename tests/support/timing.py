@@ -42,8 +42,10 @@ class Timings:
     def pytest_runtest_protocol(self, item, nextitem):
         wall, busy = time.monotonic(), machine_busy_s()
         yield
-        self.rows[item.nodeid] = {"wall_s": round(time.monotonic() - wall, 2),
-                                  "cpu_s": round(machine_busy_s() - busy, 2)}
+        self.rows[item.nodeid] = {
+            "wall_s": round(time.monotonic() - wall, 2),
+            "cpu_s": round(machine_busy_s() - busy, 2),
+        }
 
     def pytest_sessionfinish(self, session, exitstatus):
         folder = os.environ.get("AHP_TIMINGS_DIR")
@@ -52,8 +54,11 @@ class Timings:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "")
         name = os.environ.get("AHP_TIMINGS_NAME", "tests") + (f"-{worker}" if worker else "")
         Path(folder).mkdir(parents=True, exist_ok=True)
-        summary = {"wall_s": round(time.monotonic() - self.started, 1),
-                   "cpu_s": round(machine_busy_s() - self.busy_started, 1), "tests": self.rows}
+        summary = {
+            "wall_s": round(time.monotonic() - self.started, 1),
+            "cpu_s": round(machine_busy_s() - self.busy_started, 1),
+            "tests": self.rows,
+        }
         Path(folder, f"{name}.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
 
 

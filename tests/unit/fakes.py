@@ -24,8 +24,15 @@ RUN_ID = "scheduled__2026-11-01T00:00:00+00:00"
 class FakeTI:
     """What the provider reads of a task instance: its ids, its try number, and xcom_push."""
 
-    def __init__(self, run_id: str = RUN_ID, *, dag_id: str = "dag", task_id: str = "train", map_index: int = -1,
-                 try_number: int = 1):
+    def __init__(
+        self,
+        run_id: str = RUN_ID,
+        *,
+        dag_id: str = "dag",
+        task_id: str = "train",
+        map_index: int = -1,
+        try_number: int = 1,
+    ):
         self.dag_id, self.task_id, self.run_id, self.map_index = dag_id, task_id, run_id, map_index
         self.try_number = try_number
         self.xcoms: dict[str, Any] = {}
@@ -86,13 +93,21 @@ class FakeRay:
     ``on_submit(fake, call)`` plays the cluster after a submission (by default the job is PENDING).
     """
 
-    def __init__(self, jobs: dict | None = None, *, logs: dict | None = None, cluster: dict | None = None,
-                 shared_storage: bool = True, on_submit=None):
+    def __init__(
+        self,
+        jobs: dict | None = None,
+        *,
+        logs: dict | None = None,
+        cluster: dict | None = None,
+        shared_storage: bool = True,
+        on_submit=None,
+    ):
         self.jobs = {sid: list(v) if isinstance(v, list) else [v] for sid, v in (jobs or {}).items()}
         self.logs = {sid: list(v) if isinstance(v, list) else [v] for sid, v in (logs or {}).items()}
         self.cluster = {"CPU": 4.0} if cluster is None else cluster
-        self.endpoint = SimpleNamespace(url="http://ray-head:8265", shared_storage=shared_storage, embedded=False,
-                                        prices=None)
+        self.endpoint = SimpleNamespace(
+            url="http://ray-head:8265", shared_storage=shared_storage, embedded=False, prices=None
+        )
         self.on_submit = on_submit
         self.submitted: list[dict] = []
         self.stopped: list[str] = []
@@ -148,11 +163,18 @@ class FakeRay:
 
     def submit_job(self, *, entrypoint: str, submission_id: str, runtime_env=None, metadata=None, **kwargs) -> str:
         self.calls.append("submit_job")
-        call = {"entrypoint": entrypoint, "submission_id": submission_id, "runtime_env": dict(runtime_env or {}),
-                "metadata": dict(metadata or {}), "payload": payload_files(dict(runtime_env or {})), **kwargs}
+        call = {
+            "entrypoint": entrypoint,
+            "submission_id": submission_id,
+            "runtime_env": dict(runtime_env or {}),
+            "metadata": dict(metadata or {}),
+            "payload": payload_files(dict(runtime_env or {})),
+            **kwargs,
+        }
         self.submitted.append(call)
-        self.jobs[submission_id] = [{"status": "PENDING", "metadata": call["metadata"],
-                                     "start_time": time.time() * 1000, "message": ""}]
+        self.jobs[submission_id] = [
+            {"status": "PENDING", "metadata": call["metadata"], "start_time": time.time() * 1000, "message": ""}
+        ]
         if self.on_submit is not None:
             self.on_submit(self, call)
         return submission_id
@@ -230,8 +252,15 @@ class Dashboard:
 
     def connection(self, *, shared_storage: bool = True) -> str:
         """An AIRFLOW_CONN_* value for this dashboard."""
-        return json.dumps({"conn_type": "ray", "host": "127.0.0.1", "port": self.server.server_address[1],
-                           "password": "tok-unit", "extra": {"shared_storage": shared_storage}})
+        return json.dumps(
+            {
+                "conn_type": "ray",
+                "host": "127.0.0.1",
+                "port": self.server.server_address[1],
+                "password": "tok-unit",
+                "extra": {"shared_storage": shared_storage},
+            }
+        )
 
     def close(self) -> None:
         self.server.shutdown()
@@ -261,7 +290,7 @@ class Dashboard:
         if path == "/api/v0/nodes":
             return 200, {"data": {"result": {"result": [{"state": "ALIVE", "resources_total": ray.cluster}]}}}
         if path == "/api/v0/logs/file":
-            sid = query["filename"][len("job-driver-"):-len(".log")]
+            sid = query["filename"][len("job-driver-") : -len(".log")]
             ray.calls.append("a_get_log_tail")
             ray.tail_reads.append((sid, int(query["lines"])))
             text = ray.log(sid) if query.get("node_id") == NODE else None
@@ -295,7 +324,14 @@ class Dashboard:
                         continue
                 modules.append(uri)
             env["py_modules"] = modules
-            kwargs = {k: body.get(k) for k in ("entrypoint_num_cpus", "entrypoint_num_gpus", "entrypoint_memory",
-                                               "entrypoint_resources")}
-            return self.ray.submit_job(entrypoint=body["entrypoint"], submission_id=body["submission_id"],
-                                       runtime_env=env, metadata=body.get("metadata"), **kwargs)
+            kwargs = {
+                k: body.get(k)
+                for k in ("entrypoint_num_cpus", "entrypoint_num_gpus", "entrypoint_memory", "entrypoint_resources")
+            }
+            return self.ray.submit_job(
+                entrypoint=body["entrypoint"],
+                submission_id=body["submission_id"],
+                runtime_env=env,
+                metadata=body.get("metadata"),
+                **kwargs,
+            )

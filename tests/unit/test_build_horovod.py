@@ -13,8 +13,8 @@ from airflow_provider_horovod import build_horovod as bh
 FAKE_SDIST = {
     # (0.28.1 already sets 17 for a Gloo of its own, further down: the edit must still happen.)
     "CMakeLists.txt": "cmake_minimum_required(VERSION 3.13)\nset(CMAKE_CXX_STANDARD 14)\nproject(horovod)\n"
-                      'string(PREPEND GLOO_CMAKE "set(CMAKE_CXX_STANDARD 17)\\n")\n'
-                      'string(REPLACE "-O2" "-O3" CMAKE_CXX_FLAGS_RELWITHDEBINFO "${FLAGS}")\n',
+    'string(PREPEND GLOO_CMAKE "set(CMAKE_CXX_STANDARD 17)\\n")\n'
+    'string(REPLACE "-O2" "-O3" CMAKE_CXX_FLAGS_RELWITHDEBINFO "${FLAGS}")\n',
     "horovod/torch/CMakeLists.txt": "set(CMAKE_CXX_STANDARD 14)\nadd_library(pytorch)\n",
     "third_party/gloo/CMakeLists.txt": 'set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} -std=c++11")\n',
     "horovod/common/group_table.h": "// Copyright\n#ifndef GROUP_TABLE_H\n#include <mutex>\n#include <vector>\n",
@@ -23,7 +23,8 @@ FAKE_SDIST = {
     "horovod/common/gloo/gloo_context.cc": (
         "  }\n\n  attr device_attr;\n  device_attr.iface = gloo_iface_;\n  device_attr.ai_family = AF_UNSPEC;\n"
         "  auto dev = CreateDevice(device_attr);\n\n  global_ctx = global_context.ctx;\n"
-        "  timeout_ = global_context.timeout_;\n"),
+        "  timeout_ = global_context.timeout_;\n"
+    ),
 }
 
 CHECK_BUILD_CPU = """\
@@ -62,23 +63,27 @@ def test_patch_sources_makes_the_seven_edits(tmp_path):
     assert read("CMakeLists.txt") == (
         "cmake_minimum_required(VERSION 3.13)\nset(CMAKE_CXX_STANDARD 17)\n"
         'project(horovod)\nstring(PREPEND GLOO_CMAKE "set(CMAKE_CXX_STANDARD 17)\\n")\n'
-        'string(REPLACE "-O2 -g" "-O3" CMAKE_CXX_FLAGS_RELWITHDEBINFO "${FLAGS}")\n')
+        'string(REPLACE "-O2 -g" "-O3" CMAKE_CXX_FLAGS_RELWITHDEBINFO "${FLAGS}")\n'
+    )
     assert read("horovod/torch/CMakeLists.txt") == "set(CMAKE_CXX_STANDARD 17)\nadd_library(pytorch)\n"
     assert read("third_party/gloo/CMakeLists.txt") == 'set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} -std=c++17")\n'
     # The include goes right before the first #include, not before the comment or the guard.
-    assert read("horovod/common/group_table.h") == ("// Copyright\n#ifndef GROUP_TABLE_H\n#include <string>\n"
-                                                    "#include <mutex>\n#include <vector>\n")
-    assert read("horovod/common/common.h") == ("// Copyright\n#include <stdexcept>\n#include <functional>\n"
-                                               "#include <memory>\n")
+    assert read("horovod/common/group_table.h") == (
+        "// Copyright\n#ifndef GROUP_TABLE_H\n#include <string>\n#include <mutex>\n#include <vector>\n"
+    )
+    assert read("horovod/common/common.h") == (
+        "// Copyright\n#include <stdexcept>\n#include <functional>\n#include <memory>\n"
+    )
     # The process set's Gloo device takes the global context's interface, and says so (the marker).
     assert read("horovod/common/gloo/gloo_context.cc") == (
         "  }\n\n  attr device_attr;\n"
         "  // Process sets on HOROVOD_GLOO_IFACE too: 0.28.1 read this set's own gloo_iface_, never set.\n"
         "  gloo_iface_ = global_context.gloo_iface_;\n"
-        "  LOG(DEBUG) << \"Gloo process set device on interface '\" << gloo_iface_ << \"'\";\n"
+        '  LOG(DEBUG) << "Gloo process set device on interface \'" << gloo_iface_ << "\'";\n'
         "  device_attr.iface = gloo_iface_;\n  device_attr.ai_family = AF_UNSPEC;\n"
         "  auto dev = CreateDevice(device_attr);\n\n  global_ctx = global_context.ctx;\n"
-        "  timeout_ = global_context.timeout_;\n")
+        "  timeout_ = global_context.timeout_;\n"
+    )
 
 
 def test_patch_sources_twice_changes_nothing(tmp_path):
@@ -89,12 +94,19 @@ def test_patch_sources_twice_changes_nothing(tmp_path):
     assert {rel: (src / rel).read_text() for rel in FAKE_SDIST} == once
 
 
-@pytest.mark.parametrize("rel, text, says", [
-    ("horovod/torch/CMakeLists.txt", "set(CMAKE_CXX_STANDARD 20)\n", "horovod/torch/CMakeLists.txt has no "
-                                                                      "'set(CMAKE_CXX_STANDARD 14)'"),
-    ("third_party/gloo/CMakeLists.txt", "set(CMAKE_CXX_STANDARD 11)\n", "has no '-std=c++11'"),
-    ("horovod/common/common.h", "#pragma once\n", "common.h has no #include line"),
-], ids=["torch-standard", "gloo-flag", "common-include"])
+@pytest.mark.parametrize(
+    "rel, text, says",
+    [
+        (
+            "horovod/torch/CMakeLists.txt",
+            "set(CMAKE_CXX_STANDARD 20)\n",
+            "horovod/torch/CMakeLists.txt has no 'set(CMAKE_CXX_STANDARD 14)'",
+        ),
+        ("third_party/gloo/CMakeLists.txt", "set(CMAKE_CXX_STANDARD 11)\n", "has no '-std=c++11'"),
+        ("horovod/common/common.h", "#pragma once\n", "common.h has no #include line"),
+    ],
+    ids=["torch-standard", "gloo-flag", "common-include"],
+)
 def test_patch_sources_refuses_a_changed_source(tmp_path, rel, text, says):
     src = fake_sdist(tmp_path, {**FAKE_SDIST, rel: text})
     with pytest.raises(bh.SourceChanged, match="Horovod's source changed") as raised:
@@ -147,8 +159,9 @@ def test_wheel_dir_defaults(tmp_path):
     assert bh.default_cache_root({"XDG_CACHE_HOME": ""}) == home / ".cache" / "airflow-provider-horovod"
     assert bh.default_cache_root({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "airflow-provider-horovod"
     assert bh.default_cache_root({"XDG_CACHE_HOME": "/x", "HOROVOD_WHEEL_CACHE": str(tmp_path)}) == tmp_path
-    assert bh.wheel_dir(tmp_path, "2.13.0+cpu", "cp311") == \
-        tmp_path / "horovod-0.28.1-iface1-torch-2.13.0+cpu-cp311-cpu"
+    assert (
+        bh.wheel_dir(tmp_path, "2.13.0+cpu", "cp311") == tmp_path / "horovod-0.28.1-iface1-torch-2.13.0+cpu-cp311-cpu"
+    )
 
 
 def test_cached_wheel_ignores_partial_copies(tmp_path):

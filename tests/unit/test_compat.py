@@ -34,8 +34,10 @@ def test_a_failing_store_never_fails_the_task(caplog):
         assert compat.state_get(context, "cursor") is None
         compat.state_set(context, "cursor", 1)
     messages = [r.getMessage() for r in caplog.records if r.name == compat.__name__]
-    assert messages == ["Could not read 'cursor' from the task's state store.",
-                        "Could not save 'cursor' in the task's state store."]
+    assert messages == [
+        "Could not read 'cursor' from the task's state store.",
+        "Could not save 'cursor' in the task's state store.",
+    ]
 
 
 def test_this_airflow_calls_the_triggers_on_kill():

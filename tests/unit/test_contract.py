@@ -39,6 +39,7 @@ RUN = "scheduled__2026-11-01T00:00:00+00:00"
 
 # --- ids and the storage layout ---------------------------------------------------------------------
 
+
 def test_same_task_run_same_ids_on_every_call():
     a, b = TaskRun("dag", "train", RUN), TaskRun("dag", "train", RUN)
     assert a.submission_id(1) == b.submission_id(1)
@@ -46,13 +47,17 @@ def test_same_task_run_same_ids_on_every_call():
     assert a.submission_id(1) != a.submission_id(2)
 
 
-@pytest.mark.parametrize("other", [
-    TaskRun("dag", "train", "manual__2026-11-02T00:00:00+00:00"),
-    TaskRun("dag", "train", RUN, map_index=0),
-    TaskRun("dag", "train", RUN, map_index=1),
-    TaskRun("dag", "evaluate", RUN),
-    TaskRun("dag2", "train", RUN),
-], ids=["run", "map0", "map1", "task", "dag"])
+@pytest.mark.parametrize(
+    "other",
+    [
+        TaskRun("dag", "train", "manual__2026-11-02T00:00:00+00:00"),
+        TaskRun("dag", "train", RUN, map_index=0),
+        TaskRun("dag", "train", RUN, map_index=1),
+        TaskRun("dag", "evaluate", RUN),
+        TaskRun("dag2", "train", RUN),
+    ],
+    ids=["run", "map0", "map1", "task", "dag"],
+)
 def test_every_other_task_run_gets_other_ids_and_storage(other):
     base = TaskRun("dag", "train", RUN)
     assert other.submission_id(1) != base.submission_id(1)
@@ -72,8 +77,8 @@ def test_ids_and_paths_use_safe_characters_only():
     sid = run.submission_id(12)
     assert SAFE.match(sid) and sid.startswith("ahp-") and sid.endswith("-a12")
     uri = run.storage_uri("s3://bucket/prefix/")
-    assert uri.startswith("s3://bucket/prefix/") and "//" not in uri[len("s3://"):]
-    assert all(SAFE.match(part) for part in uri[len("s3://bucket/prefix/"):].split("/"))
+    assert uri.startswith("s3://bucket/prefix/") and "//" not in uri[len("s3://") :]
+    assert all(SAFE.match(part) for part in uri[len("s3://bucket/prefix/") :].split("/"))
     assert uri.endswith("/map-3")
 
 
@@ -102,16 +107,19 @@ def test_metadata_names_the_task_run_in_strings():
     assert meta == {"airflow_dag_id": "d", "airflow_task_id": "t", "airflow_run_id": "r", "airflow_map_index": "4"}
 
 
-@pytest.mark.parametrize("sid, attempt", [
-    ("ahp-dag-train-0123456789-a1", 1),
-    ("ahp-dag-train-0123456789-a12", 12),
-    ("ahp-a-b-c-a3", 3),
-    ("raysubmit_abc123", None),
-    ("ahp-dag-train-a", None),
-    ("-a3", None),
-    ("ahp-x-ab", None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "sid, attempt",
+    [
+        ("ahp-dag-train-0123456789-a1", 1),
+        ("ahp-dag-train-0123456789-a12", 12),
+        ("ahp-a-b-c-a3", 3),
+        ("raysubmit_abc123", None),
+        ("ahp-dag-train-a", None),
+        ("-a3", None),
+        ("ahp-x-ab", None),
+        ("", None),
+    ],
+)
 def test_attempt_of(sid, attempt):
     assert attempt_of(sid) == attempt
 
@@ -125,9 +133,17 @@ def test_default_storage_path_is_under_airflow_home(monkeypatch, tmp_path):
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
     assert default_storage_path() == str(tmp_path / "horovod-storage")
 
+
 @pytest.mark.parametrize("root", ["/data/ckpt", "s3://bucket/prefix/deeper", "/home/me/airflow/horovod-storage"])
-@pytest.mark.parametrize("task_run", [TaskRun("dag", "train", RUN), TaskRun("dag", "train", RUN, map_index=3),
-                                      TaskRun("d/a g", "t:x", "manual__2026+1")], ids=["unmapped", "mapped", "odd"])
+@pytest.mark.parametrize(
+    "task_run",
+    [
+        TaskRun("dag", "train", RUN),
+        TaskRun("dag", "train", RUN, map_index=3),
+        TaskRun("d/a g", "t:x", "manual__2026+1"),
+    ],
+    ids=["unmapped", "mapped", "odd"],
+)
 def test_the_storage_root_is_read_back_from_a_task_runs_folder_and_its_attempts(root, task_run):
     folder = task_run.storage_uri(root)
     assert storage_root(folder) == root
@@ -136,6 +152,7 @@ def test_the_storage_root_is_read_back_from_a_task_runs_folder_and_its_attempts(
 
 
 # --- job states and kinds ---------------------------------------------------------------------------
+
 
 def test_job_status_is_a_string():
     assert JobStatus.RUNNING == "RUNNING" and isinstance(JobStatus.FAILED, str)
@@ -159,33 +176,56 @@ def test_trainer_apis_and_job_kinds_are_strings():
     assert [kind.value for kind in JobKind] == ["train", "task"]
 
 
-@pytest.mark.parametrize("fn, count", [(lambda: 0, 0), (lambda config: 0, 1), (lambda config=None: 0, 0),
-                                        (lambda a, b, *rest, c=1, **kw: 0, 2)])
+@pytest.mark.parametrize(
+    "fn, count",
+    [(lambda: 0, 0), (lambda config: 0, 1), (lambda config=None: 0, 0), (lambda a, b, *rest, c=1, **kw: 0, 2)],
+)
 def test_required_positional_parameters(fn, count):
     assert required_positional(fn) == count
 
 
 # --- the documents ----------------------------------------------------------------------------------
 
+
 def spec(**kwargs) -> TrainingSpec:
-    values = {"submission_id": "ahp-d-t-0123456789-a1", "train_fn": {"import": "pkg.mod:fn"},
-              "storage_uri": "s3://b/p/d/t/r-abcdef"}
+    values = {
+        "submission_id": "ahp-d-t-0123456789-a1",
+        "train_fn": {"import": "pkg.mod:fn"},
+        "storage_uri": "s3://b/p/d/t/r-abcdef",
+    }
     return TrainingSpec(**{**values, **kwargs})
 
 
 def record(**kwargs) -> ResultRecord:
-    values = {"submission_id": "sid-a1", "attempt": 1, "storage_uri": "/s", "run_uri": "/s/attempt-1",
-              "checkpoint_uri": "/s/attempt-1/checkpoint_000001", "best_checkpoint_uri": None,
-              "metrics": {"loss": 0.5}, "world_size": 2, "trainer_api": "v2"}
+    values = {
+        "submission_id": "sid-a1",
+        "attempt": 1,
+        "storage_uri": "/s",
+        "run_uri": "/s/attempt-1",
+        "checkpoint_uri": "/s/attempt-1/checkpoint_000001",
+        "best_checkpoint_uri": None,
+        "metrics": {"loss": 0.5},
+        "world_size": 2,
+        "trainer_api": "v2",
+    }
     return ResultRecord(**{**values, **kwargs})
 
 
 def test_spec_round_trip():
-    original = spec(attempt=3, train_loop_config={"lr": 0.1, "layers": [1, 2]},
-                    datasets={"train": {"uri": "s3://b/x/", "format": "parquet"}, "gen": {"pickle": "dataset_gen.pkl"}},
-                    num_workers=4, use_gpu=True, resources_per_worker={"CPU": 2.0, "GPU": 1.0}, trainer_api="legacy",
-                    horovod_nics=["eth0"], horovod_env={"HOROVOD_CYCLE_TIME": "1"},
-                    resume_from=["s3://b/p/attempt-2"], pending_timeout_s=60.0, python_version="3.11")
+    original = spec(
+        attempt=3,
+        train_loop_config={"lr": 0.1, "layers": [1, 2]},
+        datasets={"train": {"uri": "s3://b/x/", "format": "parquet"}, "gen": {"pickle": "dataset_gen.pkl"}},
+        num_workers=4,
+        use_gpu=True,
+        resources_per_worker={"CPU": 2.0, "GPU": 1.0},
+        trainer_api="legacy",
+        horovod_nics=["eth0"],
+        horovod_env={"HOROVOD_CYCLE_TIME": "1"},
+        resume_from=["s3://b/p/attempt-2"],
+        pending_timeout_s=60.0,
+        python_version="3.11",
+    )
     text = original.to_json()
     json.loads(text)
     assert TrainingSpec.from_json(text) == original
@@ -206,8 +246,9 @@ def test_spec_of_another_version_is_refused(version):
 
 
 def test_result_record_round_trip_and_version():
-    original = record(best_checkpoint_uri="/s/attempt-1/checkpoint_000000", resumed_from="/s/attempt-0/c",
-                      timings={"train_s": 1.5})
+    original = record(
+        best_checkpoint_uri="/s/attempt-1/checkpoint_000000", resumed_from="/s/attempt-0/c", timings={"train_s": 1.5}
+    )
     assert ResultRecord.from_json(original.to_json()) == original
     data = json.loads(original.to_json())
     data["unknown"] = 1
@@ -217,17 +258,20 @@ def test_result_record_round_trip_and_version():
         ResultRecord.from_json(json.dumps(data))
 
 
-@pytest.mark.parametrize("use_gpu, resources, per_worker", [
-    (False, None, {"CPU": 1.0}),
-    (True, None, {"GPU": 1.0}),
-    (False, {"CPU": 2}, {"CPU": 2.0}),
-    (False, {"CPU": 2, "GPU": 0, "memory": 0}, {"CPU": 2.0}),
-    (True, {"CPU": 2}, {"CPU": 2.0, "GPU": 1.0}),
-    (True, {"CPU": 1, "GPU": 2}, {"CPU": 1.0, "GPU": 2.0}),
-    (True, {"GPU": 0.5}, {"GPU": 0.5}),
-    (False, {"custom": 1}, {"custom": 1.0}),
-    (True, {"CPU": 0}, {"GPU": 1.0}),
-])
+@pytest.mark.parametrize(
+    "use_gpu, resources, per_worker",
+    [
+        (False, None, {"CPU": 1.0}),
+        (True, None, {"GPU": 1.0}),
+        (False, {"CPU": 2}, {"CPU": 2.0}),
+        (False, {"CPU": 2, "GPU": 0, "memory": 0}, {"CPU": 2.0}),
+        (True, {"CPU": 2}, {"CPU": 2.0, "GPU": 1.0}),
+        (True, {"CPU": 1, "GPU": 2}, {"CPU": 1.0, "GPU": 2.0}),
+        (True, {"GPU": 0.5}, {"GPU": 0.5}),
+        (False, {"custom": 1}, {"custom": 1.0}),
+        (True, {"CPU": 0}, {"GPU": 1.0}),
+    ],
+)
 def test_worker_resources_follow_ray_scaling_config(use_gpu, resources, per_worker):
     assert spec(use_gpu=use_gpu, resources_per_worker=resources).worker_resources() == per_worker
 
@@ -243,7 +287,10 @@ def test_an_elastic_range_counts_its_minimum_and_survives_json():
     assert elastic.total_resources() == {"CPU": 2.0}  # what the run needs to start
     assert TrainingSpec.from_json(elastic.to_json()) == elastic
     assert (spec(num_workers=3).elastic, spec(num_workers=3).min_workers, spec(num_workers=3).max_workers) == (
-        False, 3, 3)
+        False,
+        3,
+        3,
+    )
 
 
 def test_paths_of_an_attempt():
@@ -254,21 +301,36 @@ def test_paths_of_an_attempt():
 
 
 def test_pickled_files_by_parameter():
-    s = spec(train_fn={"pickle": "train_fn.pkl"},
-             datasets={"a": {"uri": "s3://b/a"}, "b": {"pickle": "dataset_b.pkl"}, "c": {"import": "m:f"}})
+    s = spec(
+        train_fn={"pickle": "train_fn.pkl"},
+        datasets={"a": {"uri": "s3://b/a"}, "b": {"pickle": "dataset_b.pkl"}, "c": {"import": "m:f"}},
+    )
     assert s.pickled_files() == {"train_fn": "train_fn.pkl", "datasets['b']": "dataset_b.pkl"}
     assert spec().pickled_files() == {}
 
 
 def test_task_spec_and_record():
-    task = TaskSpec(submission_id="sid-a2", function={"pickle": "function.pkl"}, storage_uri="/s", attempt=2,
-                    args=["s3://b/m"], kwargs={"t": 0.5}, python_version="3.11")
+    task = TaskSpec(
+        submission_id="sid-a2",
+        function={"pickle": "function.pkl"},
+        storage_uri="/s",
+        attempt=2,
+        args=["s3://b/m"],
+        kwargs={"t": 0.5},
+        python_version="3.11",
+    )
     assert TaskSpec.from_json(task.to_json()) == task
     assert (task.run_uri, task.result_uri) == ("/s/attempt-2", "/s/attempt-2/result.json")
     assert task.pickled_files() == {"python_callable": "function.pkl"}
     assert TaskSpec(submission_id="x", function={"import": "m:f"}, storage_uri="/s").pickled_files() == {}
-    record = TaskRecord(submission_id="sid-a2", attempt=2, storage_uri="/s", run_uri="/s/attempt-2",
-                        return_value={"acc": [0.9]}, timings={"total_s": 1.0})
+    record = TaskRecord(
+        submission_id="sid-a2",
+        attempt=2,
+        storage_uri="/s",
+        run_uri="/s/attempt-2",
+        return_value={"acc": [0.9]},
+        timings={"total_s": 1.0},
+    )
     data = json.loads(record.to_json())
     data["new_field"] = 1
     assert TaskRecord.from_json(json.dumps(data)) == record
@@ -288,6 +350,7 @@ def test_other_ray_versions_are_refused_with_the_range_and_the_fix(version):
     assert f"ray[default,train]{wanted}" in problem
     assert (f"it runs Ray {version}," if version else "of an unknown version") in problem
 
+
 def test_a_training_result_is_built_from_its_record():
     rec = record(best_checkpoint_uri=None, return_value={"loss": 0.1}, timings={"fit_s": 2.0})
     result = training_result(rec, dashboard_url="http://ray/#/jobs/sid-a1")
@@ -298,8 +361,10 @@ def test_a_training_result_is_built_from_its_record():
 
 
 def test_a_training_result_carries_the_segments_of_its_run():
-    ran = [{"started_at": 1.0, "world_size": 4, "reason": "start"}, {"started_at": 9.0, "world_size": 2,
-                                                                     "reason": "node lost"}]
+    ran = [
+        {"started_at": 1.0, "world_size": 4, "reason": "start"},
+        {"started_at": 9.0, "world_size": 2, "reason": "node lost"},
+    ]
     rec = record(segments=ran, world_size=2)
     assert ResultRecord.from_json(rec.to_json()).segments == ran
     result = training_result(rec, dashboard_url="http://ray/#/jobs/sid-a1")

@@ -10,13 +10,25 @@ PRICES = {"cpu_hour": 3.6, "gpu_hour": 36.0, "currency": "EUR"}
 
 
 def record(attempt=1, started=100.0, finished=160.0, **more):
-    return {"attempt": attempt, "submission_id": f"ahp-x-a{attempt}", "world_size": 2,
-            "timings": {"started_at": started, "finished_at": finished}, **more}
+    return {
+        "attempt": attempt,
+        "submission_id": f"ahp-x-a{attempt}",
+        "world_size": 2,
+        "timings": {"started_at": started, "finished_at": finished},
+        **more,
+    }
 
 
 def test_one_attempt_from_rays_times_and_its_worker_group():
-    cost = attempt_cost(record(), failed=False, submitted_at=95.0, ended_at=162.0,
-                        worker_groups=[{"started_at": 110.0, "world_size": 2}], per_worker=CPU2, prices=PRICES)
+    cost = attempt_cost(
+        record(),
+        failed=False,
+        submitted_at=95.0,
+        ended_at=162.0,
+        worker_groups=[{"started_at": 110.0, "world_size": 2}],
+        per_worker=CPU2,
+        prices=PRICES,
+    )
     # Submitted at 95, workers from 110 until the driver's fit ended at 160, the job ended at 162.
     assert (cost["wall_s"], cost["queued_s"], cost["held_s"]) == (67.0, 15.0, 50.0)
     assert (cost["world_size"], cost["worker_s"], cost["cpu_s"], cost["gpu_s"]) == (2, 100.0, 200.0, 0.0)
@@ -27,37 +39,81 @@ def test_one_attempt_from_rays_times_and_its_worker_group():
 
 def test_a_restarted_worker_group_counts_each_group_at_its_own_size():
     groups = [{"started_at": 110.0, "world_size": 2}, {"started_at": 140.0, "world_size": 1}]
-    cost = attempt_cost(record(), failed=False, submitted_at=100.0, ended_at=160.0, worker_groups=groups,
-                        per_worker={"CPU": 1.0, "GPU": 1.0}, prices=None)
+    cost = attempt_cost(
+        record(),
+        failed=False,
+        submitted_at=100.0,
+        ended_at=160.0,
+        worker_groups=groups,
+        per_worker={"CPU": 1.0, "GPU": 1.0},
+        prices=None,
+    )
     assert cost["worker_s"] == 2 * 30 + 1 * 20 and cost["gpu_s"] == 80.0 and cost["held_s"] == 50.0
     assert cost["world_size"] == 2 and cost["amount"] is None
 
 
 def test_an_elastic_runs_segments_win_over_the_worker_groups():
-    segments = [{"start_time": 120.0, "world_size": 4, "reason": "start"},
-                {"start_time": 130.0, "world_size": 2, "reason": "node lost"}]
-    cost = attempt_cost(record(segments=segments), failed=False, submitted_at=100.0, ended_at=160.0,
-                        worker_groups=[{"started_at": 105.0, "world_size": 9}], per_worker={"CPU": 1.0}, prices=None)
+    segments = [
+        {"start_time": 120.0, "world_size": 4, "reason": "start"},
+        {"start_time": 130.0, "world_size": 2, "reason": "node lost"},
+    ]
+    cost = attempt_cost(
+        record(segments=segments),
+        failed=False,
+        submitted_at=100.0,
+        ended_at=160.0,
+        worker_groups=[{"started_at": 105.0, "world_size": 9}],
+        per_worker={"CPU": 1.0},
+        prices=None,
+    )
     assert cost["worker_s"] == 4 * 10 + 2 * 30 and cost["queued_s"] == 20.0 and cost["world_size"] == 4
 
 
 def test_a_driver_killed_before_its_record_falls_back_to_rays_times():
-    cost = attempt_cost({"attempt": 2}, failed=True, submitted_at=10.0, ended_at=70.0,
-                        worker_groups=[{"started_at": 20.0, "world_size": 2}], per_worker={"CPU": 1.0}, prices=None)
+    cost = attempt_cost(
+        {"attempt": 2},
+        failed=True,
+        submitted_at=10.0,
+        ended_at=70.0,
+        worker_groups=[{"started_at": 20.0, "world_size": 2}],
+        per_worker={"CPU": 1.0},
+        prices=None,
+    )
     assert (cost["wall_s"], cost["queued_s"], cost["held_s"], cost["worker_s"]) == (60.0, 10.0, 50.0, 100.0)
 
 
 def test_workers_that_never_started_cost_no_worker_seconds_and_queued_the_whole_attempt():
-    cost = attempt_cost(record(started=100.0, finished=130.0), failed=True, submitted_at=99.0, ended_at=131.0,
-                        worker_groups=[], per_worker=CPU2, prices=PRICES)
+    cost = attempt_cost(
+        record(started=100.0, finished=130.0),
+        failed=True,
+        submitted_at=99.0,
+        ended_at=131.0,
+        worker_groups=[],
+        per_worker=CPU2,
+        prices=PRICES,
+    )
     assert (cost["wall_s"], cost["queued_s"], cost["worker_s"], cost["amount"]) == (32.0, 32.0, 0.0, 0.0)
 
 
 def test_the_total_counts_failed_attempts_and_shows_their_share():
-    first = attempt_cost(record(1, 0.0, 40.0), failed=True, submitted_at=0.0, ended_at=41.0,
-                         worker_groups=[{"started_at": 10.0, "world_size": 2}], per_worker=CPU2, prices=PRICES)
-    second = attempt_cost(record(2, 50.0, 110.0), failed=False, submitted_at=50.0, ended_at=111.0,
-                          worker_groups=[{"started_at": 60.0, "world_size": 2}], per_worker=CPU2, prices=PRICES)
+    first = attempt_cost(
+        record(1, 0.0, 40.0),
+        failed=True,
+        submitted_at=0.0,
+        ended_at=41.0,
+        worker_groups=[{"started_at": 10.0, "world_size": 2}],
+        per_worker=CPU2,
+        prices=PRICES,
+    )
+    second = attempt_cost(
+        record(2, 50.0, 110.0),
+        failed=False,
+        submitted_at=50.0,
+        ended_at=111.0,
+        worker_groups=[{"started_at": 60.0, "world_size": 2}],
+        per_worker=CPU2,
+        prices=PRICES,
+    )
     cost = task_run_cost([second, first], per_worker=CPU2, prices=PRICES)
     assert [a["attempt"] for a in cost["attempts"]] == [1, 2]
     total = cost["total"]
@@ -71,8 +127,9 @@ def test_the_total_counts_failed_attempts_and_shows_their_share():
 
 
 def test_without_prices_there_is_no_amount():
-    only = attempt_cost(record(), failed=False, submitted_at=None, ended_at=None, worker_groups=[],
-                        per_worker=CPU2, prices=None)
+    only = attempt_cost(
+        record(), failed=False, submitted_at=None, ended_at=None, worker_groups=[], per_worker=CPU2, prices=None
+    )
     cost = task_run_cost([only], per_worker=CPU2, prices=None)
     assert cost["total"]["amount"] is None and cost["prices"] is None
     assert only["wall_s"] == 60.0  # the driver's own times stand in for Ray's
@@ -87,7 +144,13 @@ def test_segments_end_where_the_next_begins_and_never_before_they_start():
 
 def test_no_worker_holds_anything_before_the_fit_began():
     # A worker process Ray had started earlier (say, for a dataset read) counts from the fit()'s start.
-    cost = attempt_cost(record(timings={"started_at": 100.0, "finished_at": 160.0, "fit_s": 40.0}), failed=False,
-                        submitted_at=95.0, ended_at=161.0, worker_groups=[{"started_at": 101.0, "world_size": 2}],
-                        per_worker={"CPU": 1.0}, prices=None)
+    cost = attempt_cost(
+        record(timings={"started_at": 100.0, "finished_at": 160.0, "fit_s": 40.0}),
+        failed=False,
+        submitted_at=95.0,
+        ended_at=161.0,
+        worker_groups=[{"started_at": 101.0, "world_size": 2}],
+        per_worker={"CPU": 1.0},
+        prices=None,
+    )
     assert (cost["workers_started_at"], cost["worker_s"], cost["queued_s"]) == (120.0, 80.0, 25.0)

@@ -19,16 +19,30 @@ def aws_conn(s3, monkeypatch):
     environment points nowhere, so what is found comes from the connection."""
     monkeypatch.delenv("AWS_ENDPOINT_URL")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "ap-south-1")
-    monkeypatch.setenv("AIRFLOW_CONN_AWS_X", json.dumps({
-        "conn_type": "aws", "login": KEY_ID, "password": SECRET_KEY,
-        "extra": {"endpoint_url": s3.endpoint_url, "region_name": "eu-west-1"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AWS_X",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": KEY_ID,
+                "password": SECRET_KEY,
+                "extra": {"endpoint_url": s3.endpoint_url, "region_name": "eu-west-1"},
+            }
+        ),
+    )
     return "aws_x"
 
 
 def test_session_credentials_from_the_connection(aws_conn, s3):
     session = session_credentials(aws_conn, 900)
-    assert set(session) == {"aws_access_key_id", "aws_secret_access_key", "aws_session_token", "expiration",
-                            "region_name", "endpoint_url"}
+    assert set(session) == {
+        "aws_access_key_id",
+        "aws_secret_access_key",
+        "aws_session_token",
+        "expiration",
+        "region_name",
+        "endpoint_url",
+    }
     assert session["aws_access_key_id"] and session["aws_session_token"]
     assert session["aws_access_key_id"] != KEY_ID and session["aws_secret_access_key"] != SECRET_KEY
     assert session["endpoint_url"] == s3.endpoint_url and session["region_name"] == "eu-west-1"
@@ -39,10 +53,21 @@ def test_session_credentials_from_the_connection(aws_conn, s3):
 
 
 def test_sts_errors_name_the_connection_and_not_the_keys(aws_conn, monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_AWS_X", json.dumps({
-        "conn_type": "aws", "login": KEY_ID, "password": SECRET_KEY,
-        "extra": {"endpoint_url": "http://127.0.0.1:9", "region_name": "eu-west-1",
-                  "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 1}}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AWS_X",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": KEY_ID,
+                "password": SECRET_KEY,
+                "extra": {
+                    "endpoint_url": "http://127.0.0.1:9",
+                    "region_name": "eu-west-1",
+                    "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 1},
+                },
+            }
+        ),
+    )
     with pytest.raises(HorovodProviderError) as err:
         session_credentials(aws_conn, 900)
     message = str(err.value)
@@ -61,9 +86,12 @@ def test_the_cluster_side_environment_of_a_session(aws_conn, monkeypatch):
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
     assert session_env(session) == {
-        "AWS_ACCESS_KEY_ID": session["aws_access_key_id"], "AWS_SECRET_ACCESS_KEY": session["aws_secret_access_key"],
-        "AWS_SESSION_TOKEN": session["aws_session_token"], "AWS_ENDPOINT_URL": session["endpoint_url"],
-        "AWS_DEFAULT_REGION": "eu-west-1"}
+        "AWS_ACCESS_KEY_ID": session["aws_access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": session["aws_secret_access_key"],
+        "AWS_SESSION_TOKEN": session["aws_session_token"],
+        "AWS_ENDPOINT_URL": session["endpoint_url"],
+        "AWS_DEFAULT_REGION": "eu-west-1",
+    }
     # The cluster's own endpoint and region win over Airflow's.
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://cluster-side:9000")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")

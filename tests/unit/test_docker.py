@@ -147,10 +147,17 @@ def run_token_wrapper(conn_json: str, token_file: Path) -> subprocess.CompletedP
     script = (DOCKER / "with_ray_token.sh").read_text()
     head, marker, _ = script.partition("exec /usr/bin/dumb-init")
     assert marker, "with_ray_token.sh no longer ends by starting Airflow's entrypoint"
-    return subprocess.run(["bash", "-c", head + 'printf %s "$AIRFLOW_CONN_RAY_DEFAULT"\n'],
-                          capture_output=True, text=True, timeout=60,
-                          env={"PATH": f"{BIN}:{os.environ['PATH']}", "AHP_RAY_TOKEN_FILE": str(token_file),
-                               "AHP_RAY_CONN_JSON": conn_json})
+    return subprocess.run(
+        ["bash", "-c", head + 'printf %s "$AIRFLOW_CONN_RAY_DEFAULT"\n'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            "PATH": f"{BIN}:{os.environ['PATH']}",
+            "AHP_RAY_TOKEN_FILE": str(token_file),
+            "AHP_RAY_CONN_JSON": conn_json,
+        },
+    )
 
 
 def test_both_images_are_there():
@@ -165,8 +172,19 @@ def test_hadolint(dockerfile):
 
 def test_compose_file_follows_the_compose_specification():
     # The schema ships inside check-jsonschema: no network needed.
-    run = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.compose-spec",
-                          str(DOCKER / "compose.yaml")], capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "check_jsonschema",
+            "--builtin-schema",
+            "vendor.compose-spec",
+            str(DOCKER / "compose.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
 
 
@@ -194,9 +212,13 @@ def test_the_images_are_the_pinned_ones(versions):
     assert compose["x-airflow"]["image"].endswith(f":{versions['AIRFLOW']}")
     # And the README says so.
     readme = (DOCKER / "README.md").read_text()
-    for words in (f"Airflow {versions['AIRFLOW']}", f"Ray {versions['RAY']} (Python {versions['PYTHON_CLUSTER']})",
-                  f"torch {versions['TORCH']}", f"Horovod {versions['HOROVOD']}",
-                  f"apache/airflow:{versions['AIRFLOW']}-python{versions['PYTHON_AIRFLOW']}"):
+    for words in (
+        f"Airflow {versions['AIRFLOW']}",
+        f"Ray {versions['RAY']} (Python {versions['PYTHON_CLUSTER']})",
+        f"torch {versions['TORCH']}",
+        f"Horovod {versions['HOROVOD']}",
+        f"apache/airflow:{versions['AIRFLOW']}-python{versions['PYTHON_AIRFLOW']}",
+    ):
         assert words in readme, words
 
 

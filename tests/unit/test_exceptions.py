@@ -9,8 +9,14 @@ from airflow_provider_horovod import exceptions
 from airflow_provider_horovod.exceptions import HorovodProviderError, InvalidParameterError, RayJobError
 
 
-@pytest.mark.parametrize("error", [cls for _, cls in inspect.getmembers(exceptions, inspect.isclass)
-                                   if issubclass(cls, Exception) and cls.__module__ == exceptions.__name__])
+@pytest.mark.parametrize(
+    "error",
+    [
+        cls
+        for _, cls in inspect.getmembers(exceptions, inspect.isclass)
+        if issubclass(cls, Exception) and cls.__module__ == exceptions.__name__
+    ],
+)
 def test_every_error_of_the_provider_is_one_of_its_own(error):
     assert issubclass(error, HorovodProviderError)
 
@@ -22,6 +28,7 @@ def test_an_invalid_parameter_names_the_value_and_the_fix():
 
 
 def test_a_job_error_keeps_the_job():
-    err = RayJobError("Ray job x ended FAILED", submission_id="x", status="FAILED",
-                      error_type="JOB_ENTRYPOINT_COMMAND_ERROR")
+    err = RayJobError(
+        "Ray job x ended FAILED", submission_id="x", status="FAILED", error_type="JOB_ENTRYPOINT_COMMAND_ERROR"
+    )
     assert (err.submission_id, err.status, err.error_type) == ("x", "FAILED", "JOB_ENTRYPOINT_COMMAND_ERROR")

@@ -31,13 +31,19 @@ def test_each_class_has_its_own_error_type_under_one_base(failure_class):
 
 
 def test_a_verdict_travels_as_one_line_and_comes_back_whole():
-    verdict = Failure(FailureClass.USER_CODE, "ZeroDivisionError: division by zero", rank=1,
-                      error_type="ZeroDivisionError", message="division by zero", traceback="Traceback ...\n")
+    verdict = Failure(
+        FailureClass.USER_CODE,
+        "ZeroDivisionError: division by zero",
+        rank=1,
+        error_type="ZeroDivisionError",
+        message="division by zero",
+        traceback="Traceback ...\n",
+    )
     line = verdict.line()
     assert line.startswith(FAILURE_MARK) and "\n" not in line
     assert of_line(f"(TrainController pid=4) {line}") == verdict
     assert of_line("epoch 3: loss 0.1") is None and of_line(FAILURE_MARK + "{not json") is None
-    assert json.loads(line[len(FAILURE_MARK):])["hint"] == verdict.hint
+    assert json.loads(line[len(FAILURE_MARK) :])["hint"] == verdict.hint
 
 
 def test_the_answer_names_the_class_rank_exception_and_frames_then_what_to_do():
@@ -46,17 +52,22 @@ def test_the_answer_names_the_class_rank_exception_and_frames_then_what_to_do():
     assert text[0] == "user code, rank 1: ZeroDivisionError: float division by zero"
     assert text[1] == "Traceback (the function's own frames):"
     assert any(f'File "{__file__}"' in line and "in train" in line for line in text)
-    assert "return config[\"lr\"] / 0" in verdict.traceback
+    assert 'return config["lr"] / 0' in verdict.traceback
     assert text[-1].startswith("What to do: fix the function")
 
 
 def test_frames_of_libraries_python_and_the_provider_are_trimmed():
     assert failures._users("/home/me/dags/train.py")
-    assert failures._users("/tmp/ray/session_x/runtime_resources/py_modules_files/_ray_pkg_ab/airflow_provider_horovod/"
-                           "examples/retraining.py")
-    for library in ("/venv/lib/python3.11/site-packages/ray/train/_internal/utils.py",
-                    "/usr/lib/python3.11/json/decoder.py", "<string>",
-                    "/opt/x/airflow_provider_horovod/runtime/trainers.py"):
+    assert failures._users(
+        "/tmp/ray/session_x/runtime_resources/py_modules_files/_ray_pkg_ab/airflow_provider_horovod/"
+        "examples/retraining.py"
+    )
+    for library in (
+        "/venv/lib/python3.11/site-packages/ray/train/_internal/utils.py",
+        "/usr/lib/python3.11/json/decoder.py",
+        "<string>",
+        "/opt/x/airflow_provider_horovod/runtime/trainers.py",
+    ):
         assert not failures._users(library), library
 
 
@@ -94,21 +105,56 @@ def test_a_communication_error_in_the_users_function_is_no_bug_of_the_users():
 
 # Ray 2.60's job info of jobs whose runtime said nothing (its driver never ran, or was killed).
 JOB_INFOS = [
-    ({"status": "FAILED", "error_type": "RUNTIME_ENV_SETUP_FAILURE", "driver_exit_code": None,
-      "message": "Failed to set up runtime environment.\nCould not install packages due to an OSError: ... "
-                 "No matching distribution found for ahp-no-such-package-0000"}, FailureClass.CONFIGURATION),
-    ({"status": "FAILED", "error_type": "JOB_ENTRYPOINT_COMMAND_ERROR", "driver_exit_code": -9,
-      "message": "Job entrypoint command failed with exit code -9, last available logs ..."},
-     FailureClass.INFRASTRUCTURE),
-    ({"status": "FAILED", "error_type": "JOB_ENTRYPOINT_COMMAND_ERROR", "driver_exit_code": 137, "message": "..."},
-     FailureClass.INFRASTRUCTURE),
-    ({"status": "FAILED", "error_type": "JOB_SUPERVISOR_ACTOR_DIED", "driver_exit_code": None,
-      "message": "Job supervisor actor died: The actor died unexpectedly before finishing this task."},
-     FailureClass.INFRASTRUCTURE),
-    ({"status": "FAILED", "error_type": "JOB_SUPERVISOR_ACTOR_START_TIMEOUT", "driver_exit_code": None,
-      "message": "Job supervisor actor could not be scheduled: ..."}, FailureClass.CAPACITY),
-    ({"status": "STOPPED", "error_type": None, "driver_exit_code": None, "message": "Job was intentionally stopped."},
-     FailureClass.INFRASTRUCTURE),
+    (
+        {
+            "status": "FAILED",
+            "error_type": "RUNTIME_ENV_SETUP_FAILURE",
+            "driver_exit_code": None,
+            "message": "Failed to set up runtime environment.\nCould not install packages due to an OSError: ... "
+            "No matching distribution found for ahp-no-such-package-0000",
+        },
+        FailureClass.CONFIGURATION,
+    ),
+    (
+        {
+            "status": "FAILED",
+            "error_type": "JOB_ENTRYPOINT_COMMAND_ERROR",
+            "driver_exit_code": -9,
+            "message": "Job entrypoint command failed with exit code -9, last available logs ...",
+        },
+        FailureClass.INFRASTRUCTURE,
+    ),
+    (
+        {"status": "FAILED", "error_type": "JOB_ENTRYPOINT_COMMAND_ERROR", "driver_exit_code": 137, "message": "..."},
+        FailureClass.INFRASTRUCTURE,
+    ),
+    (
+        {
+            "status": "FAILED",
+            "error_type": "JOB_SUPERVISOR_ACTOR_DIED",
+            "driver_exit_code": None,
+            "message": "Job supervisor actor died: The actor died unexpectedly before finishing this task.",
+        },
+        FailureClass.INFRASTRUCTURE,
+    ),
+    (
+        {
+            "status": "FAILED",
+            "error_type": "JOB_SUPERVISOR_ACTOR_START_TIMEOUT",
+            "driver_exit_code": None,
+            "message": "Job supervisor actor could not be scheduled: ...",
+        },
+        FailureClass.CAPACITY,
+    ),
+    (
+        {
+            "status": "STOPPED",
+            "error_type": None,
+            "driver_exit_code": None,
+            "message": "Job was intentionally stopped.",
+        },
+        FailureClass.INFRASTRUCTURE,
+    ),
 ]
 
 
@@ -128,8 +174,9 @@ def test_the_runtimes_verdict_wins_and_a_foreign_jobs_failing_entrypoint_is_its_
 
 def test_errors_of_the_provider_that_end_a_wait():
     assert failures.class_of_provider_error(exceptions.RayAuthenticationError("401")) is FailureClass.CONFIGURATION
-    assert failures.class_of_provider_error(exceptions.RayClusterUnreachableError("down")) is \
-        FailureClass.INFRASTRUCTURE
+    assert (
+        failures.class_of_provider_error(exceptions.RayClusterUnreachableError("down")) is FailureClass.INFRASTRUCTURE
+    )
 
 
 class HorovodNetworkError(RuntimeError):
@@ -143,8 +190,10 @@ class ControllerError(RuntimeError):
 
 
 def test_a_connection_check_that_failed_is_infrastructure_with_every_connection_named():
-    text = ("Horovod's ranks cannot connect to each other:\n  host-b (10.77.0.2) -> host-a 10.77.0.1:40411: "
-            "timed out after 8 s\nSet horovod_nics, or raise horovod_timeout_s.")
+    text = (
+        "Horovod's ranks cannot connect to each other:\n  host-b (10.77.0.2) -> host-a 10.77.0.1:40411: "
+        "timed out after 8 s\nSet horovod_nics, or raise horovod_timeout_s."
+    )
     failure = of_error(ControllerError(HorovodNetworkError(text)), user_code=False)
     assert failure.failure_class is FailureClass.INFRASTRUCTURE and failure.failure_class.retryable
     assert "10.77.0.1:40411" in failure.explain() and "horovod_nics" in failure.explain()

@@ -36,10 +36,18 @@ def fails(fn, *args, fix="", **kwargs) -> InvalidParameterError:
     return err.value
 
 
-@pytest.mark.parametrize("value, expected", [
-    ("pkg.mod:fn", True), ("pkg:fn", True), ("s3://b/x", False), ("s3://b/x:y", False), ("pkg.mod", False),
-    (42, False), (None, False),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("pkg.mod:fn", True),
+        ("pkg:fn", True),
+        ("s3://b/x", False),
+        ("s3://b/x:y", False),
+        ("pkg.mod", False),
+        (42, False),
+        (None, False),
+    ],
+)
 def test_is_import_path(value, expected):
     assert is_import_path(value) is expected
 
@@ -51,14 +59,22 @@ def test_an_existing_function_passes():
 
 
 def test_a_typo_gets_suggestions_from_the_modules_source():
-    err = fails(check_import_path, "train_fn", f"{QUICKSTART}:trian_func",
-                fix=f"module {QUICKSTART!r} defines no 'trian_func'; check the name (it has train_func")
+    err = fails(
+        check_import_path,
+        "train_fn",
+        f"{QUICKSTART}:trian_func",
+        fix=f"module {QUICKSTART!r} defines no 'trian_func'; check the name (it has train_func",
+    )
     assert err.parameter == "train_fn" and err.value == f"{QUICKSTART}:trian_func"
 
 
 def test_an_unimportable_module():
-    fails(check_import_path, "train_fn", "no_such_module_xyz:train",
-          fix="module 'no_such_module_xyz' is not importable here")
+    fails(
+        check_import_path,
+        "train_fn",
+        "no_such_module_xyz:train",
+        fix="module 'no_such_module_xyz' is not importable here",
+    )
     fails(check_import_path, "train_fn", "json.no_such_sub:train", fix="is not importable here")
 
 
@@ -86,34 +102,55 @@ def test_top_level_names_read_from_source(tmp_path, monkeypatch):
     import importlib.util
 
     monkeypatch.syspath_prepend(str(tmp_path))
-    write_module(tmp_path, "ahp_names_mod", (
-        "import os, json as js\n"
-        "from collections import OrderedDict as OD\n"
-        "A = 1\n"
-        "B: int = 2\n"
-        "C, (D, E) = 3, (4, 5)\n"
-        "os.environ_x = 1\n"
-        "def f(): pass\n"
-        "async def g(): pass\n"
-        "class K: pass\n"
-        "if A:\n"
-        "    def under_if(): pass\n"
-        "else:\n"
-        "    def in_else(): pass\n"
-        "try:\n"
-        "    import fast_thing\n"
-        "except ImportError:\n"
-        "    def fallback(): pass\n"
-        "finally:\n"
-        "    FIN = 1\n"
-    ))
+    write_module(
+        tmp_path,
+        "ahp_names_mod",
+        (
+            "import os, json as js\n"
+            "from collections import OrderedDict as OD\n"
+            "A = 1\n"
+            "B: int = 2\n"
+            "C, (D, E) = 3, (4, 5)\n"
+            "os.environ_x = 1\n"
+            "def f(): pass\n"
+            "async def g(): pass\n"
+            "class K: pass\n"
+            "if A:\n"
+            "    def under_if(): pass\n"
+            "else:\n"
+            "    def in_else(): pass\n"
+            "try:\n"
+            "    import fast_thing\n"
+            "except ImportError:\n"
+            "    def fallback(): pass\n"
+            "finally:\n"
+            "    FIN = 1\n"
+        ),
+    )
     names = top_level_names(importlib.util.find_spec("ahp_names_mod"))
-    assert names == {"os", "js", "OD", "A", "B", "C", "D", "E", "f", "g", "K", "under_if", "in_else", "fast_thing",
-                     "fallback", "FIN"}
+    assert names == {
+        "os",
+        "js",
+        "OD",
+        "A",
+        "B",
+        "C",
+        "D",
+        "E",
+        "f",
+        "g",
+        "K",
+        "under_if",
+        "in_else",
+        "fast_thing",
+        "fallback",
+        "FIN",
+    }
 
 
-@pytest.mark.parametrize("source", ["from os.path import *\n", "def __getattr__(name):\n    return name\n",
-                                    "def broken(:\n"])
+@pytest.mark.parametrize(
+    "source", ["from os.path import *\n", "def __getattr__(name):\n    return name\n", "def broken(:\n"]
+)
 def test_names_unknowable_from_source_are_not_refused(tmp_path, monkeypatch, source):
     monkeypatch.syspath_prepend(str(tmp_path))
     name = f"ahp_dyn_{abs(hash(source))}"
@@ -174,8 +211,18 @@ def two_args(config, other):
     pass
 
 
-@pytest.mark.parametrize("fn, n", [(no_args, 0), (train_here, 1), (with_defaults, 0), (star_args, 0),
-                                   (keyword_only, 1), (two_args, 2), (lambda a, b, c=1: 0, 2)])
+@pytest.mark.parametrize(
+    "fn, n",
+    [
+        (no_args, 0),
+        (train_here, 1),
+        (with_defaults, 0),
+        (star_args, 0),
+        (keyword_only, 1),
+        (two_args, 2),
+        (lambda a, b, c=1: 0, 2),
+    ],
+)
 def test_required_positional(fn, n):
     assert required_positional(fn) == n
 

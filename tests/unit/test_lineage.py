@@ -31,14 +31,17 @@ REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "docs" / "openlineage" / "HorovodRunFacet.json"
 
 
-@pytest.mark.parametrize("uri, namespace, name", [
-    ("s3://bucket/data/train.parquet", "s3://bucket", "data/train.parquet"),
-    ("s3://bucket/data/train/", "s3://bucket", "data/train"),  # a folder is one dataset, slash or not
-    ("gs://bucket/a/b.csv", "gs://bucket", "a/b.csv"),
-    ("file:///data/train.parquet", "file", "/data/train.parquet"),
-    ("/data/../data/train.parquet", "file", "/data/train.parquet"),
-    ("hdfs://namenode:8020/data/x", "hdfs://namenode:8020", "/data/x"),
-])
+@pytest.mark.parametrize(
+    "uri, namespace, name",
+    [
+        ("s3://bucket/data/train.parquet", "s3://bucket", "data/train.parquet"),
+        ("s3://bucket/data/train/", "s3://bucket", "data/train"),  # a folder is one dataset, slash or not
+        ("gs://bucket/a/b.csv", "gs://bucket", "a/b.csv"),
+        ("file:///data/train.parquet", "file", "/data/train.parquet"),
+        ("/data/../data/train.parquet", "file", "/data/train.parquet"),
+        ("hdfs://namenode:8020/data/x", "hdfs://namenode:8020", "/data/x"),
+    ],
+)
 def test_uris_become_datasets_by_the_naming_spec(uri, namespace, name):
     made = lineage.dataset(uri)
     assert (made.namespace, made.name) == (namespace, name)
@@ -58,10 +61,14 @@ CHAMPION = Asset(name="champion", uri="s3://models/champion.json")
 
 
 def training(**kwargs) -> HorovodTrainOperator:
-    kwargs = {"train_fn": "pkg.train:fit", "datasets": {"train": "s3://data/train/", "holdout": "/d/holdout.parquet",
-                                                         "built": "pkg.data:build"},
-              "train_loop_config": {"lr": 0.1}, "num_workers": 3, "outlets": [CHAMPION, Asset(name="named_only")],
-              **kwargs}
+    kwargs = {
+        "train_fn": "pkg.train:fit",
+        "datasets": {"train": "s3://data/train/", "holdout": "/d/holdout.parquet", "built": "pkg.data:build"},
+        "train_loop_config": {"lr": 0.1},
+        "num_workers": 3,
+        "outlets": [CHAMPION, Asset(name="named_only")],
+        **kwargs,
+    }
     return HorovodTrainOperator(task_id="train", **kwargs)
 
 
@@ -79,7 +86,9 @@ def test_on_start_a_training_names_what_it_reads_and_how_it_trains():
 
 
 def test_inlets_are_inputs_too():
-    start = training(datasets=None, inlets=[Asset(name="base", uri="s3://models/base/")]).get_openlineage_facets_on_start()
+    start = training(
+        datasets=None, inlets=[Asset(name="base", uri="s3://models/base/")]
+    ).get_openlineage_facets_on_start()
     assert pairs(start.inputs) == [("s3://models", "base")]
 
 
@@ -88,8 +97,9 @@ def test_after_a_deferral_the_resumed_instance_reports_the_checkpoint_and_the_ru
 
     ray = FakeRay(on_submit=runs_until_told())
     serve(ray)
-    first = train_op(tmp_path, deferrable=True, datasets={"train": "s3://data/train.parquet"},
-                     train_loop_config={"lr": 0.5})
+    first = train_op(
+        tmp_path, deferrable=True, datasets={"train": "s3://data/train.parquet"}, train_loop_config={"lr": 0.5}
+    )
     first.sync_wait_before_defer_s = 0
     ctx = context()
     with pytest.raises(TaskDeferred):
@@ -98,8 +108,9 @@ def test_after_a_deferral_the_resumed_instance_reports_the_checkpoint_and_the_ru
     write_result(ray.submitted[0])
     event = JobEvent.from_info(sid, {"status": "SUCCEEDED", "metadata": ray.submitted[0]["metadata"]})
     # Airflow resumes a new instance; nothing set on the first one before it deferred reaches it.
-    resumed = train_op(tmp_path, deferrable=True, datasets={"train": "s3://data/train.parquet"},
-                       train_loop_config={"lr": 0.5})
+    resumed = train_op(
+        tmp_path, deferrable=True, datasets={"train": "s3://data/train.parquet"}, train_loop_config={"lr": 0.5}
+    )
     result = resumed.execute_complete(ctx, json.loads(json.dumps(event.to_dict())))
     complete = resumed.get_openlineage_facets_on_complete(None)
     assert pairs(complete.inputs) == [("s3://data", "train.parquet")]
@@ -114,13 +125,23 @@ def test_the_facet_carries_the_cost_and_matches_its_schema():
     import jsonschema
 
     op = training()
-    op.job_result = {"checkpoint_uri": "s3://ckpt/run/checkpoint_000002", "best_checkpoint_uri": "s3://ckpt/run/c1",
-                     "metrics": {"loss": 0.2}, "attempt": 2, "world_size": 3, "trainer_api": "legacy",
-                     "attempts": [{"attempt": 1, "failure_class": "infrastructure", "summary": "node lost"}],
-                     "submission_id": "sid-a2", "cost": {"total": {"worker_s": 12.5}}}
+    op.job_result = {
+        "checkpoint_uri": "s3://ckpt/run/checkpoint_000002",
+        "best_checkpoint_uri": "s3://ckpt/run/c1",
+        "metrics": {"loss": 0.2},
+        "attempt": 2,
+        "world_size": 3,
+        "trainer_api": "legacy",
+        "attempts": [{"attempt": 1, "failure_class": "infrastructure", "summary": "node lost"}],
+        "submission_id": "sid-a2",
+        "cost": {"total": {"worker_s": 12.5}},
+    }
     complete = op.get_openlineage_facets_on_complete(None)
-    assert pairs(complete.outputs) == [("s3://ckpt", "run/checkpoint_000002"), ("s3://ckpt", "run/c1"),
-                                       ("s3://models", "champion.json")]
+    assert pairs(complete.outputs) == [
+        ("s3://ckpt", "run/checkpoint_000002"),
+        ("s3://ckpt", "run/c1"),
+        ("s3://models", "champion.json"),
+    ]
     document = json.loads(Serde.to_json(complete.run_facets["horovod"]))
     assert document["_schemaURL"] == lineage.SCHEMA_URL
     assert document["_producer"] == f"airflow-provider-horovod/{VERSION}"
@@ -160,15 +181,24 @@ def test_a_taskflow_training_reports_its_keyword_arguments_as_hyperparameters():
 
 
 def test_a_ray_task_reports_its_inlets_outlets_and_run():
-    op = RayTaskOperator(task_id="promote", python_callable="pkg.jobs:promote", outlets=[CHAMPION],
-                         inlets=[Asset(name="d", uri="file:///data/holdout.parquet")])
+    op = RayTaskOperator(
+        task_id="promote",
+        python_callable="pkg.jobs:promote",
+        outlets=[CHAMPION],
+        inlets=[Asset(name="d", uri="file:///data/holdout.parquet")],
+    )
     op.job_result = {"return_value": 1, "submission_id": "sid-t", "attempt": 1, "dashboard_url": "http://ray/#/jobs/x"}
     complete = op.get_openlineage_facets_on_complete(None)
     assert pairs(complete.inputs) == [("file", "/data/holdout.parquet")]
     assert pairs(complete.outputs) == [("s3://models", "champion.json")]
     facet = complete.run_facets["horovod"]
-    assert (facet.jobKind, facet.submissionId, facet.attempts, facet.trainFunction, facet.worldSize) == \
-        ("task", "sid-t", 1, "pkg.jobs:promote", None)
+    assert (facet.jobKind, facet.submissionId, facet.attempts, facet.trainFunction, facet.worldSize) == (
+        "task",
+        "sid-t",
+        1,
+        "pkg.jobs:promote",
+        None,
+    )
 
 
 def test_the_job_gets_the_tasks_openlineage_run_when_openlineage_is_on(monkeypatch):
@@ -176,8 +206,19 @@ def test_the_job_gets_the_tasks_openlineage_run_when_openlineage_is_on(monkeypat
 
     from airflow_provider_horovod.plan import task_plan
 
-    plan = task_plan(TASK_RUN, python_callable="json:dumps", op_args=[1], op_kwargs={}, num_cpus=1, num_gpus=None,
-                     memory=None, resources=None, runtime_env=None, storage_path="/tmp/x", ray_conn_id="ray_default")
+    plan = task_plan(
+        TASK_RUN,
+        python_callable="json:dumps",
+        op_args=[1],
+        op_kwargs={},
+        num_cpus=1,
+        num_gpus=None,
+        memory=None,
+        resources=None,
+        runtime_env=None,
+        storage_path="/tmp/x",
+        ray_conn_id="ray_default",
+    )
     assert conf.is_disabled()  # no transport in the tests' environment
     assert with_parent_run(plan, context()) is plan
     monkeypatch.setattr(conf, "is_disabled", lambda: False)
@@ -226,12 +267,21 @@ def test_a_dag_of_the_providers_operators_imports_nothing_of_openlineage(extra):
         if not WITHOUT_EXTRA.exists() or subprocess.run(probe, capture_output=True, text=True).stdout.strip() != "None":
             pytest.skip(f"{WITHOUT_EXTRA} (an Airflow environment without the extra) is not there")
     # The checkout's package, whatever version of it the environment has installed.
-    run = subprocess.run([python, "-c", CHECK_IMPORTS], capture_output=True, text=True, timeout=120, cwd=REPO,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    run = subprocess.run(
+        [python, "-c", CHECK_IMPORTS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     imported = ast.literal_eval(run.stdout.strip().splitlines()[-1])
     # Installed but off: the check for OpenLineage being on reads its configuration module (and
     # Airflow may read every provider's info), nothing more.
-    allowed = set() if extra == "absent" else {f"airflow.providers.openlineage{m}" for m in
-                                               ("", ".conf", ".get_provider_info")}
+    allowed = (
+        set()
+        if extra == "absent"
+        else {f"airflow.providers.openlineage{m}" for m in ("", ".conf", ".get_provider_info")}
+    )
     assert set(imported) <= allowed, imported

@@ -31,9 +31,13 @@ def metadata() -> str:
 def test_the_wheel_holds_the_package_runtime_and_examples_but_no_tests_or_benchmarks():
     with zipfile.ZipFile(built("*.whl")) as wheel:
         names = wheel.namelist()
-    for module in ("airflow_provider_horovod/runtime/entrypoint.py", "airflow_provider_horovod/runtime/horovod_v2.py",
-                   "airflow_provider_horovod/examples/quickstart.py", "airflow_provider_horovod/build_horovod.py",
-                   "airflow_provider_horovod/py.typed"):
+    for module in (
+        "airflow_provider_horovod/runtime/entrypoint.py",
+        "airflow_provider_horovod/runtime/horovod_v2.py",
+        "airflow_provider_horovod/examples/quickstart.py",
+        "airflow_provider_horovod/build_horovod.py",
+        "airflow_provider_horovod/py.typed",
+    ):
         assert module in names, module
     assert not [n for n in names if n.startswith(("tests/", "bench/", "dags/", "docker/"))]
     assert any(n.endswith("entry_points.txt") for n in names)
@@ -64,14 +68,21 @@ def test_the_cluster_extra_declares_the_ray_range_the_runtime_checks():
 def test_twine_check_passes_on_the_wheel_and_the_sdist():
     from support.cluster import cluster_python
 
-    done = subprocess.run([cluster_python(), "-m", "twine", "check", str(built("*.whl")), str(built("*.tar.gz"))],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [cluster_python(), "-m", "twine", "check", str(built("*.whl")), str(built("*.tar.gz"))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and done.stdout.count("PASSED") == 2, done.stdout + done.stderr
 
 
 def test_the_readme_table_shows_the_tested_versions():
-    versions = dict(line.split("=", 1) for line in (REPO / "scripts" / "versions.env").read_text().splitlines()
-                    if line and not line.startswith("#"))
+    versions = dict(
+        line.split("=", 1)
+        for line in (REPO / "scripts" / "versions.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
     readme = (REPO / "README.md").read_text()
     table = readme.split("## Tested", 1)[1].split("\n## ", 1)[0]
     assert f"| {versions['PYTHON_AIRFLOW']} | {versions['AIRFLOW']} (with the Amazon and OpenLineage" in table

@@ -30,13 +30,33 @@ from airflow_provider_horovod.plan import JobRequest, payload_module, provider_f
 TASK_RUN = TaskRun("dag", "train", "manual__1", -1)
 ROOT = "s3://b/p"
 PICKLE = b"\x80\x05pickled-function-bytes"
-TRAINING = {"train_fn": "json:dumps", "train_call": None, "train_loop_config": None, "datasets": None,
-            "num_workers": 3, "use_gpu": False, "resources_per_worker": {"CPU": 2}, "checkpoint_num_to_keep": None,
-            "checkpoint_score_attribute": None, "checkpoint_score_order": "max", "max_failures": 0,
-            "horovod_timeout_s": 30, "horovod_nics": None, "horovod_env": {"HOROVOD_CYCLE_TIME": "1"},
-            "runtime_env": None, "trainer_api": "v2", "forward_aws_credentials": False, "aws_conn_id": None,
-            "aws_credentials_ttl_seconds": 3600, "check_cluster_resources": True, "materialize_datasets": True,
-            "horovod_timeline": False, "storage_path": ROOT, "pending_timeout_s": 600.0, "ray_conn_id": "ray_default"}
+TRAINING = {
+    "train_fn": "json:dumps",
+    "train_call": None,
+    "train_loop_config": None,
+    "datasets": None,
+    "num_workers": 3,
+    "use_gpu": False,
+    "resources_per_worker": {"CPU": 2},
+    "checkpoint_num_to_keep": None,
+    "checkpoint_score_attribute": None,
+    "checkpoint_score_order": "max",
+    "max_failures": 0,
+    "horovod_timeout_s": 30,
+    "horovod_nics": None,
+    "horovod_env": {"HOROVOD_CYCLE_TIME": "1"},
+    "runtime_env": None,
+    "trainer_api": "v2",
+    "forward_aws_credentials": False,
+    "aws_conn_id": None,
+    "aws_credentials_ttl_seconds": 3600,
+    "check_cluster_resources": True,
+    "materialize_datasets": True,
+    "horovod_timeline": False,
+    "storage_path": ROOT,
+    "pending_timeout_s": 600.0,
+    "ray_conn_id": "ray_default",
+}
 
 
 def plan(**kwargs):
@@ -55,6 +75,7 @@ def spec(attempt=2, **kwargs):
 
 # --- the plan ---------------------------------------------------------------------------------------
 
+
 def test_the_plan_holds_the_checked_spec_of_the_first_attempt_and_what_it_asks_for():
     made = training_plan(TASK_RUN, **TRAINING)
     assert made.spec.submission_id == TASK_RUN.submission_id(1) and made.spec.attempt == 1
@@ -64,18 +85,25 @@ def test_the_plan_holds_the_checked_spec_of_the_first_attempt_and_what_it_asks_f
     assert made.forward_aws is None
 
 
-@pytest.mark.parametrize("storage_path, root", [("file:///data/x/", "/data/x"), ("s3://b/p/", "s3://b/p"),
-                                                ("/data/./y", "/data/y")])
+@pytest.mark.parametrize(
+    "storage_path, root", [("file:///data/x/", "/data/x"), ("s3://b/p/", "s3://b/p"), ("/data/./y", "/data/y")]
+)
 def test_the_storage_root_is_normalised(storage_path, root):
     assert training_plan(TASK_RUN, **{**TRAINING, "storage_path": storage_path}).storage_root == root
 
 
-@pytest.mark.parametrize("kwargs, parameter", [
-    ({"num_workers": 0}, "num_workers"), ({"trainer_api": "v3"}, "trainer_api"),
-    ({"storage_path": "relative/path"}, "storage_path"), ({"horovod_timeout_s": 0}, "horovod_timeout_s"),
-    ({"train_fn": "no_such_module_x:f"}, "train_fn"), ({"runtime_env": {"bogus": 1}}, "runtime_env"),
-    ({"forward_aws_credentials": True}, "forward_aws_credentials"),
-])
+@pytest.mark.parametrize(
+    "kwargs, parameter",
+    [
+        ({"num_workers": 0}, "num_workers"),
+        ({"trainer_api": "v3"}, "trainer_api"),
+        ({"storage_path": "relative/path"}, "storage_path"),
+        ({"horovod_timeout_s": 0}, "horovod_timeout_s"),
+        ({"train_fn": "no_such_module_x:f"}, "train_fn"),
+        ({"runtime_env": {"bogus": 1}}, "runtime_env"),
+        ({"forward_aws_credentials": True}, "forward_aws_credentials"),
+    ],
+)
 def test_bad_parameters_raise_naming_the_parameter(kwargs, parameter):
     with pytest.raises(InvalidParameterError) as err:
         training_plan(TASK_RUN, **{**TRAINING, **kwargs})
@@ -83,6 +111,7 @@ def test_bad_parameters_raise_naming_the_parameter(kwargs, parameter):
 
 
 # --- the request of an attempt ------------------------------------------------------------------------
+
 
 def test_entrypoint_runs_the_runtime_on_the_payload():
     made = request()
@@ -92,8 +121,11 @@ def test_entrypoint_runs_the_runtime_on_the_payload():
 
 
 def test_runtime_env_puts_the_provider_first_and_keeps_the_users(tmp_path):
-    user = {"py_modules": [str(tmp_path), "gcs://_ray_pkg_x.zip"], "pip": ["pandas"],
-            "env_vars": {"MODE": "fast", "HOROVOD_CYCLE_TIME": "5"}}
+    user = {
+        "py_modules": [str(tmp_path), "gcs://_ray_pkg_x.zip"],
+        "pip": ["pandas"],
+        "env_vars": {"MODE": "fast", "HOROVOD_CYCLE_TIME": "5"},
+    }
     made = request(runtime_env=user, train_fn="json:dumps")
     env = made.runtime_env
     assert env["py_modules"] == [provider_folder(), str(tmp_path), "gcs://_ray_pkg_x.zip"]
@@ -182,8 +214,11 @@ def test_dry_run_hides_env_values_and_file_bytes():
     made = request(runtime_env={"env_vars": {"MODE": "visible-only-as-stars"}})
     shown = made.dry_run()
     data = json.loads(shown)
-    assert data["runtime_env"]["env_vars"] == {"RAY_TRAIN_ENABLE_PRINT_PATCH": "***", "HOROVOD_CYCLE_TIME": "***",
-                                               "MODE": "***"}
+    assert data["runtime_env"]["env_vars"] == {
+        "RAY_TRAIN_ENABLE_PRINT_PATCH": "***",
+        "HOROVOD_CYCLE_TIME": "***",
+        "MODE": "***",
+    }
     assert data["payload"]["train_fn.pkl"] == f"{len(PICKLE)} bytes"
     assert data["entrypoint"] == made.entrypoint and data["metadata"] == made.metadata
     assert "visible-only-as-stars" not in shown and "pickled-function-bytes" not in shown
@@ -214,9 +249,19 @@ def test_write_payload_refuses_paths_as_file_names(tmp_path):
 
 def test_a_task_request_runs_the_function_in_the_driver():
     task_run = TaskRun("dag", "evaluate", "manual__1")
-    made_plan = task_plan(task_run, python_callable="json:dumps", op_args=[1], op_kwargs=None, num_cpus=2,
-                          num_gpus=None, memory=None, resources={"accel": 1}, runtime_env={"env_vars": {"MODE": "x"}},
-                          storage_path="/s", ray_conn_id="ray_default")
+    made_plan = task_plan(
+        task_run,
+        python_callable="json:dumps",
+        op_args=[1],
+        op_kwargs=None,
+        num_cpus=2,
+        num_gpus=None,
+        memory=None,
+        resources={"accel": 1},
+        runtime_env={"env_vars": {"MODE": "x"}},
+        storage_path="/s",
+        ray_conn_id="ray_default",
+    )
     made = made_plan.request(1)
     assert made.entrypoint == f"python -m airflow_provider_horovod.runtime.entrypoint task {made.payload_module}"
     assert made.driver_resources == {"num_cpus": 2, "resources": {"accel": 1.0}}
@@ -240,10 +285,18 @@ def test_tracking_names_the_server_the_experiment_the_run_and_the_airflow_identi
     mapped = TaskRun("dag", "train", "manual__1", 3)
     tracked = training_plan(mapped, **{**TRAINING, "mlflow_tracking_uri": "http://mlflow:5000", "try_number": 2})
     assert tracked.spec.tracking == {
-        "tracking_uri": "http://mlflow:5000", "experiment_name": "dag", "run_name": "train[3] manual__1",
+        "tracking_uri": "http://mlflow:5000",
+        "experiment_name": "dag",
+        "run_name": "train[3] manual__1",
         "run_key": mapped.base_id,
-        "tags": {"airflow.dag_id": "dag", "airflow.task_id": "train", "airflow.run_id": "manual__1",
-                 "airflow.map_index": "3", "airflow.try_number": "2"}}
+        "tags": {
+            "airflow.dag_id": "dag",
+            "airflow.task_id": "train",
+            "airflow.run_id": "manual__1",
+            "airflow.map_index": "3",
+            "airflow.try_number": "2",
+        },
+    }
     named = plan(mlflow_tracking_uri="http://mlflow:5000", mlflow_experiment_name="retraining")
     assert named.spec.tracking["experiment_name"] == "retraining"
     # Every attempt of the task run carries the same key: a retry finds the run by it.
@@ -252,8 +305,9 @@ def test_tracking_names_the_server_the_experiment_the_run_and_the_airflow_identi
 
 def test_an_mlflow_connections_credentials_travel_in_the_payload_only():
     secret = "mlflow-token-0123"
-    tracked = training_plan(TASK_RUN, **TRAINING, mlflow_tracking_uri="http://mlflow:5000",
-                            mlflow_auth={"token": secret})
+    tracked = training_plan(
+        TASK_RUN, **TRAINING, mlflow_tracking_uri="http://mlflow:5000", mlflow_auth={"token": secret}
+    )
     req = tracked.request(1)
     assert json.loads(req.files[MLFLOW_AUTH_FILE]) == {"token": secret}
     assert secret not in json.dumps(req.runtime_env) + json.dumps(req.metadata) + req.entrypoint + req.dry_run()

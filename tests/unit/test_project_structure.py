@@ -27,8 +27,19 @@ NOT_MIRRORED = {
 # runtime is a tower of its own beside the Airflow side, on the contract.
 LAYERS = [
     ["exceptions", "contract", "failures"],
-    ["checks", "functions", "compat", "storage", "credentials", "local", "links/ray", "links/mlflow", "build_horovod",
-     "cost", "lineage"],
+    [
+        "checks",
+        "functions",
+        "compat",
+        "storage",
+        "credentials",
+        "local",
+        "links/ray",
+        "links/mlflow",
+        "build_horovod",
+        "cost",
+        "lineage",
+    ],
     ["plan", "hooks/ray_connection", "hooks/ray_transport", "hooks/ray_packages", "hooks/ray"],
     ["jobs/api", "jobs/logs", "jobs/wait", "jobs/submit", "jobs/finish"],
     ["triggers/ray"],
@@ -36,8 +47,19 @@ LAYERS = [
     ["decorators/horovod", "decorators/ray", "plugins/*"],
 ]
 RUNTIME_MAY_IMPORT = {"contract", "exceptions", "failures"}
-CLUSTER_LIBRARIES = {"ray", "torch", "horovod", "pyarrow", "boto3", "botocore", "cloudpickle", "psutil", "numpy",
-                     "pandas", "mlflow"}
+CLUSTER_LIBRARIES = {
+    "ray",
+    "torch",
+    "horovod",
+    "pyarrow",
+    "boto3",
+    "botocore",
+    "cloudpickle",
+    "psutil",
+    "numpy",
+    "pandas",
+    "mlflow",
+}
 # Optional on the cluster (an extra): imported only inside functions, only when a spec asks for it.
 OPTIONAL_LIBRARIES = {"mlflow"}
 STDLIB = set(sys.stdlib_module_names)
@@ -45,8 +67,11 @@ STDLIB = set(sys.stdlib_module_names)
 
 def modules() -> dict[str, Path]:
     """``jobs/wait`` -> its file, for every module of the package but the package faces."""
-    return {path.relative_to(PACKAGE).with_suffix("").as_posix(): path for path in sorted(PACKAGE.rglob("*.py"))
-            if path.name != "__init__.py"}
+    return {
+        path.relative_to(PACKAGE).with_suffix("").as_posix(): path
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "__init__.py"
+    }
 
 
 def imports(path: Path) -> list[tuple[str, int]]:
@@ -58,7 +83,7 @@ def imports(path: Path) -> list[tuple[str, int]]:
         if isinstance(node, ast.Import):
             found += [(alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = ".".join(package[:len(package) - node.level + 1]) if node.level else ""
+            base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
             module = ".".join(p for p in (base, node.module) if p)
             found += [(f"{module}.{alias.name}" if not node.module else module, node.lineno) for alias in node.names]
     return found
@@ -131,7 +156,7 @@ def test_no_import_cycle_anywhere():
     def visit(node: str, path: list[str]) -> None:
         state[node] = 1
         for nxt in sorted(graph[node]):
-            assert state.get(nxt) != 1, f"import cycle: {' -> '.join(path[path.index(nxt):] + [node, nxt])}"
+            assert state.get(nxt) != 1, f"import cycle: {' -> '.join(path[path.index(nxt) :] + [node, nxt])}"
             if nxt not in state:
                 visit(nxt, [*path, node])
         state[node] = 2
@@ -145,8 +170,13 @@ def test_no_import_cycle_anywhere():
 def test_the_airflow_side_imports_the_training_stack_only_inside_functions(module):
     tree = ast.parse(KNOWN[module].read_text())
     for node in tree.body:
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
         heavy = [n for n in names if n.split(".")[0] in {"torch", "horovod", "ray", "pyarrow", *OPTIONAL_LIBRARIES}]
         assert not heavy, f"{module}.py imports {heavy} at its top: every DAG parse would pay for it"
 
@@ -155,7 +185,12 @@ def test_the_airflow_side_imports_the_training_stack_only_inside_functions(modul
 def test_optional_libraries_are_imported_only_inside_functions(module):
     tree = ast.parse(KNOWN[module].read_text())
     for node in tree.body:
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
         optional = [n for n in names if n.split(".")[0] in OPTIONAL_LIBRARIES]
         assert not optional, f"{module}.py imports {optional} at its top: every training would need it installed"

@@ -17,8 +17,11 @@ def test_provider_info_names_classes_that_exist():
     import importlib
 
     info = get_provider_info()
-    paths = ([c["hook-class-name"] for c in info["connection-types"]] + info["extra-links"]
-             + [d["class-name"] for d in info["task-decorators"]])
+    paths = (
+        [c["hook-class-name"] for c in info["connection-types"]]
+        + info["extra-links"]
+        + [d["class-name"] for d in info["task-decorators"]]
+    )
     for path in paths:
         module, _, name = path.rpartition(".")
         assert hasattr(importlib.import_module(module), name), path
@@ -85,6 +88,12 @@ def test_airflow_registers_the_provider_from_its_entry_point():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     found = json.loads(out.stdout.strip().splitlines()[-1])
-    assert found == {"version": __version__, "hook": "airflow_provider_horovod.hooks.ray.RayHook", "conn_type": "ray",
-                     "decorators": {"horovod": "airflow_provider_horovod.decorators.horovod",
-                                    "ray": "airflow_provider_horovod.decorators.ray"}}
+    assert found == {
+        "version": __version__,
+        "hook": "airflow_provider_horovod.hooks.ray.RayHook",
+        "conn_type": "ray",
+        "decorators": {
+            "horovod": "airflow_provider_horovod.decorators.horovod",
+            "ray": "airflow_provider_horovod.decorators.ray",
+        },
+    }

@@ -18,13 +18,16 @@ from airflow_provider_horovod.storage import (
 # --- URIs -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("uri, parts", [
-    ("s3://bucket/a/b/", ("s3", "bucket/a/b")),
-    ("s3://bucket", ("s3", "bucket")),
-    ("/abs/x", ("", "/abs/x")),
-    ("file:///abs/x", ("", "/abs/x")),
-    ("/abs/../abs/x/", ("", "/abs/x")),
-])
+@pytest.mark.parametrize(
+    "uri, parts",
+    [
+        ("s3://bucket/a/b/", ("s3", "bucket/a/b")),
+        ("s3://bucket", ("s3", "bucket")),
+        ("/abs/x", ("", "/abs/x")),
+        ("file:///abs/x", ("", "/abs/x")),
+        ("/abs/../abs/x/", ("", "/abs/x")),
+    ],
+)
 def test_split_uri(uri, parts):
     assert split_uri(uri) == parts
 
@@ -104,8 +107,9 @@ def test_s3_folders_ignore_folder_markers(s3, tmp_path):
     found = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
     assert found == ["meta.json", "sub/model.pt"]
     assert (dest / "sub" / "model.pt").read_bytes() == b"weights"
-    assert storage.download_file(ckpt + "/meta.json", str(tmp_path / "m" / "meta.json")) == str(tmp_path / "m" /
-                                                                                               "meta.json")
+    assert storage.download_file(ckpt + "/meta.json", str(tmp_path / "m" / "meta.json")) == str(
+        tmp_path / "m" / "meta.json"
+    )
     assert (tmp_path / "m" / "meta.json").read_bytes() == b"{}"
 
 
@@ -135,8 +139,11 @@ def test_an_s3_endpoint_that_does_not_answer(s3, monkeypatch):
 def test_without_the_amazon_provider_s3_needs_the_extra_and_local_paths_work(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "airflow.providers.amazon.aws.hooks.s3", None)
     storage = Storage()
-    for call in (lambda: storage.read_text("s3://bucket/x.json"), lambda: storage.check_bucket("s3://bucket/x"),
-                 lambda: storage.write_json("s3://bucket/x.json", {})):
+    for call in (
+        lambda: storage.read_text("s3://bucket/x.json"),
+        lambda: storage.check_bucket("s3://bucket/x"),
+        lambda: storage.write_json("s3://bucket/x.json", {}),
+    ):
         with pytest.raises(MissingExtraError, match=r"airflow-provider-horovod\[amazon\]"):
             call()
     storage.write_json(str(tmp_path / "x.json"), {"ok": True})
@@ -160,9 +167,17 @@ def test_check_aws_conn_id(monkeypatch):
 def test_the_connections_credentials_are_used(s3, monkeypatch):
     bucket = s3.bucket()
     monkeypatch.delenv("AWS_ENDPOINT_URL")
-    monkeypatch.setenv("AIRFLOW_CONN_AWS_S3", json.dumps({
-        "conn_type": "aws", "login": "testing", "password": "testing",
-        "extra": {"endpoint_url": s3.endpoint_url, "region_name": "us-east-1"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AWS_S3",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": "testing",
+                "password": "testing",
+                "extra": {"endpoint_url": s3.endpoint_url, "region_name": "us-east-1"},
+            }
+        ),
+    )
     storage = Storage("aws_s3")
     storage.write_json(f"s3://{bucket}/x.json", {"via": "connection"})
     assert storage.read_json(f"s3://{bucket}/x.json") == {"via": "connection"}

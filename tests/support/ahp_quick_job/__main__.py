@@ -36,11 +36,19 @@ def run(spec: TrainingSpec, started: float) -> int:
     with fs.open_output_stream(f"{path}/model.json") as out:
         out.write(json.dumps({"run": config.get("run"), "attempt": spec.attempt}).encode())
     metrics = {"run": config.get("run"), "size": spec.num_workers, "epoch": 0}
-    record = ResultRecord(submission_id=spec.submission_id, attempt=spec.attempt, storage_uri=spec.storage_uri,
-                          run_uri=spec.run_uri, checkpoint_uri=checkpoint, best_checkpoint_uri=checkpoint,
-                          metrics=metrics, world_size=spec.num_workers, trainer_api=spec.trainer_api,
-                          resumed_from=(spec.resume_from or [None])[0],
-                          timings={"started_at": started, "finished_at": time.time(), "fit_s": 0.0})
+    record = ResultRecord(
+        submission_id=spec.submission_id,
+        attempt=spec.attempt,
+        storage_uri=spec.storage_uri,
+        run_uri=spec.run_uri,
+        checkpoint_uri=checkpoint,
+        best_checkpoint_uri=checkpoint,
+        metrics=metrics,
+        world_size=spec.num_workers,
+        trainer_api=spec.trainer_api,
+        resumed_from=(spec.resume_from or [None])[0],
+        timings={"started_at": started, "finished_at": time.time(), "fit_s": 0.0},
+    )
     write_record(spec.result_uri, record)
     print(f"checkpoint: {checkpoint}", flush=True)
     return 0

@@ -27,7 +27,10 @@ def test_the_call_gives_every_worker_its_arguments():
     assert spec.train_args == [0.1] and spec.train_kwargs == {"layers": [4, 4]}
     assert spec.train_fn == {"pickle": "train_fn.pkl", "source": __file__}
     assert cloudpickle.loads(training.files["train_fn.pkl"])(*spec.train_args, **spec.train_kwargs) == {
-        "lr": 0.1, "epochs": 1, "layers": [4, 4]}
+        "lr": 0.1,
+        "epochs": 1,
+        "layers": [4, 4],
+    }
 
 
 def test_a_function_of_several_parameters_is_not_refused():
@@ -58,5 +61,11 @@ def test_a_decorated_training_logs_to_mlflow_with_its_calls_arguments_as_paramet
         op = tracked(0.1, layers=[4, 4]).operator
     spec = op.plan(TaskRun("dag", "tracked", RUN_ID), op.wait_policy()).spec
     assert spec.tracking["tracking_uri"] == "http://mlflow:5000" and spec.tracking["experiment_name"] == "dag"
-    assert params(spec) == {"layers": "[4, 4]", "args": "[0.1]", "world_size": "2", "trainer": "horovod",
-                            "trainer_api": "v2", "use_gpu": "False"}
+    assert params(spec) == {
+        "layers": "[4, 4]",
+        "args": "[0.1]",
+        "world_size": "2",
+        "trainer": "horovod",
+        "trainer_api": "v2",
+        "use_gpu": "False",
+    }

@@ -26,11 +26,17 @@ from airflow_provider_horovod.hooks.ray_packages import package_folder
 from airflow_provider_horovod.hooks.ray_transport import RETRIES
 
 TOKEN = "tok-0d6b2a9c4e8f1357"
-NODES = {"data": {"result": {"result": [
-    {"state": "ALIVE", "resources_total": {"CPU": 4.0, "memory": 1e9, "node:10.0.0.1": 1.0}},
-    {"state": "ALIVE", "resources_total": {"CPU": 2.0, "GPU": 1.0}},
-    {"state": "DEAD", "resources_total": {"GPU": 8.0}},
-]}}}
+NODES = {
+    "data": {
+        "result": {
+            "result": [
+                {"state": "ALIVE", "resources_total": {"CPU": 4.0, "memory": 1e9, "node:10.0.0.1": 1.0}},
+                {"state": "ALIVE", "resources_total": {"CPU": 2.0, "GPU": 1.0}},
+                {"state": "DEAD", "resources_total": {"GPU": 8.0}},
+            ]
+        }
+    }
+}
 
 
 class Dashboard:
@@ -53,10 +59,18 @@ class Dashboard:
             def handle_one(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
-                dashboard.requests.append({"method": self.command, "path": self.path, "body": body,
-                                           "headers": dict(self.headers), "peer": self.client_address})
+                dashboard.requests.append(
+                    {
+                        "method": self.command,
+                        "path": self.path,
+                        "body": body,
+                        "headers": dict(self.headers),
+                        "peer": self.client_address,
+                    }
+                )
                 script = dashboard.routes.get((self.command, self.path)) or dashboard.routes.get(
-                    (self.command, self.path.split("?", 1)[0]))
+                    (self.command, self.path.split("?", 1)[0])
+                )
                 status, text = (script.pop(0) if len(script) > 1 else script[0]) if script else (404, "not found")
                 data = text.encode()
                 self.send_response(status)
@@ -86,8 +100,11 @@ class Dashboard:
         """The queries of the requests for ``path``, whatever their query."""
         from urllib.parse import parse_qs, urlsplit
 
-        return [parse_qs(urlsplit(r["path"]).query) for r in self.requests
-                if r["method"] == method and urlsplit(r["path"]).path == path]
+        return [
+            parse_qs(urlsplit(r["path"]).query)
+            for r in self.requests
+            if r["method"] == method and urlsplit(r["path"]).path == path
+        ]
 
     def close(self):
         self.server.shutdown()
@@ -114,12 +131,14 @@ def set_connection(monkeypatch, conn_id: str, port: int, **fields) -> str:
 
 @pytest.fixture
 def hook(dashboard, monkeypatch):
-    return RayHook(ray_conn_id=set_connection(monkeypatch, "ray_test", dashboard.port,
-                                              extra={"headers": {"X-Team": "ml"}}))
+    return RayHook(
+        ray_conn_id=set_connection(monkeypatch, "ray_test", dashboard.port, extra={"headers": {"X-Team": "ml"}})
+    )
 
 
 def arun(coro, hook: RayHook | None = None):
     """Run ``coro``; with ``hook``, close the hook's async session after it, as a trigger does."""
+
     async def closing():
         try:
             return await coro
@@ -131,7 +150,11 @@ def arun(coro, hook: RayHook | None = None):
 
 def test_identity():
     assert (RayHook.conn_type, RayHook.default_conn_name, RayHook.hook_name, RayHook.conn_name_attr) == (
-        "ray", "ray_default", "Ray", "ray_conn_id")
+        "ray",
+        "ray_default",
+        "Ray",
+        "ray_conn_id",
+    )
 
 
 # --- requests and answers -------------------------------------------------------------------------
@@ -168,20 +191,36 @@ def script_jobs(dashboard):
 
 def test_sync_and_async_twins_give_the_same_results(hook, dashboard):
     script_jobs(dashboard)
-    sync = [hook.get_job_info("sid-a1"), hook.get_job_status("sid-a1"), hook.get_job_logs("sid-a1"),
-            hook.stop_job("sid-a1"), hook.delete_job("sid-a1"), hook.get_cluster_resources(),
-            hook.get_job_url("sid-a1")]
+    sync = [
+        hook.get_job_info("sid-a1"),
+        hook.get_job_status("sid-a1"),
+        hook.get_job_logs("sid-a1"),
+        hook.stop_job("sid-a1"),
+        hook.delete_job("sid-a1"),
+        hook.get_cluster_resources(),
+        hook.get_job_url("sid-a1"),
+    ]
 
     async def twins():
         async with hook:
-            return [await hook.a_get_job_info("sid-a1"), await hook.a_get_job_status("sid-a1"),
-                    await hook.a_get_job_logs("sid-a1"), await hook.a_stop_job("sid-a1"),
-                    await hook.a_delete_job("sid-a1"), await hook.a_get_cluster_resources(),
-                    await hook.a_get_job_url("sid-a1")]
+            return [
+                await hook.a_get_job_info("sid-a1"),
+                await hook.a_get_job_status("sid-a1"),
+                await hook.a_get_job_logs("sid-a1"),
+                await hook.a_stop_job("sid-a1"),
+                await hook.a_delete_job("sid-a1"),
+                await hook.a_get_cluster_resources(),
+                await hook.a_get_job_url("sid-a1"),
+            ]
 
     assert arun(twins()) == sync
-    assert sync[:5] == [{"status": "FAILED", "message": "boom", "metadata": {"k": "v"}}, "FAILED", "line 1\nline 2\n",
-                        True, True]
+    assert sync[:5] == [
+        {"status": "FAILED", "message": "boom", "metadata": {"k": "v"}},
+        "FAILED",
+        "line 1\nline 2\n",
+        True,
+        True,
+    ]
     assert sync[5] == {"CPU": 6.0, "memory": 1e9, "GPU": 1.0}
 
 
@@ -284,8 +323,11 @@ def test_a_refused_connection_is_unreachable_after_the_retries(monkeypatch):
         with pytest.raises(RayClusterUnreachableError) as err:
             call()
         message = str(err.value)
-        assert f"The Ray dashboard at http://127.0.0.1:{port} (connection 'ray_down') did not answer after " \
-               f"{RETRIES} tries" in message and re.search(r"Connect(or)?Error", message)
+        assert (
+            f"The Ray dashboard at http://127.0.0.1:{port} (connection 'ray_down') did not answer after {RETRIES} tries"
+            in message
+            and re.search(r"Connect(or)?Error", message)
+        )
         assert "Check that the cluster is up" in message and TOKEN not in message
 
 
@@ -331,14 +373,14 @@ def test_log_tail_asks_for_the_drivers_log_file_on_its_node(hook, dashboard):
 
 def test_log_tail_of_a_log_not_written_yet_is_none(hook, dashboard):
     # Ray answers 500 while the driver has not created its log file.
-    dashboard.answer("GET", LOG_FILE, 500,
-                     "A file is not found at: /tmp/ray/session_latest/logs/job-driver-sid-a1.log")
+    dashboard.answer("GET", LOG_FILE, 500, "A file is not found at: /tmp/ray/session_latest/logs/job-driver-sid-a1.log")
     assert arun(hook.a_get_log_tail("ab12cd", "sid-a1", 64), hook) is None
     assert len(dashboard.asked_with_query("GET", LOG_FILE)) == 1  # not retried
 
 
-@pytest.mark.parametrize("status, text", [(500, "Failed to get the log: node ab12cd is dead"),
-                                          (400, "lines must be an int")])
+@pytest.mark.parametrize(
+    "status, text", [(500, "Failed to get the log: node ab12cd is dead"), (400, "lines must be an int")]
+)
 def test_log_tail_that_fails_otherwise_raises(hook, dashboard, status, text):
     dashboard.answer("GET", LOG_FILE, status, text)
     with pytest.raises(RayJobError, match=f"log read failed: HTTP {status}: {text}") as err:
@@ -397,36 +439,59 @@ def make_module(tmp_path):
 
 
 def test_submit_uploads_local_packages_and_posts_the_job(hook, dashboard, tmp_path, monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_RAY_TEST", json.dumps({
-        "conn_type": "ray", "host": "127.0.0.1", "port": dashboard.port, "password": TOKEN,
-        "extra": {"runtime_env": {"env_vars": {"FROM_CONN": "1", "MODE": "conn"}, "pip": ["requests"]}}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_RAY_TEST",
+        json.dumps(
+            {
+                "conn_type": "ray",
+                "host": "127.0.0.1",
+                "port": dashboard.port,
+                "password": TOKEN,
+                "extra": {"runtime_env": {"env_vars": {"FROM_CONN": "1", "MODE": "conn"}, "pip": ["requests"]}},
+            }
+        ),
+    )
     hook = RayHook(ray_conn_id="ray_test")
     module = make_module(tmp_path)
     package = package_folder(str(module), keep_name=True)
     put = f"/api/packages/gcs/{package.name}"
     dashboard.answer("PUT", put, 200, "")
     dashboard.answer("POST", "/api/jobs/", 200, {"submission_id": "sid-a1", "job_id": "02000000"})
-    sid = hook.submit_job(entrypoint="python -m x", submission_id="sid-a1",
-                          runtime_env={"py_modules": [str(module), "gcs://_ray_pkg_given.zip"],
-                                       "env_vars": {"MODE": "job"}},
-                          metadata={"airflow_dag_id": "d"}, entrypoint_num_cpus=1)
+    sid = hook.submit_job(
+        entrypoint="python -m x",
+        submission_id="sid-a1",
+        runtime_env={"py_modules": [str(module), "gcs://_ray_pkg_given.zip"], "env_vars": {"MODE": "job"}},
+        metadata={"airflow_dag_id": "d"},
+        entrypoint_num_cpus=1,
+    )
     assert sid == "sid-a1"
     assert [r["method"] for r in dashboard.asked("GET", put)] == ["GET"]  # asked whether Ray has it: 404
     (upload,) = dashboard.asked("PUT", put)
     assert upload["body"] == package.data
     (posted,) = dashboard.asked("POST", "/api/jobs/")
     body = json.loads(posted["body"])
-    assert body == {"entrypoint": "python -m x", "submission_id": "sid-a1", "metadata": {"airflow_dag_id": "d"},
-                    "runtime_env": {"py_modules": [package.uri, "gcs://_ray_pkg_given.zip"], "pip": ["requests"],
-                                    "env_vars": {"FROM_CONN": "1", "MODE": "job"}},
-                    "entrypoint_num_cpus": 1, "entrypoint_num_gpus": None, "entrypoint_memory": None,
-                    "entrypoint_resources": None}
+    assert body == {
+        "entrypoint": "python -m x",
+        "submission_id": "sid-a1",
+        "metadata": {"airflow_dag_id": "d"},
+        "runtime_env": {
+            "py_modules": [package.uri, "gcs://_ray_pkg_given.zip"],
+            "pip": ["requests"],
+            "env_vars": {"FROM_CONN": "1", "MODE": "job"},
+        },
+        "entrypoint_num_cpus": 1,
+        "entrypoint_num_gpus": None,
+        "entrypoint_memory": None,
+        "entrypoint_resources": None,
+    }
 
     # A second job: the cluster has the package now, and the version was checked once.
     dashboard.answer("GET", put, 200, "")
     dashboard.answer("POST", "/api/jobs/", 200, {"submission_id": "sid-a2"})
-    assert hook.submit_job(entrypoint="python -m x", submission_id="sid-a2",
-                           runtime_env={"py_modules": [str(module)]}) == "sid-a2"
+    assert (
+        hook.submit_job(entrypoint="python -m x", submission_id="sid-a2", runtime_env={"py_modules": [str(module)]})
+        == "sid-a2"
+    )
     assert len(dashboard.asked("PUT", put)) == 1
     assert len(dashboard.asked("GET", "/api/version")) == 1
 
@@ -464,8 +529,10 @@ def test_async_submit(hook, dashboard):
 
 def test_a_missing_named_connection_is_an_error_not_a_local_cluster(monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_RAY_NOPE", raising=False)
-    for call in (lambda: RayHook(ray_conn_id="ray_nope").get_dashboard_url(),
-                 lambda: arun(RayHook(ray_conn_id="ray_nope").a_get_job_url("x"))):
+    for call in (
+        lambda: RayHook(ray_conn_id="ray_nope").get_dashboard_url(),
+        lambda: arun(RayHook(ray_conn_id="ray_nope").a_get_job_url("x")),
+    ):
         with pytest.raises(RayConnectionConfigError) as err:
             call()
         message = str(err.value)

@@ -31,18 +31,21 @@ def unpack(data: bytes) -> dict[str, bytes]:
 
 @pytest.fixture
 def mylib(tmp_path):
-    return make_tree(tmp_path / "mylib", {"__init__.py": "X = 1\n", "sub/util.py": "def f(): pass\n",
-                                          "data/table.csv": "a,b\n1,2\n"})
+    return make_tree(
+        tmp_path / "mylib", {"__init__.py": "X = 1\n", "sub/util.py": "def f(): pass\n", "data/table.csv": "a,b\n1,2\n"}
+    )
 
 
 def test_same_content_same_uri_and_bytes(mylib, tmp_path):
     a = package_folder(str(mylib), keep_name=True)
-    copy = make_tree(tmp_path / "elsewhere" / "mylib", {"__init__.py": "X = 1\n", "sub/util.py": "def f(): pass\n",
-                                                        "data/table.csv": "a,b\n1,2\n"})
+    copy = make_tree(
+        tmp_path / "elsewhere" / "mylib",
+        {"__init__.py": "X = 1\n", "sub/util.py": "def f(): pass\n", "data/table.csv": "a,b\n1,2\n"},
+    )
     os.utime(copy / "__init__.py", (0, 0))  # timestamps are not content
     b = package_folder(str(copy), keep_name=True)
     assert a.uri == b.uri and a.data == b.data
-    assert a.uri.startswith(f"gcs://{PACKAGE_PREFIX}") and a.uri.endswith(".zip") and a.name == a.uri[len("gcs://"):]
+    assert a.uri.startswith(f"gcs://{PACKAGE_PREFIX}") and a.uri.endswith(".zip") and a.name == a.uri[len("gcs://") :]
 
 
 def test_one_changed_byte_makes_a_new_uri(mylib):
@@ -60,10 +63,16 @@ def test_a_renamed_file_makes_a_new_uri(mylib):
 def test_py_modules_keep_the_folder_name_and_working_dir_does_not(mylib):
     as_module = package_folder(str(mylib), keep_name=True)
     as_working_dir = package_folder(str(mylib), keep_name=False)
-    assert unpack(as_module.data) == {"mylib/__init__.py": b"X = 1\n", "mylib/sub/util.py": b"def f(): pass\n",
-                                      "mylib/data/table.csv": b"a,b\n1,2\n"}
-    assert unpack(as_working_dir.data) == {"__init__.py": b"X = 1\n", "sub/util.py": b"def f(): pass\n",
-                                           "data/table.csv": b"a,b\n1,2\n"}
+    assert unpack(as_module.data) == {
+        "mylib/__init__.py": b"X = 1\n",
+        "mylib/sub/util.py": b"def f(): pass\n",
+        "mylib/data/table.csv": b"a,b\n1,2\n",
+    }
+    assert unpack(as_working_dir.data) == {
+        "__init__.py": b"X = 1\n",
+        "sub/util.py": b"def f(): pass\n",
+        "data/table.csv": b"a,b\n1,2\n",
+    }
     assert as_module.uri != as_working_dir.uri
 
 
@@ -77,8 +86,17 @@ def test_the_zip_unpacks_to_the_same_files(mylib, tmp_path):
 
 
 def test_default_excludes(mylib):
-    make_tree(mylib, {"__pycache__/x.cpython-311.pyc": b"\0", "sub/__pycache__/y.json": b"{}", ".git/HEAD": "ref",
-                      "mod.pyc": b"\0", ".venv/bin/python": "", "venv/lib/x.py": ""})
+    make_tree(
+        mylib,
+        {
+            "__pycache__/x.cpython-311.pyc": b"\0",
+            "sub/__pycache__/y.json": b"{}",
+            ".git/HEAD": "ref",
+            "mod.pyc": b"\0",
+            ".venv/bin/python": "",
+            "venv/lib/x.py": "",
+        },
+    )
     names = set(unpack(package_folder(str(mylib), keep_name=False).data))
     assert names == {"__init__.py", "sub/util.py", "data/table.csv"}
 
@@ -94,7 +112,11 @@ def test_user_excludes(mylib):
     package = package_folder(str(mylib), keep_name=False, excludes=("data", "*.ckpt"))
     assert set(unpack(package.data)) == {"__init__.py", "sub/util.py"}
     assert set(unpack(package_folder(str(mylib), keep_name=False, excludes=("sub/util.py",)).data)) == {
-        "__init__.py", "data/table.csv", "ckpt/model.ckpt", "notes.ckpt"}
+        "__init__.py",
+        "data/table.csv",
+        "ckpt/model.ckpt",
+        "notes.ckpt",
+    }
 
 
 def test_a_wheel_keeps_its_file_name(tmp_path):
@@ -127,13 +149,19 @@ def test_with_uploaded_packages_replaces_local_paths_and_keeps_uris(tmp_path, my
     wd = make_tree(tmp_path / "project", {"train.py": "print(1)\n", "big.ckpt": b"x" * 100})
     wheel = tmp_path / "dep-0.1-py3-none-any.whl"
     wheel.write_bytes(b"PK-wheel")
-    env = {"working_dir": str(wd), "py_modules": [str(mylib), "s3://bucket/mod.zip", str(wheel)],
-           "excludes": ["*.ckpt"], "env_vars": {"A": "1"}}
+    env = {
+        "working_dir": str(wd),
+        "py_modules": [str(mylib), "s3://bucket/mod.zip", str(wheel)],
+        "excludes": ["*.ckpt"],
+        "env_vars": {"A": "1"},
+    }
     out, packages = with_uploaded_packages(env)
     wd_package, lib_package, wheel_package = packages
-    assert out == {"working_dir": wd_package.uri, "py_modules": [lib_package.uri, "s3://bucket/mod.zip",
-                                                                 "gcs://dep-0.1-py3-none-any.whl"],
-                   "env_vars": {"A": "1"}}
+    assert out == {
+        "working_dir": wd_package.uri,
+        "py_modules": [lib_package.uri, "s3://bucket/mod.zip", "gcs://dep-0.1-py3-none-any.whl"],
+        "env_vars": {"A": "1"},
+    }
     assert set(unpack(wd_package.data)) == {"train.py"}  # excludes honoured, then dropped
     assert set(unpack(lib_package.data)) == {"mylib/__init__.py", "mylib/sub/util.py", "mylib/data/table.csv"}
     assert wheel_package.data == b"PK-wheel"

@@ -62,7 +62,7 @@ def test_failed_tries_are_retried_with_doubling_waits_up_to_retries(no_waits):
         asyncio.run(a_send(once))
     assert len(tries) == RETRIES
     # As the sync calls wait (tenacity alone): 0.5, 1, 2, 4, 8 s, about 15 s in all.
-    assert no_waits == [min(ray_transport.BACKOFF_S * 2 ** i, 8) for i in range(RETRIES - 1)]
+    assert no_waits == [min(ray_transport.BACKOFF_S * 2**i, 8) for i in range(RETRIES - 1)]
 
 
 def test_a_try_that_works_after_failures_returns_its_answer(no_waits):
@@ -105,9 +105,17 @@ def test_other_dashboards_tokens_or_loops_get_their_own_session():
 
     async def in_one_loop():
         loop = asyncio.get_running_loop()
-        keys, made = zip(*(sessions.acquire(loop, e) for e in (
-            endpoint(), endpoint("http://other-head:8265"), endpoint(token="tok-b"),
-            endpoint("https://ray-head:8265", verify=False))))
+        keys, made = zip(
+            *(
+                sessions.acquire(loop, e)
+                for e in (
+                    endpoint(),
+                    endpoint("http://other-head:8265"),
+                    endpoint(token="tok-b"),
+                    endpoint("https://ray-head:8265", verify=False),
+                )
+            )
+        )
         assert len({id(s) for s in made}) == 4
         for key in keys:
             await sessions.release(key)
@@ -128,8 +136,6 @@ def test_a_plain_http_dashboard_loads_no_ca_bundle(tmp_path):
     assert isinstance(tls_for(endpoint("https://ray-head:8265", verify=ca)), ssl.SSLContext)
 
 
-
-
 def self_signed_ca(folder) -> str:
     import datetime
 
@@ -141,10 +147,17 @@ def self_signed_ca(folder) -> str:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ahp test CA")])
     now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now)
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     path = folder / "ca.pem"
     path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return str(path)
@@ -160,6 +173,7 @@ def test_tls_verification_settings(tmp_path):
 
 
 # --- the job board --------------------------------------------------------------------------------
+
 
 class Lister:
     """The cluster's unended jobs, as the State API lists them; counts the lists."""

@@ -49,10 +49,18 @@ class Run:
         self.best = f"{self.run_uri}/checkpoint_000001"
 
     def record(self, **kwargs) -> ResultRecord:
-        values = {"submission_id": SID, "attempt": self.attempt, "storage_uri": self.storage_uri,
-                  "run_uri": self.run_uri, "checkpoint_uri": self.checkpoint, "best_checkpoint_uri": self.best,
-                  "metrics": {"loss": 0.25, "epoch": 2}, "world_size": 2, "trainer_api": "v2",
-                  "timings": {"train_s": 3.5}}
+        values = {
+            "submission_id": SID,
+            "attempt": self.attempt,
+            "storage_uri": self.storage_uri,
+            "run_uri": self.run_uri,
+            "checkpoint_uri": self.checkpoint,
+            "best_checkpoint_uri": self.best,
+            "metrics": {"loss": 0.25, "epoch": 2},
+            "world_size": 2,
+            "trainer_api": "v2",
+            "timings": {"train_s": 3.5},
+        }
         return ResultRecord(**{**values, **kwargs})
 
     def write(self, record=None, checkpoints=("checkpoint", "best")):
@@ -66,8 +74,13 @@ class Run:
         return record
 
     def event(self, kind="train") -> JobEvent:
-        return JobEvent.from_info(SID, {"status": "SUCCEEDED", "metadata": {
-            META_RESULT_URI: result_uri(self.storage_uri, self.attempt), META_KIND: kind}})
+        return JobEvent.from_info(
+            SID,
+            {
+                "status": "SUCCEEDED",
+                "metadata": {META_RESULT_URI: result_uri(self.storage_uri, self.attempt), META_KIND: kind},
+            },
+        )
 
     @property
     def consumed(self) -> str:
@@ -86,10 +99,19 @@ def test_success_returns_the_documented_dict_and_marks_the_attempt_consumed(tmp_
     run.write(run.record(resumed_from="/elsewhere/attempt-0/checkpoint_000009"))
     result = done(run)
     expected = {
-        "checkpoint_uri": run.checkpoint, "best_checkpoint_uri": run.best, "metrics": {"loss": 0.25, "epoch": 2},
-        "submission_id": SID, "dashboard_url": URL, "storage_uri": run.storage_uri, "run_uri": run.run_uri,
-        "world_size": 2, "attempt": 1, "trainer_api": "v2", "resumed_from": "/elsewhere/attempt-0/checkpoint_000009",
-        "timings": {"train_s": 3.5}, "timeline_uri": None,  # no Horovod timeline was asked for
+        "checkpoint_uri": run.checkpoint,
+        "best_checkpoint_uri": run.best,
+        "metrics": {"loss": 0.25, "epoch": 2},
+        "submission_id": SID,
+        "dashboard_url": URL,
+        "storage_uri": run.storage_uri,
+        "run_uri": run.run_uri,
+        "world_size": 2,
+        "attempt": 1,
+        "trainer_api": "v2",
+        "resumed_from": "/elsewhere/attempt-0/checkpoint_000009",
+        "timings": {"train_s": 3.5},
+        "timeline_uri": None,  # no Horovod timeline was asked for
         "checkpoint_score_attribute": None,
     }
     assert {k: result[k] for k in expected} == expected
@@ -105,18 +127,32 @@ def test_best_checkpoint_defaults_to_the_last(tmp_path):
     assert done(run)["best_checkpoint_uri"] == run.checkpoint
 
 
-def failed_event(run, status="FAILED", *, error_type="JOB_ENTRYPOINT_COMMAND_ERROR", exit_code=1, tail=(),
-                 verdict=None):
+def failed_event(
+    run, status="FAILED", *, error_type="JOB_ENTRYPOINT_COMMAND_ERROR", exit_code=1, tail=(), verdict=None
+):
     metadata = {META_RESULT_URI: result_uri(run.storage_uri, 1), META_ATTEMPT: "1", META_STORAGE_URI: run.storage_uri}
-    return JobEvent.from_info(SID, {"status": status, "error_type": error_type, "message": "driver exited 1 ",
-                                    "driver_exit_code": exit_code, "metadata": metadata},
-                              log_tail=list(tail), failure=verdict.to_dict() if verdict else None)
+    return JobEvent.from_info(
+        SID,
+        {
+            "status": status,
+            "error_type": error_type,
+            "message": "driver exited 1 ",
+            "driver_exit_code": exit_code,
+            "metadata": metadata,
+        },
+        log_tail=list(tail),
+        failure=verdict.to_dict() if verdict else None,
+    )
 
 
-USER_BUG = Failure(FailureClass.USER_CODE, "ZeroDivisionError: division by zero", rank=1,
-                   error_type="ZeroDivisionError", message="division by zero",
-                   traceback='Traceback (the function\'s own frames):\n  File "/dags/train.py", line 7, in train\n'
-                             '    return 1 / 0\n')
+USER_BUG = Failure(
+    FailureClass.USER_CODE,
+    "ZeroDivisionError: division by zero",
+    rank=1,
+    error_type="ZeroDivisionError",
+    message="division by zero",
+    traceback='Traceback (the function\'s own frames):\n  File "/dags/train.py", line 7, in train\n    return 1 / 0\n',
+)
 
 
 def test_a_users_error_ends_the_log_with_the_class_rank_exception_frames_and_what_to_do(tmp_path):
@@ -136,15 +172,19 @@ def test_a_users_error_ends_the_log_with_the_class_rank_exception_frames_and_wha
     assert err.value.failure["failure_class"] == "user_code" and not os.path.exists(run.consumed)
 
 
-@pytest.mark.parametrize("status, exit_code, error_type, expected", [
-    ("FAILED", -9, "JOB_ENTRYPOINT_COMMAND_ERROR", InfrastructureError),  # the driver killed (OOM)
-    ("FAILED", 137, "JOB_ENTRYPOINT_COMMAND_ERROR", InfrastructureError),
-    ("FAILED", None, "RUNTIME_ENV_SETUP_FAILURE", ConfigurationError),
-    ("FAILED", None, "JOB_SUPERVISOR_ACTOR_DIED", InfrastructureError),
-    ("STOPPED", None, None, InfrastructureError),
-])
-def test_without_the_runtimes_verdict_rays_job_info_decides_and_the_log_tail_comes_first(tmp_path, status, exit_code,
-                                                                                       error_type, expected):
+@pytest.mark.parametrize(
+    "status, exit_code, error_type, expected",
+    [
+        ("FAILED", -9, "JOB_ENTRYPOINT_COMMAND_ERROR", InfrastructureError),  # the driver killed (OOM)
+        ("FAILED", 137, "JOB_ENTRYPOINT_COMMAND_ERROR", InfrastructureError),
+        ("FAILED", None, "RUNTIME_ENV_SETUP_FAILURE", ConfigurationError),
+        ("FAILED", None, "JOB_SUPERVISOR_ACTOR_DIED", InfrastructureError),
+        ("STOPPED", None, None, InfrastructureError),
+    ],
+)
+def test_without_the_runtimes_verdict_rays_job_info_decides_and_the_log_tail_comes_first(
+    tmp_path, status, exit_code, error_type, expected
+):
     run = Run(tmp_path)
     event = failed_event(run, status, error_type=error_type, exit_code=exit_code, tail=["Traceback:", "Killed"])
     with pytest.raises(expected) as err:
@@ -159,10 +199,18 @@ def test_without_the_runtimes_verdict_rays_job_info_decides_and_the_log_tail_com
 def test_the_failed_attempts_record_is_completed_with_the_final_class_and_the_logs_last_lines(tmp_path):
     run = Run(tmp_path)
     # What the runtime wrote (its history so far, its timings), before the Airflow side completes it.
-    Storage().write_json(result_uri(run.storage_uri, 1), {
-        "submission_id": SID, "attempt": 1, "storage_uri": run.storage_uri, "run_uri": run.run_uri,
-        "history": [{"report": 1, "metrics": {"loss": 1.0}}], "timings": {"total_s": 4.0},
-        "failure": USER_BUG.to_dict()})
+    Storage().write_json(
+        result_uri(run.storage_uri, 1),
+        {
+            "submission_id": SID,
+            "attempt": 1,
+            "storage_uri": run.storage_uri,
+            "run_uri": run.run_uri,
+            "history": [{"report": 1, "metrics": {"loss": 1.0}}],
+            "timings": {"total_s": 4.0},
+            "failure": USER_BUG.to_dict(),
+        },
+    )
     with pytest.raises(UserCodeError):
         finish(failed_event(run, tail=["a", "b"], verdict=USER_BUG), dashboard_url=URL, storage=Storage(), try_number=1)
     record = ResultRecord.from_json(open(result_uri(run.storage_uri, 1)).read())
@@ -172,38 +220,60 @@ def test_the_failed_attempts_record_is_completed_with_the_final_class_and_the_lo
     # A killed driver wrote nothing: the Airflow side writes the post-mortem itself.
     other = Run(tmp_path / "other")
     with pytest.raises(InfrastructureError):
-        finish(failed_event(other, exit_code=-9, tail=["Killed"]), dashboard_url=URL, storage=Storage(),
-               try_number=1)
+        finish(failed_event(other, exit_code=-9, tail=["Killed"]), dashboard_url=URL, storage=Storage(), try_number=1)
     written = json.loads(open(result_uri(other.storage_uri, 1)).read())
     assert written["failure"]["failure_class"] == "infrastructure" and written["log_tail"] == ["Killed"]
 
 
 def test_a_success_after_failed_attempts_lists_them_with_their_classes(tmp_path):
     run = Run(tmp_path, attempt=3)
-    for number, failure in ((1, Failure(FailureClass.INFRASTRUCTURE, "a worker died")),
-                            (2, Failure(FailureClass.PREEMPTION, "node drained"))):
-        Storage().write_json(result_uri(run.storage_uri, number),
-                             {"submission_id": f"ahp-x-a{number}", "failure": failure.to_dict()})
+    for number, failure in (
+        (1, Failure(FailureClass.INFRASTRUCTURE, "a worker died")),
+        (2, Failure(FailureClass.PREEMPTION, "node drained")),
+    ):
+        Storage().write_json(
+            result_uri(run.storage_uri, number), {"submission_id": f"ahp-x-a{number}", "failure": failure.to_dict()}
+        )
     run.write()
     result = done(run)
     assert result["attempts"] == [
         {"attempt": 1, "submission_id": "ahp-x-a1", "failure_class": "infrastructure", "summary": "a worker died"},
-        {"attempt": 2, "submission_id": "ahp-x-a2", "failure_class": "preemption", "summary": "node drained"}]
+        {"attempt": 2, "submission_id": "ahp-x-a2", "failure_class": "preemption", "summary": "node drained"},
+    ]
 
 
 def test_the_cost_counts_the_failed_attempt_and_is_kept_in_xcom_and_both_records(tmp_path):
     """Attempt 1 fails (its cost kept in its record, from Ray's times); attempt 2 succeeds: the result's
     cost has both, the failed one marked, and the succeeded attempt's record keeps it too."""
     run = Run(tmp_path, attempt=2)
-    metadata = {META_STORAGE_URI: run.storage_uri, META_WORKER_RESOURCES: '{"CPU": 1.0}',
-                META_PRICES: '{"cpu_hour": 3.6, "currency": "USD"}', META_TAGS: '["team"]', "team": "ranking"}
+    metadata = {
+        META_STORAGE_URI: run.storage_uri,
+        META_WORKER_RESOURCES: '{"CPU": 1.0}',
+        META_PRICES: '{"cpu_hour": 3.6, "currency": "USD"}',
+        META_TAGS: '["team"]',
+        "team": "ranking",
+    }
     first_uri = result_uri(run.storage_uri, 1)
-    Storage().write_json(first_uri, {"submission_id": "ahp-x-a1", "attempt": 1, "storage_uri": run.storage_uri,
-                                     "run_uri": f"{run.storage_uri}/attempt-1",
-                                     "timings": {"started_at": 1002.0, "finished_at": 1030.0}})
+    Storage().write_json(
+        first_uri,
+        {
+            "submission_id": "ahp-x-a1",
+            "attempt": 1,
+            "storage_uri": run.storage_uri,
+            "run_uri": f"{run.storage_uri}/attempt-1",
+            "timings": {"started_at": 1002.0, "finished_at": 1030.0},
+        },
+    )
     Storage().write_json(worker_groups_uri(f"{run.storage_uri}/attempt-1"), [{"started_at": 1010.0, "world_size": 2}])
-    failed = JobEvent.from_info("ahp-x-a1", {"status": "FAILED", "start_time": 1000_000, "end_time": 1031_000,
-                                             "metadata": {**metadata, META_RESULT_URI: first_uri, META_ATTEMPT: "1"}})
+    failed = JobEvent.from_info(
+        "ahp-x-a1",
+        {
+            "status": "FAILED",
+            "start_time": 1000_000,
+            "end_time": 1031_000,
+            "metadata": {**metadata, META_RESULT_URI: first_uri, META_ATTEMPT: "1"},
+        },
+    )
     with pytest.raises(InfrastructureError):
         finish(failed, dashboard_url=URL, storage=Storage(), try_number=1)
     kept = Storage().read_json(first_uri)["cost"]
@@ -211,8 +281,20 @@ def test_the_cost_counts_the_failed_attempt_and_is_kept_in_xcom_and_both_records
 
     run.write(run.record(timings={"started_at": 1100.0, "finished_at": 1150.0}))
     Storage().write_json(worker_groups_uri(run.run_uri), [{"started_at": 1105.0, "world_size": 2}])
-    event = JobEvent.from_info(SID, {"status": "SUCCEEDED", "start_time": 1095_000, "end_time": 1151_500, "metadata": {
-        **metadata, META_RESULT_URI: result_uri(run.storage_uri, 2), META_KIND: "train", META_ATTEMPT: "2"}})
+    event = JobEvent.from_info(
+        SID,
+        {
+            "status": "SUCCEEDED",
+            "start_time": 1095_000,
+            "end_time": 1151_500,
+            "metadata": {
+                **metadata,
+                META_RESULT_URI: result_uri(run.storage_uri, 2),
+                META_KIND: "train",
+                META_ATTEMPT: "2",
+            },
+        },
+    )
     result = finish(event, dashboard_url=URL, storage=Storage(), try_number=2)
     cost = result["cost"]
     assert [(a["attempt"], a["failed"], a["worker_s"]) for a in cost["attempts"]] == [(1, True, 40.0), (2, False, 90.0)]
@@ -247,11 +329,14 @@ def test_a_record_without_a_checkpoint(tmp_path):
     assert not os.path.exists(run.consumed)
 
 
-@pytest.mark.parametrize("written, missing", [
-    ((), "checkpoint"),          # no checkpoint folder at all
-    (("best",), "checkpoint"),   # the last one vanished
-    (("checkpoint",), "best"),   # the best one vanished
-])
+@pytest.mark.parametrize(
+    "written, missing",
+    [
+        ((), "checkpoint"),  # no checkpoint folder at all
+        (("best",), "checkpoint"),  # the last one vanished
+        (("checkpoint",), "best"),  # the best one vanished
+    ],
+)
 def test_a_vanished_checkpoint_fails_and_retires_the_attempt(tmp_path, written, missing):
     run = Run(tmp_path)
     run.write(checkpoints=written)
@@ -317,25 +402,51 @@ class NoStorage(Storage):
 def test_a_job_that_is_not_the_providers():
     event = JobEvent.from_info("raysubmit_abc", {"status": "SUCCEEDED", "metadata": {"owner": "team"}})
     assert finish(event, dashboard_url=URL, storage=NoStorage(), try_number=1) == {
-        "submission_id": "raysubmit_abc", "status": "SUCCEEDED", "dashboard_url": URL, "metadata": {"owner": "team"},
-        "job_tags": {}}
+        "submission_id": "raysubmit_abc",
+        "status": "SUCCEEDED",
+        "dashboard_url": URL,
+        "metadata": {"owner": "team"},
+        "job_tags": {},
+    }
 
 
 def test_a_task_job_returns_its_functions_value(tmp_path):
     from airflow_provider_horovod.contract import TaskRecord
 
     run = Run(tmp_path)
-    record = TaskRecord(submission_id=SID, attempt=1, storage_uri=run.storage_uri, run_uri=run.run_uri,
-                        return_value={"accuracy": 0.9, "rows": [1, 2]},
-                        timings={"run_s": 1.0, "started_at": 10.0, "finished_at": 13.0})
+    record = TaskRecord(
+        submission_id=SID,
+        attempt=1,
+        storage_uri=run.storage_uri,
+        run_uri=run.run_uri,
+        return_value={"accuracy": 0.9, "rows": [1, 2]},
+        timings={"run_s": 1.0, "started_at": 10.0, "finished_at": 13.0},
+    )
     Storage().write_bytes(result_uri(run.storage_uri, 1), record.to_json().encode())
-    event = JobEvent.from_info(SID, {"status": "SUCCEEDED", "start_time": 9000, "end_time": 14000, "metadata": {
-        META_RESULT_URI: result_uri(run.storage_uri, 1), META_KIND: "task", META_WORKER_RESOURCES: '{"GPU": 1.0}'}})
+    event = JobEvent.from_info(
+        SID,
+        {
+            "status": "SUCCEEDED",
+            "start_time": 9000,
+            "end_time": 14000,
+            "metadata": {
+                META_RESULT_URI: result_uri(run.storage_uri, 1),
+                META_KIND: "task",
+                META_WORKER_RESOURCES: '{"GPU": 1.0}',
+            },
+        },
+    )
     result = finish(event, dashboard_url=URL, storage=Storage(), try_number=2)
     cost = result.pop("cost")
-    assert result == {"return_value": {"accuracy": 0.9, "rows": [1, 2]}, "submission_id": SID, "dashboard_url": URL,
-                      "storage_uri": run.storage_uri, "attempt": 1, "job_tags": {},
-                      "timings": {"run_s": 1.0, "started_at": 10.0, "finished_at": 13.0}}
+    assert result == {
+        "return_value": {"accuracy": 0.9, "rows": [1, 2]},
+        "submission_id": SID,
+        "dashboard_url": URL,
+        "storage_uri": run.storage_uri,
+        "attempt": 1,
+        "job_tags": {},
+        "timings": {"run_s": 1.0, "started_at": 10.0, "finished_at": 13.0},
+    }
     # The driver is the task's one worker: it held its GPU from its start to its end.
     (spent,) = cost["attempts"]
     assert (spent["wall_s"], spent["queued_s"], spent["worker_s"], spent["gpu_s"]) == (5.0, 1.0, 3.0, 3.0)

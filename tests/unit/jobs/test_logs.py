@@ -99,7 +99,8 @@ def test_cursor_round_trip_continues_exactly():
 def test_a_cursor_of_another_job_or_no_cursor_starts_at_the_log_start():
     cursor = LogCursor(SID).advanced(["a", "b"])
     assert LogCursor.from_dict(cursor.to_dict(), "ahp-dag-train-0123456789-a2") == LogCursor(
-        "ahp-dag-train-0123456789-a2")
+        "ahp-dag-train-0123456789-a2"
+    )
     assert LogCursor.from_dict(None, SID) == LogCursor(SID) == LogCursor.from_dict("junk", SID)
     assert LogCursor(SID).lines == 0 and LogCursor(SID).tail == ()
 
@@ -195,7 +196,8 @@ LOGS = {
     "distinct lines": numbered(700),
     "100 identical lines in a row": numbered(150) + "same line\n" * 100 + numbered(150, 150),
     "identical runs around the digests' length": "".join(
-        numbered(40, 40 * n) + f"run {n}\n" * (TAIL_LINES + n - 2) for n in range(5)),
+        numbered(40, 40 * n) + f"run {n}\n" * (TAIL_LINES + n - 2) for n in range(5)
+    ),
     "only identical lines": "epoch done\n" * 600,
     "blank lines": "\n" * 5 + numbered(100) + "\n" * 80 + numbered(100, 100) + "\n" * 3,
     "two alternating lines": "tick\ntock\n" * 300,
@@ -248,9 +250,11 @@ def test_a_window_that_shows_only_the_end_of_a_run_the_cursor_is_in():
     assert streamed == lines
 
 
-KNOWN_LIMIT = ("placing by the cursor's last TAIL_LINES lines: when those lines recur later in the log (a block "
-               "longer than them that repeats, or another run of them) and more came than the window holds, the "
-               "window is placed at the recurrence and lines are lost; Ray's log API takes no offset to tell")
+KNOWN_LIMIT = (
+    "placing by the cursor's last TAIL_LINES lines: when those lines recur later in the log (a block "
+    "longer than them that repeats, or another run of them) and more came than the window holds, the "
+    "window is placed at the recurrence and lines are lost; Ray's log API takes no offset to tell"
+)
 
 
 @pytest.mark.xfail(strict=True, reason=KNOWN_LIMIT)
@@ -304,7 +308,7 @@ class LogFile:
         if not self.exists:
             return None
         if self.partial:
-            return ("".join(self.complete[-(lines - 1):]) if lines > 1 else "") + self.partial
+            return ("".join(self.complete[-(lines - 1) :]) if lines > 1 else "") + self.partial
         return "".join(self.complete[-lines:])
 
 
@@ -331,8 +335,6 @@ class Follower:
         self.streamed += new
         self.cursor = self.cursor.advanced(new)
         return new
-
-
 
 
 def chunks(text: str, polls: int, seed: int) -> list[str]:
@@ -472,7 +474,9 @@ def test_a_log_shorter_than_what_was_streamed_is_said_once_and_repeats_nothing(f
     assert follower.poll(final=final) == [] and follower.poll(final=True) == []
     assert len(follower.notices) == 1 and re.search(
         r"cannot be read from line 101 on \(the log is shorter \(10 lines\) than what was already streamed "
-        r"\(100 lines\): it was truncated or rotated\)", follower.notices[0])
+        r"\(100 lines\): it was truncated or rotated\)",
+        follower.notices[0],
+    )
 
 
 def test_a_log_that_cannot_be_read_while_the_job_runs_is_read_whole_once_it_has_ended():
@@ -491,6 +495,7 @@ def test_the_last_lines_for_a_failure_include_the_unterminated_one():
     follower.poll()
     expected = all_lines(follower.log.text)[-LOG_TAIL_LINES:]
     assert follower.reader.last_lines == expected and expected[-1] == "RuntimeError: CUDA out of mem"
+
     def last(log):
         reader = LogReader(SID, print)
         asyncio.run(reader.read_last(log, RUNNING))
@@ -505,16 +510,24 @@ def test_the_last_lines_for_a_failure_include_the_unterminated_one():
 # --- what of the log is the user's ---------------------------------------------------------------------
 
 # Lines as Ray 2.60's jobs print them: the user's (some through a worker's prefix) and Ray's own.
-USERS = ["epoch 3: loss 0.25", "(RayTrainWorker pid=4711) rank 1: batch 20 of 40",
-         "(RayTrainWorker pid=4711, ip=10.77.0.2) Traceback (most recent call last):", "AHP_ERROR user_code: ..."]
+USERS = [
+    "epoch 3: loss 0.25",
+    "(RayTrainWorker pid=4711) rank 1: batch 20 of 40",
+    "(RayTrainWorker pid=4711, ip=10.77.0.2) Traceback (most recent call last):",
+    "AHP_ERROR user_code: ...",
+]
 RAYS = [
-    ("[2026-11-24 10:01:02,345 E 4711 4722] core_worker.cc:585: :info_message: Attempting to recover 1 lost objects",
-     logging.ERROR),
+    (
+        "[2026-11-24 10:01:02,345 E 4711 4722] core_worker.cc:585: :info_message: Attempting to recover 1 lost objects",
+        logging.ERROR,
+    ),
     ("(TrainController pid=42) [2026-11-24 10:01:02,345 W 42 42] gcs_client.cc:12: GCS is slow", logging.WARNING),
-    ("2026-11-24 10:01:03,000\tINFO worker_group.py:433 -- Started training worker group of size 2:",
-     logging.INFO),
-    ("/venv/lib/python3.11/site-packages/ray/data/_internal/execution/interfaces/execution_options.py:352: "
-     "UserWarning: ExecutionOptions.exclude_resources is deprecated", logging.INFO),
+    ("2026-11-24 10:01:03,000\tINFO worker_group.py:433 -- Started training worker group of size 2:", logging.INFO),
+    (
+        "/venv/lib/python3.11/site-packages/ray/data/_internal/execution/interfaces/execution_options.py:352: "
+        "UserWarning: ExecutionOptions.exclude_resources is deprecated",
+        logging.INFO,
+    ),
     ("(SplitCoordinator pid=99) tqdm is not installed, progress bars are disabled", logging.INFO),
     ("*** SIGABRT received at time=1795521210 on cpu 1 ***", logging.INFO),
     ("PC: @     0x7f3a1b2c3d4e  (unknown)  pthread_kill", logging.INFO),
@@ -522,15 +535,26 @@ RAYS = [
     ("Fatal Python error: Aborted", logging.INFO),
     ('AHP_FAILURE {"failure_class": "user_code"}', logging.DEBUG),
     # A worker's abort across hosts, as captured on two namespaced hosts.
-    ("(RayTrainWorker pid=18927, ip=10.77.0.2) /venv/lib/python3.11/site-packages/ray/_raylet.so(+0x181364c) "
-     "[0x7f3cbe81364c] ray::RayLog::operator<< <>()", logging.INFO),
-    ("(RayTrainWorker pid=18927) /lib/x86_64-linux-gnu/libc.so.6(+0x1098ec) [0x7f3cbf5278ec]"
-     "\x1b[32m [repeated 2x across cluster]\x1b[0m", logging.INFO),
-    ("(RayTrainWorker pid=19660, ip=10.77.0.2) [2026-11-24 11:50:03.428569: E /build/horovod/common/operations.cc:697] "
-     "[1]: Horovod background loop uncaught exception: [/build/gloo/transport/tcp/unbound_buffer.cc:133] Timed out",
-     logging.ERROR),
-    ("(RayTrainWorker pid=18927, ip=10.77.0.2) Extension modules: msgpack._cmsgpack, psutil._psutil_linux",
-     logging.INFO),
+    (
+        "(RayTrainWorker pid=18927, ip=10.77.0.2) /venv/lib/python3.11/site-packages/ray/_raylet.so(+0x181364c) "
+        "[0x7f3cbe81364c] ray::RayLog::operator<< <>()",
+        logging.INFO,
+    ),
+    (
+        "(RayTrainWorker pid=18927) /lib/x86_64-linux-gnu/libc.so.6(+0x1098ec) [0x7f3cbf5278ec]"
+        "\x1b[32m [repeated 2x across cluster]\x1b[0m",
+        logging.INFO,
+    ),
+    (
+        "(RayTrainWorker pid=19660, ip=10.77.0.2) "
+        "[2026-11-24 11:50:03.428569: E /build/horovod/common/operations.cc:697] "
+        "[1]: Horovod background loop uncaught exception: [/build/gloo/transport/tcp/unbound_buffer.cc:133] Timed out",
+        logging.ERROR,
+    ),
+    (
+        "(RayTrainWorker pid=18927, ip=10.77.0.2) Extension modules: msgpack._cmsgpack, psutil._psutil_linux",
+        logging.INFO,
+    ),
     ("terminate called after throwing an instance of 'gloo::IoException'", logging.INFO),
     ("  what():  [/build/gloo/transport/tcp/pair.cc:799] connect [127.0.1.1]:4492: Connection refused", logging.INFO),
     ('  File "/venv/lib/python3.11/site-packages/horovod/common/basics.py", line 153 in init', logging.INFO),
@@ -552,10 +576,12 @@ def test_runs_of_rays_own_lines_are_folded_each_at_its_level():
     assert task_log(lines) == [
         (logging.INFO, "[ray] epoch 1"),
         (logging.INFO, "::group::Ray's own output"),
-        (logging.ERROR, f"[ray] {RAYS[0][0]}"), (logging.WARNING, f"[ray] {RAYS[1][0]}"),
+        (logging.ERROR, f"[ray] {RAYS[0][0]}"),
+        (logging.WARNING, f"[ray] {RAYS[1][0]}"),
         (logging.INFO, "::endgroup::"),
         (logging.INFO, "[ray] epoch 2"),
-        (logging.INFO, "::group::Ray's own output"), (logging.INFO, f"[ray] {RAYS[4][0]}"),
+        (logging.INFO, "::group::Ray's own output"),
+        (logging.INFO, f"[ray] {RAYS[4][0]}"),
         (logging.INFO, "::endgroup::"),
     ]
 
@@ -565,7 +591,9 @@ def test_a_blank_line_is_folded_only_inside_a_native_dump():
     assert task_log([blank, dump, blank, dump, "epoch 2"]) == [
         (logging.INFO, f"[ray] {blank}"),
         (logging.INFO, "::group::Ray's own output"),
-        (logging.INFO, f"[ray] {dump}"), (logging.INFO, f"[ray] {blank}"), (logging.INFO, f"[ray] {dump}"),
+        (logging.INFO, f"[ray] {dump}"),
+        (logging.INFO, f"[ray] {blank}"),
+        (logging.INFO, f"[ray] {dump}"),
         (logging.INFO, "::endgroup::"),
         (logging.INFO, "[ray] epoch 2"),
     ]

@@ -19,14 +19,33 @@ SID = RUN.submission_id
 
 
 def make_plan(root, **kwargs):
-    values = {"train_fn": "json:dumps", "train_call": None, "train_loop_config": None, "datasets": None,
-              "num_workers": 2, "use_gpu": False, "resources_per_worker": None, "checkpoint_num_to_keep": None,
-              "checkpoint_score_attribute": None, "checkpoint_score_order": "max", "max_failures": 0,
-              "horovod_timeout_s": 30, "horovod_nics": None, "horovod_env": None,
-              "runtime_env": {"py_modules": ["gcs://_ray_pkg_user.zip"]}, "trainer_api": "v2",
-              "forward_aws_credentials": False, "aws_conn_id": None, "aws_credentials_ttl_seconds": 3600,
-              "check_cluster_resources": True, "materialize_datasets": True, "horovod_timeline": False,
-              "storage_path": str(root), "pending_timeout_s": 600.0, "ray_conn_id": "ray_remote"}
+    values = {
+        "train_fn": "json:dumps",
+        "train_call": None,
+        "train_loop_config": None,
+        "datasets": None,
+        "num_workers": 2,
+        "use_gpu": False,
+        "resources_per_worker": None,
+        "checkpoint_num_to_keep": None,
+        "checkpoint_score_attribute": None,
+        "checkpoint_score_order": "max",
+        "max_failures": 0,
+        "horovod_timeout_s": 30,
+        "horovod_nics": None,
+        "horovod_env": None,
+        "runtime_env": {"py_modules": ["gcs://_ray_pkg_user.zip"]},
+        "trainer_api": "v2",
+        "forward_aws_credentials": False,
+        "aws_conn_id": None,
+        "aws_credentials_ttl_seconds": 3600,
+        "check_cluster_resources": True,
+        "materialize_datasets": True,
+        "horovod_timeline": False,
+        "storage_path": str(root),
+        "pending_timeout_s": 600.0,
+        "ray_conn_id": "ray_remote",
+    }
     return training_plan(RUN, **{**values, **kwargs})
 
 
@@ -42,9 +61,16 @@ def spec_sent(call) -> TrainingSpec:
 def test_no_job_yet_submits_attempt_one(plan):
     ray = FakeRay()
     job = start(ray, plan, Storage())
-    assert job == {"submission_id": SID(1), "dashboard_url": ray.get_job_url(SID(1)), "storage_uri": plan.storage_uri,
-                   "attempt": 1, "kind": "train", "checkpoint_score_attribute": None, "aws_conn_id": None,
-                   "job_tags": {}}
+    assert job == {
+        "submission_id": SID(1),
+        "dashboard_url": ray.get_job_url(SID(1)),
+        "storage_uri": plan.storage_uri,
+        "attempt": 1,
+        "kind": "train",
+        "checkpoint_score_attribute": None,
+        "aws_conn_id": None,
+        "job_tags": {},
+    }
     (submitted,) = ray.submitted
     assert submitted["submission_id"] == SID(1) and spec_sent(submitted).resume_from == []
 
@@ -106,8 +132,9 @@ def test_resources_no_node_has_are_refused_before_submitting(tmp_path):
 
 
 @pytest.mark.parametrize("storage_path", ["{tmp}/checkpoints", None])
-def test_a_local_path_needs_a_shared_filesystem_and_the_error_names_the_storage_root(tmp_path, monkeypatch,
-                                                                                   storage_path):
+def test_a_local_path_needs_a_shared_filesystem_and_the_error_names_the_storage_root(
+    tmp_path, monkeypatch, storage_path
+):
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow-home"))
     root = storage_path.format(tmp=tmp_path) if storage_path else str(tmp_path / "airflow-home" / "horovod-storage")
     plan = make_plan(tmp_path, storage_path=storage_path.format(tmp=tmp_path) if storage_path else None)
@@ -155,5 +182,9 @@ def test_submit_passes_what_the_driver_reserves(plan):
     made = dataclasses.replace(plan.request(1), driver_resources={"num_cpus": 2, "num_gpus": 1, "resources": {"a": 1}})
     submit(ray, made)
     (call,) = ray.submitted
-    assert (call["entrypoint_num_cpus"], call["entrypoint_num_gpus"], call["entrypoint_memory"],
-            call["entrypoint_resources"]) == (2, 1, None, {"a": 1})
+    assert (
+        call["entrypoint_num_cpus"],
+        call["entrypoint_num_gpus"],
+        call["entrypoint_memory"],
+        call["entrypoint_resources"],
+    ) == (2, 1, None, {"a": 1})

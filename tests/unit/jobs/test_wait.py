@@ -36,10 +36,16 @@ TINY = 1e-6  # seconds between polls: as fast as the tests go
 
 # --- the policy -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kwargs, parameter", [({"poll_interval_s": 0}, "poll_interval_seconds"),
-                                               ({"pending_timeout_s": -1}, "pending_timeout_seconds"),
-                                               ({"stall_timeout_s": "5"}, "stall_timeout_seconds"),
-                                               ({"poll_interval_s": True}, "poll_interval_seconds")])
+
+@pytest.mark.parametrize(
+    "kwargs, parameter",
+    [
+        ({"poll_interval_s": 0}, "poll_interval_seconds"),
+        ({"pending_timeout_s": -1}, "pending_timeout_seconds"),
+        ({"stall_timeout_s": "5"}, "stall_timeout_seconds"),
+        ({"poll_interval_s": True}, "poll_interval_seconds"),
+    ],
+)
 def test_a_bad_policy_is_refused_where_it_is_made_naming_the_parameter(kwargs, parameter):
     with pytest.raises(InvalidParameterError) as err:
         WaitPolicy(**kwargs)
@@ -55,8 +61,14 @@ def test_the_policy_travels_whole_as_json():
 
 # --- the event --------------------------------------------------------------------------------------
 
-INFO = {"status": "FAILED", "error_type": "JOB_ENTRYPOINT_COMMAND_ERROR", "message": "boom",
-        "metadata": {"ahp_attempt": "1"}, "start_time": 1, "driver_info": {"x": 1}}
+INFO = {
+    "status": "FAILED",
+    "error_type": "JOB_ENTRYPOINT_COMMAND_ERROR",
+    "message": "boom",
+    "metadata": {"ahp_attempt": "1"},
+    "start_time": 1,
+    "driver_info": {"x": 1},
+}
 
 
 def test_event_round_trip_through_json():
@@ -113,13 +125,15 @@ def run(polls, policy=WaitPolicy()):
 
 
 def test_new_lines_are_written_and_advance_the_cursor():
-    written, result = run([
-        (info("PENDING"), [], []),
-        (info("RUNNING"), ["a", "b"], ["a", "b"]),
-        (info("RUNNING"), [], ["a", "b"]),
-        (info("RUNNING"), ["c"], ["a", "b", "c"]),
-        (info("SUCCEEDED"), ["d"], ["a", "b", "c", "d"]),
-    ])
+    written, result = run(
+        [
+            (info("PENDING"), [], []),
+            (info("RUNNING"), ["a", "b"], ["a", "b"]),
+            (info("RUNNING"), [], ["a", "b"]),
+            (info("RUNNING"), ["c"], ["a", "b", "c"]),
+            (info("SUCCEEDED"), ["d"], ["a", "b", "c", "d"]),
+        ]
+    )
     assert written == ["a", "b", "c", "d"]
     event = result.event
     assert event.succeeded and event.job_status is JobStatus.SUCCEEDED and event.log_tail == []
@@ -151,8 +165,11 @@ def test_a_missing_job_ends_the_wait_in_error():
 
 def test_a_failure_carries_the_tail_it_was_given():
     tail = [f"line {i}" for i in range(60, 100)]
-    result = step(WaitPolicy(), LogCursor(SID), Poll(info("FAILED", error_type="JOB_ENTRYPOINT_COMMAND_ERROR"),
-                                                     NOW, ["line 99"], tail))
+    result = step(
+        WaitPolicy(),
+        LogCursor(SID),
+        Poll(info("FAILED", error_type="JOB_ENTRYPOINT_COMMAND_ERROR"), NOW, ["line 99"], tail),
+    )
     event = result.event
     assert event.job_status is JobStatus.FAILED and event.error_type == "JOB_ENTRYPOINT_COMMAND_ERROR"
     assert event.log_tail == tail and event.message == "msg-FAILED"
@@ -161,8 +178,11 @@ def test_a_failure_carries_the_tail_it_was_given():
 
 @pytest.mark.parametrize("status", ["STOPPED", "FAILED", "SUCCEEDED"])
 def test_every_terminal_state_ends_the_wait(status):
-    result = step(WaitPolicy(pending_timeout_s=1), LogCursor(SID),
-                  Poll(info(status, started_s_ago=10_000), NOW, [], ["last words"]))
+    result = step(
+        WaitPolicy(pending_timeout_s=1),
+        LogCursor(SID),
+        Poll(info(status, started_s_ago=10_000), NOW, [], ["last words"]),
+    )
     assert result.event is not None and result.timeout is None
     assert result.event.succeeded is (status == "SUCCEEDED")
     assert result.event.log_tail == ([] if status == "SUCCEEDED" else ["last words"])
@@ -184,12 +204,15 @@ def test_pending_past_the_timeout():
     assert "the cluster has unknown" in timeout.event(None, result.cursor).message
 
 
-@pytest.mark.parametrize("job, policy", [
-    (info("PENDING", started_s_ago=30), WaitPolicy(pending_timeout_s=60)),
-    (info("PENDING", started_s_ago=10_000), WaitPolicy(pending_timeout_s=None)),
-    (info("RUNNING", started_s_ago=10_000), WaitPolicy(pending_timeout_s=60)),
-    ({"status": "PENDING"}, WaitPolicy(pending_timeout_s=60)),  # no start time yet
-])
+@pytest.mark.parametrize(
+    "job, policy",
+    [
+        (info("PENDING", started_s_ago=30), WaitPolicy(pending_timeout_s=60)),
+        (info("PENDING", started_s_ago=10_000), WaitPolicy(pending_timeout_s=None)),
+        (info("RUNNING", started_s_ago=10_000), WaitPolicy(pending_timeout_s=60)),
+        ({"status": "PENDING"}, WaitPolicy(pending_timeout_s=60)),  # no start time yet
+    ],
+)
 def test_the_wait_goes_on(job, policy):
     result = step(policy, LogCursor(SID), Poll(job, NOW))
     assert result.event is None and result.timeout is None
@@ -199,6 +222,7 @@ def test_requested_resources_from_metadata():
     assert requested_resources({"metadata": {META_RESOURCES: '{"GPU": 2.0}'}}) == {"GPU": 2.0}
     assert requested_resources({"metadata": {META_RESOURCES: "not json"}}) == {}
     assert requested_resources({"metadata": None}) == {} == requested_resources({})
+
 
 def test_a_job_in_a_state_the_provider_does_not_know_ends_the_wait_with_an_error():
     written, result = run([(info("RUNNING"), ["a"], ["a"]), (info("DRAINING"), [], ["a"])])
@@ -215,25 +239,46 @@ def test_follow_ends_on_a_state_it_does_not_know_instead_of_waiting_for_ever():
 
 # --- the loop ---------------------------------------------------------------------------------------
 
+
 def job(status, started_s_ago=0.0, **extra):
-    return {"status": status, "message": f"msg-{status}", "start_time": (time.time() - started_s_ago) * 1000,
-            "metadata": {}, **extra}
+    return {
+        "status": status,
+        "message": f"msg-{status}",
+        "start_time": (time.time() - started_s_ago) * 1000,
+        "metadata": {},
+        **extra,
+    }
 
 
 class Run:
     """One follow against ``ray``: what it wrote and saved, in the order it did."""
 
-    def __init__(self, ray: FakeRay, *, cursor: LogCursor | None = None, policy: WaitPolicy = WaitPolicy(),
-                 stream_logs: bool = True, stopped=lambda: False):
+    def __init__(
+        self,
+        ray: FakeRay,
+        *,
+        cursor: LogCursor | None = None,
+        policy: WaitPolicy = WaitPolicy(),
+        stream_logs: bool = True,
+        stopped=lambda: False,
+    ):
         self.ray, self.order = ray, []
 
         async def save(latest: LogCursor) -> None:
             self.order.append(("save", latest))
 
-        self.event = asyncio.run(follow(
-            ray, SID, policy=dataclasses.replace(policy, poll_interval_s=TINY), cursor=cursor or LogCursor(SID),
-            write=lambda level, line: self.order.append(("write", line)), save_cursor=save, stream_logs=stream_logs,
-            stopped=stopped))
+        self.event = asyncio.run(
+            follow(
+                ray,
+                SID,
+                policy=dataclasses.replace(policy, poll_interval_s=TINY),
+                cursor=cursor or LogCursor(SID),
+                write=lambda level, line: self.order.append(("write", line)),
+                save_cursor=save,
+                stream_logs=stream_logs,
+                stopped=stopped,
+            )
+        )
 
     @property
     def written(self) -> list[str]:
@@ -241,7 +286,7 @@ class Run:
 
     @property
     def streamed(self) -> list[str]:
-        return [line[len("[ray] "):] for line in self.written if line.startswith("[ray] ")]
+        return [line[len("[ray] ") :] for line in self.written if line.startswith("[ray] ")]
 
     @property
     def saved(self) -> list[LogCursor]:
@@ -261,8 +306,9 @@ def numbered(count: int) -> str:
 def test_lines_are_written_once_in_order_and_the_cursor_saved_before_each_batch():
     text = numbered(60) + "all reduce\n" * 100 + numbered(60) + "done, no newline"
     logs = growing(text, 25)
-    ray = FakeRay({SID: [job("PENDING"), *[job("RUNNING")] * (len(logs) - 1), job("SUCCEEDED")]},
-                  logs={SID: ["", *logs]})
+    ray = FakeRay(
+        {SID: [job("PENDING"), *[job("RUNNING")] * (len(logs) - 1), job("SUCCEEDED")]}, logs={SID: ["", *logs]}
+    )
     run = Run(ray)
     expected = text.split("\n")
     assert run.streamed == expected and run.written == [f"[ray] {line}" for line in expected]
@@ -286,8 +332,10 @@ def test_lines_are_written_once_in_order_and_the_cursor_saved_before_each_batch(
 
 def test_a_failed_job_ends_with_its_last_lines():
     text = numbered(100) + "Traceback (most recent call last):\nValueError: nan loss\n"
-    ray = FakeRay({SID: [job("RUNNING"), job("FAILED", error_type="JOB_ENTRYPOINT_COMMAND_ERROR")]},
-                  logs={SID: [numbered(30), text]})
+    ray = FakeRay(
+        {SID: [job("RUNNING"), job("FAILED", error_type="JOB_ENTRYPOINT_COMMAND_ERROR")]},
+        logs={SID: [numbered(30), text]},
+    )
     run = Run(ray)
     event = run.event
     assert not event.succeeded and event.job_status is JobStatus.FAILED
@@ -298,8 +346,9 @@ def test_a_failed_job_ends_with_its_last_lines():
 
 
 def test_pending_past_the_timeout_stops_the_job():
-    ray = FakeRay({SID: job("PENDING", started_s_ago=90, metadata={META_RESOURCES: '{"GPU": 4.0}'})},
-                  cluster={"CPU": 8.0})
+    ray = FakeRay(
+        {SID: job("PENDING", started_s_ago=90, metadata={META_RESOURCES: '{"GPU": 4.0}'})}, cluster={"CPU": 8.0}
+    )
     run = Run(ray, policy=WaitPolicy(pending_timeout_s=30))
     event = run.event
     assert not event.succeeded and event.job_status is JobStatus.PENDING
@@ -347,8 +396,10 @@ def test_a_log_that_cannot_be_read_is_said_once_and_read_whole_at_the_end():
     ray.a_get_log_tail = node_gone
     run = Run(ray)
     gaps = [line for line in run.written if not line.startswith("[ray] ")]
-    assert gaps == ["The job's log cannot be read from line 11 on (Ray dashboard log read failed: HTTP 500: node is "
-                    "dead); its rest is read once the job ends."]
+    assert gaps == [
+        "The job's log cannot be read from line 11 on (Ray dashboard log read failed: HTTP 500: node is "
+        "dead); its rest is read once the job ends."
+    ]
     assert run.streamed == final.split("\n")[:-1]  # the first 10 from windows, the rest from the whole log
     assert ray.calls.count("get_job_logs") == 1 and len(ray.tail_reads) == 1  # not tried again after the gap
     assert run.order.index(("write", gaps[0])) < run.order.index(("write", "[ray] epoch 10: loss 0.0909"))
@@ -367,18 +418,23 @@ def test_a_log_that_cannot_be_read_at_all():
     run = Run(ray)
     assert run.written == [
         "The job's log cannot be read from line 1 on (HTTP 500: no); its rest is read once the job ends.",
-        "The job's log from line 1 on cannot be read: HTTP 500: no"]
+        "The job's log from line 1 on cannot be read: HTTP 500: no",
+    ]
     assert run.event.succeeded and run.saved == []
 
 
 def test_a_truncated_log_is_a_gap_too():
-    ray = FakeRay({SID: [job("RUNNING"), job("RUNNING"), job("SUCCEEDED")]},
-                  logs={SID: [numbered(50), "rotated\n", "rotated\nmore\n"]})
+    ray = FakeRay(
+        {SID: [job("RUNNING"), job("RUNNING"), job("SUCCEEDED")]},
+        logs={SID: [numbered(50), "rotated\n", "rotated\nmore\n"]},
+    )
     run = Run(ray)
     assert run.streamed == numbered(50).split("\n")[:-1]
     (gap,) = [line for line in run.written if not line.startswith("[ray] ")]
-    assert gap.startswith("The job's log cannot be read from line 51 on (the log is shorter (1 lines) than what "
-                          "was already streamed (50 lines)")
+    assert gap.startswith(
+        "The job's log cannot be read from line 51 on (the log is shorter (1 lines) than what "
+        "was already streamed (50 lines)"
+    )
     assert ray.calls.count("get_job_logs") == 1
 
 
@@ -421,9 +477,16 @@ def test_it_sleeps_the_poll_interval_between_polls(monkeypatch):
     async def save(cursor):
         pass
 
-    event = asyncio.run(follow(ray, SID, policy=WaitPolicy(poll_interval_s=2.5), cursor=LogCursor(SID),
-                               write=lambda level, line: None,
-                               save_cursor=save))
+    event = asyncio.run(
+        follow(
+            ray,
+            SID,
+            policy=WaitPolicy(poll_interval_s=2.5),
+            cursor=LogCursor(SID),
+            write=lambda level, line: None,
+            save_cursor=save,
+        )
+    )
     assert event.succeeded and slept == [2.5, 2.5, 2.5]
 
 
@@ -439,8 +502,9 @@ class Clock:
         self.now += seconds
 
 
-def follow_at(ray: FakeRay, interval: float, clock: Clock, policy: WaitPolicy = WaitPolicy(),
-              written_at: dict | None = None):
+def follow_at(
+    ray: FakeRay, interval: float, clock: Clock, policy: WaitPolicy = WaitPolicy(), written_at: dict | None = None
+):
     """follow polling every ``interval`` (clock) seconds; the event, the streamed lines, and the
     clock at each log read (and, in ``written_at``, when each line was written)."""
     streamed, read_at = [], []
@@ -456,11 +520,19 @@ def follow_at(ray: FakeRay, interval: float, clock: Clock, policy: WaitPolicy = 
     async def save(cursor):
         pass
 
-    event = asyncio.run(follow(ray, SID, policy=dataclasses.replace(policy, poll_interval_s=interval),
-                               cursor=LogCursor(SID),
-                               write=lambda level, line: (streamed.append(line[len("[ray] "):]),
-                                                          seen.setdefault(line[len("[ray] "):], clock.now)),
-                               save_cursor=save))
+    event = asyncio.run(
+        follow(
+            ray,
+            SID,
+            policy=dataclasses.replace(policy, poll_interval_s=interval),
+            cursor=LogCursor(SID),
+            write=lambda level, line: (
+                streamed.append(line[len("[ray] ") :]),
+                seen.setdefault(line[len("[ray] ") :], clock.now),
+            ),
+            save_cursor=save,
+        )
+    )
     return event, streamed, read_at
 
 
@@ -498,8 +570,8 @@ def test_once_the_runtime_has_said_its_last_the_status_is_asked_every_tenth_of_a
     # poll asking for the job's own info.
     seen = gaps.index(FINISHING_POLL_S)
     assert seen == 5 and gaps == [1.0] * seen + [FINISHING_POLL_S] * (len(gaps) - seen)
-    assert {fresh for _, fresh in asked_at[:seen + 1]} == {0.5}
-    assert {fresh for _, fresh in asked_at[seen + 1:]} == {None}
+    assert {fresh for _, fresh in asked_at[: seen + 1]} == {0.5}
+    assert {fresh for _, fresh in asked_at[seen + 1 :]} == {None}
 
 
 def test_the_finishing_polls_last_at_most_finishing_s(monkeypatch):
@@ -523,8 +595,13 @@ def test_the_finishing_polls_last_at_most_finishing_s(monkeypatch):
 def test_the_synchronous_wait_runs_follow_and_closes_the_hook():
     ray = FakeRay({SID: [job("RUNNING"), job("SUCCEEDED")]}, logs={SID: ["", "a\nb\n"]})
     saved, written = [], []
-    event = wait(ray, SID, policy=WaitPolicy(poll_interval_s=TINY), cursor=LogCursor(SID),
-                 write=lambda level, line: written.append(line),
-                 save_cursor=saved.append)
+    event = wait(
+        ray,
+        SID,
+        policy=WaitPolicy(poll_interval_s=TINY),
+        cursor=LogCursor(SID),
+        write=lambda level, line: written.append(line),
+        save_cursor=saved.append,
+    )
     assert event.succeeded and written == ["[ray] a", "[ray] b"] and saved[-1].lines == 2
     assert ray.calls[-1] == "aclose"

@@ -41,8 +41,12 @@ def test_a_task_without_tracking_or_before_its_result_has_an_empty_link(no_xcom)
 def test_the_operator_that_ran_gives_its_runs_url(no_xcom):
     op = operator(mlflow_tracking_uri="http://mlflow:5000")
     ti = FakeTI()
-    result = {"checkpoint_uri": "/c", "metrics": {}, "cost": None,
-              "mlflow": {"run_id": "0123abcd", "experiment_id": "3", "run_url": URL}}
+    result = {
+        "checkpoint_uri": "/c",
+        "metrics": {},
+        "cost": None,
+        "mlflow": {"run_id": "0123abcd", "experiment_id": "3", "run_url": URL},
+    }
     op.task_result({"ti": ti}, result)
     assert MlflowRunLink().get_link(op, ti_key=None) == URL
 

@@ -14,9 +14,18 @@ URL = "http://ray-head:8265/#/jobs/ahp-d-t-0123456789-a1"
 
 def test_the_link_reads_what_the_task_pushed(monkeypatch):
     ti = FakeTI()
-    push_job({"ti": ti}, SubmittedJob(submission_id="ahp-d-t-0123456789-a1", dashboard_url=URL, storage_uri="/s",
-                                      attempt=1, kind="train", checkpoint_score_attribute=None,
-                                      aws_conn_id=None))
+    push_job(
+        {"ti": ti},
+        SubmittedJob(
+            submission_id="ahp-d-t-0123456789-a1",
+            dashboard_url=URL,
+            storage_uri="/s",
+            attempt=1,
+            kind="train",
+            checkpoint_score_attribute=None,
+            aws_conn_id=None,
+        ),
+    )
     link = RayJobLink()
     assert ti.xcoms[link.xcom_key] == URL
     assert link.name == "Ray job"

@@ -75,8 +75,11 @@ BAD_INPUTS = [
     ({"num_workers": (4, 2)}, "num_workers", "at most max 2"),
     ({"num_workers": [0, 2]}, "num_workers", "at least 1"),
     ({"num_workers": (2, 4), "trainer_api": "legacy"}, "num_workers", "no elastic training"),
-    ({"num_workers": (2, 4), "elastic_resize_monitor_interval_s": 0}, "elastic_resize_monitor_interval_s",
-     "greater than 0"),
+    (
+        {"num_workers": (2, 4), "elastic_resize_monitor_interval_s": 0},
+        "elastic_resize_monitor_interval_s",
+        "greater than 0",
+    ),
     ({"num_workers": True}, "num_workers", "whole number"),
     ({"train_fn": "no_such_module_xyz:train"}, "train_fn", "not importable"),
     ({"train_fn": "not a path"}, "train_fn", "package.module:function"),
@@ -120,27 +123,32 @@ MORE_BAD_INPUTS = [
     ({"runtime_env": {"pips": ["pandas"]}}, "runtime_env", "unknown field 'pips'"),
     ({"runtime_env": {"working_dir": "/no/such/dir"}}, "runtime_env", "is not a folder here"),
     ({"datasets": {"train": "no_such_module_xyz:make"}}, "datasets['train']", "not importable"),
-    ({"train_fn": f"{GOOD_FN[:-len('train_func')]}trian_func"}, "train_fn", "(it has train_func"),
+    ({"train_fn": f"{GOOD_FN[: -len('train_func')]}trian_func"}, "train_fn", "(it has train_func"),
     ({"mlflow_tracking_uri": "mlflow:5000"}, "mlflow_tracking_uri", "http://mlflow:5000"),
-    ({"mlflow_tracking_uri": "http://mlflow:5000", "mlflow_conn_id": "mlflow_default"}, "mlflow_conn_id",
-     "not both"),
-    ({"mlflow_tracking_uri": "http://mlflow:5000", "mlflow_experiment_name": " "}, "mlflow_experiment_name",
-     "MLflow experiment"),
+    ({"mlflow_tracking_uri": "http://mlflow:5000", "mlflow_conn_id": "mlflow_default"}, "mlflow_conn_id", "not both"),
+    (
+        {"mlflow_tracking_uri": "http://mlflow:5000", "mlflow_experiment_name": " "},
+        "mlflow_experiment_name",
+        "MLflow experiment",
+    ),
 ]
 
 
 def given(kwargs: dict, parameter: str):
     """The value as the error shows it: env var values hidden."""
     if parameter.startswith("datasets["):
-        return kwargs["datasets"][parameter[len("datasets['"):-2]]
+        return kwargs["datasets"][parameter[len("datasets['") : -2]]
     value = kwargs.get(parameter)
     if parameter == "runtime_env" and isinstance(value, dict) and isinstance(value.get("env_vars"), dict):
         return {**value, "env_vars": {k: "***" for k in value["env_vars"]}}
     return value
 
 
-@pytest.mark.parametrize("kwargs, parameter, fix", BAD_INPUTS + MORE_BAD_INPUTS,
-                         ids=[f"{p}-{i}" for i, (_, p, _) in enumerate(BAD_INPUTS + MORE_BAD_INPUTS)])
+@pytest.mark.parametrize(
+    "kwargs, parameter, fix",
+    BAD_INPUTS + MORE_BAD_INPUTS,
+    ids=[f"{p}-{i}" for i, (_, p, _) in enumerate(BAD_INPUTS + MORE_BAD_INPUTS)],
+)
 def test_bad_input_fails_in_execute_before_any_cluster_call(serve, kwargs, parameter, fix):
     dashboard = serve(FakeRay())
     op = operator(**kwargs)
@@ -168,25 +176,52 @@ def test_the_constructor_does_no_work(monkeypatch):
 
     for module in (checks, functions, plan):
         for name, value in list(vars(module).items()):
-            if callable(value) and getattr(value, "__module__", None) in (checks.__name__, functions.__name__,
-                                                                          plan.__name__):
+            if callable(value) and getattr(value, "__module__", None) in (
+                checks.__name__,
+                functions.__name__,
+                plan.__name__,
+            ):
                 monkeypatch.setattr(module, name, tripwire)
     monkeypatch.setattr(RayHook, "__init__", tripwire)
     monkeypatch.setattr(HorovodTrainOperator, "plan", tripwire)
     monkeypatch.setattr(BaseRayJobOperator, "checked_plan", tripwire)
     monkeypatch.setattr(BaseRayJobOperator, "wait_policy", tripwire)
-    op = HorovodTrainOperator(task_id="train", train_fn="x", num_workers=-1, storage_path="ftp://x", use_gpu="yes",
-                              runtime_env={"pips": 1}, datasets=5, ray_conn_id="", poll_interval_seconds=-1)
+    op = HorovodTrainOperator(
+        task_id="train",
+        train_fn="x",
+        num_workers=-1,
+        storage_path="ftp://x",
+        use_gpu="yes",
+        runtime_env={"pips": 1},
+        datasets=5,
+        ray_conn_id="",
+        poll_interval_seconds=-1,
+    )
     assert (op.train_fn, op.num_workers, op.storage_path, op.datasets, op.ray_conn_id) == ("x", -1, "ftp://x", 5, "")
     assert "hook" not in op.__dict__
 
 
 def test_template_fields():
     assert tuple(HorovodTrainOperator.template_fields) == (
-        "num_workers", "train_loop_config", "datasets", "storage_path", "horovod_env", "runtime_env", "ray_conn_id",
-        "aws_conn_id", "job_tags", "mlflow_tracking_uri", "mlflow_conn_id", "mlflow_experiment_name")
-    op = operator(storage_path="s3://b/{{ params.env }}", train_loop_config={"lr": "{{ params.lr }}"},
-                  datasets={"train": "s3://b/{{ params.env }}/train/"}, ray_conn_id="ray_{{ params.env }}")
+        "num_workers",
+        "train_loop_config",
+        "datasets",
+        "storage_path",
+        "horovod_env",
+        "runtime_env",
+        "ray_conn_id",
+        "aws_conn_id",
+        "job_tags",
+        "mlflow_tracking_uri",
+        "mlflow_conn_id",
+        "mlflow_experiment_name",
+    )
+    op = operator(
+        storage_path="s3://b/{{ params.env }}",
+        train_loop_config={"lr": "{{ params.lr }}"},
+        datasets={"train": "s3://b/{{ params.env }}/train/"},
+        ray_conn_id="ray_{{ params.env }}",
+    )
     op.render_template_fields({"params": {"env": "prod", "lr": 0.1}})
     assert op.storage_path == "s3://b/prod" and op.train_loop_config == {"lr": "0.1"}
     assert op.datasets == {"train": "s3://b/prod/train/"} and op.ray_conn_id == "ray_prod"
@@ -207,21 +242,35 @@ def planned(op: HorovodTrainOperator):
 
 
 def test_plan_builds_the_spec():
-    training = planned(operator(train_fn=local_train, train_loop_config={"lr": 0.1}, num_workers=3, use_gpu=True,
-                                resources_per_worker={"CPU": 2}, pending_timeout_seconds=30,
-                                datasets={"train": "s3://b/train/", "val": "/data/v.csv", "test": "file:///t.json",
-                                          "built": make_dataset,
-                                          "imported": "airflow_provider_horovod.examples.quickstart:make_dataset"}))
+    training = planned(
+        operator(
+            train_fn=local_train,
+            train_loop_config={"lr": 0.1},
+            num_workers=3,
+            use_gpu=True,
+            resources_per_worker={"CPU": 2},
+            pending_timeout_seconds=30,
+            datasets={
+                "train": "s3://b/train/",
+                "val": "/data/v.csv",
+                "test": "file:///t.json",
+                "built": make_dataset,
+                "imported": "airflow_provider_horovod.examples.quickstart:make_dataset",
+            },
+        )
+    )
     spec = training.spec
     assert spec.python_version == f"{sys.version_info[0]}.{sys.version_info[1]}"
     assert spec.submission_id == TASK_RUN.submission_id(1) and spec.attempt == 1
     assert spec.storage_uri == TASK_RUN.storage_uri("/tmp/ahp-unit")
     assert spec.train_fn == {"pickle": "train_fn.pkl", "source": __file__} and spec.train_loop_config == {"lr": 0.1}
-    assert spec.datasets == {"train": {"uri": "s3://b/train/", "format": "parquet"},
-                             "val": {"uri": "/data/v.csv", "format": "csv"},
-                             "test": {"uri": "file:///t.json", "format": "json"},
-                             "built": {"pickle": "dataset_built.pkl", "source": __file__},
-                             "imported": {"import": "airflow_provider_horovod.examples.quickstart:make_dataset"}}
+    assert spec.datasets == {
+        "train": {"uri": "s3://b/train/", "format": "parquet"},
+        "val": {"uri": "/data/v.csv", "format": "csv"},
+        "test": {"uri": "file:///t.json", "format": "json"},
+        "built": {"pickle": "dataset_built.pkl", "source": __file__},
+        "imported": {"import": "airflow_provider_horovod.examples.quickstart:make_dataset"},
+    }
     assert set(training.files) == {"train_fn.pkl", "dataset_built.pkl"}
     assert (spec.num_workers, spec.use_gpu, spec.resources_per_worker) == (3, True, {"CPU": 2.0})
     assert spec.pending_timeout_s == 30 and training.runtime_env == {}
@@ -229,8 +278,9 @@ def test_plan_builds_the_spec():
 
 
 def test_an_elastic_range_plans_with_its_minimum():
-    training = planned(operator(num_workers=(2, 4), resources_per_worker={"CPU": 2},
-                                elastic_resize_monitor_interval_s=5))
+    training = planned(
+        operator(num_workers=(2, 4), resources_per_worker={"CPU": 2}, elastic_resize_monitor_interval_s=5)
+    )
     spec = training.spec
     assert (spec.num_workers, spec.min_workers, spec.max_workers, spec.elastic) == ([2, 4], 2, 4, True)
     assert spec.elastic_resize_monitor_interval_s == 5
@@ -262,7 +312,8 @@ def test_an_import_path_is_not_looked_up_when_the_runtime_env_brings_code(tmp_pa
 def test_storage_defaults_to_airflow_home_and_is_normalised(monkeypatch, tmp_path):
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
     assert planned(operator(storage_path=None)).spec.storage_uri.startswith(
-        str(tmp_path / "horovod-storage") + "/dag/train/")
+        str(tmp_path / "horovod-storage") + "/dag/train/"
+    )
     assert planned(operator(storage_path="file:///data/x/")).spec.storage_uri.startswith("/data/x/dag/")
 
 
@@ -326,11 +377,18 @@ def cluster_that_trains(*, ends="SUCCEEDED", log=("epoch 0", "epoch 1", "done"),
         if ends == "SUCCEEDED":
             write_result(call)
         meta = call["metadata"]
-        ray.set_job(spec.submission_id, {"status": "RUNNING", "metadata": meta},
-                    {"status": "RUNNING", "metadata": meta},
-                    {"status": ends, "metadata": meta, "message": f"job {ends.lower()}",
-                     "error_type": None if ends == "SUCCEEDED" else "JOB_ENTRYPOINT_COMMAND_ERROR",
-                     "driver_exit_code": 0 if ends == "SUCCEEDED" else exit_code})
+        ray.set_job(
+            spec.submission_id,
+            {"status": "RUNNING", "metadata": meta},
+            {"status": "RUNNING", "metadata": meta},
+            {
+                "status": ends,
+                "metadata": meta,
+                "message": f"job {ends.lower()}",
+                "error_type": None if ends == "SUCCEEDED" else "JOB_ENTRYPOINT_COMMAND_ERROR",
+                "driver_exit_code": 0 if ends == "SUCCEEDED" else exit_code,
+            },
+        )
         text = "".join(f"{line}\n" for line in log)
         ray.logs[spec.submission_id] = [text[: len(text) // 2], text]
 
@@ -344,10 +402,18 @@ def write_result(call: dict) -> None:
     os.makedirs(checkpoint)
     with open(f"{checkpoint}/model.pt", "wb") as f:
         f.write(b"weights")
-    record = ResultRecord(submission_id=spec.submission_id, attempt=spec.attempt, storage_uri=spec.storage_uri,
-                          run_uri=spec.run_uri, checkpoint_uri=checkpoint, best_checkpoint_uri=None,
-                          metrics={"loss": 0.1}, world_size=spec.num_workers, trainer_api=spec.trainer_api,
-                          resumed_from=spec.resume_from[0] if spec.resume_from else None)
+    record = ResultRecord(
+        submission_id=spec.submission_id,
+        attempt=spec.attempt,
+        storage_uri=spec.storage_uri,
+        run_uri=spec.run_uri,
+        checkpoint_uri=checkpoint,
+        best_checkpoint_uri=None,
+        metrics={"loss": 0.1},
+        world_size=spec.num_workers,
+        trainer_api=spec.trainer_api,
+        resumed_from=spec.resume_from[0] if spec.resume_from else None,
+    )
     Storage().write_bytes(spec.result_uri, record.to_json().encode())
 
 
@@ -382,9 +448,15 @@ def test_a_task_run_trains_and_returns_the_verified_checkpoint(serve, tmp_path, 
     out = capsys.readouterr().out
     assert [out.count(f"[ray] {line}") for line in ("epoch 0", "epoch 1", "done")] == [1, 1, 1]
     assert op.submission_id == sid and xcoms[XCOM_JOB] == {
-        "submission_id": sid, "dashboard_url": result["dashboard_url"], "attempt": 1, "kind": "train",
-        "storage_uri": TASK_RUN.storage_uri(str(tmp_path)), "checkpoint_score_attribute": None, "aws_conn_id": None,
-        "job_tags": {}}
+        "submission_id": sid,
+        "dashboard_url": result["dashboard_url"],
+        "attempt": 1,
+        "kind": "train",
+        "storage_uri": TASK_RUN.storage_uri(str(tmp_path)),
+        "checkpoint_score_attribute": None,
+        "aws_conn_id": None,
+        "job_tags": {},
+    }
     # The worker's wait reads windows of the log's end (the State API), never the whole log.
     paths = [path for _, path in dashboard.requests]
     assert any(path.startswith("/api/v0/logs/file?") for path in paths)
@@ -461,9 +533,16 @@ def test_without_waiting_the_task_returns_the_job(serve, tmp_path):
     op = train_op(tmp_path, wait_for_completion=False)
     ctx = context()
     sid = TASK_RUN.submission_id(1)
-    assert op.execute(ctx) == {"submission_id": sid, "dashboard_url": f"{dashboard.url}/#/jobs/{sid}",
-                               "storage_uri": TASK_RUN.storage_uri(str(tmp_path)), "attempt": 1, "kind": "train",
-                               "checkpoint_score_attribute": None, "aws_conn_id": None, "job_tags": {}}
+    assert op.execute(ctx) == {
+        "submission_id": sid,
+        "dashboard_url": f"{dashboard.url}/#/jobs/{sid}",
+        "storage_uri": TASK_RUN.storage_uri(str(tmp_path)),
+        "attempt": 1,
+        "kind": "train",
+        "checkpoint_score_attribute": None,
+        "aws_conn_id": None,
+        "job_tags": {},
+    }
     assert ctx["ti"].xcoms[XCOM_SUBMISSION_ID] == sid and "get_job_logs" not in ray.calls
 
 
@@ -496,16 +575,23 @@ def test_deferred_the_trigger_gets_the_job_and_the_cursor_after_a_short_wait_her
     assert (handed.lines, handed.tail) == (3, earlier.advanced(["epoch 2"]).tail)
     # The event waits until Airflow has seen this worker exit (apache/airflow#67287).
     assert abs(kwargs.pop("not_before") - (time.time() + RESUME_GUARD_S)) < 5
-    assert kwargs == {"submission_id": sid, "ray_conn_id": "my_ray", "stream_logs": True,
-                      "policy": {"poll_interval_s": 0.001, "pending_timeout_s": 45, "stall_timeout_s": None}}
+    assert kwargs == {
+        "submission_id": sid,
+        "ray_conn_id": "my_ray",
+        "stream_logs": True,
+        "policy": {"poll_interval_s": 0.001, "pending_timeout_s": 45, "stall_timeout_s": None},
+    }
     assert deferred.value.method_name == "execute_complete"
     # Pushed before deferring: a restarted trigger reads it there.
     assert LogCursor.from_dict(ctx["ti"].xcoms[XCOM_LOG_CURSOR], sid).lines == 3
 
     # The trigger's event resumes a new operator instance.
     write_result(ray.submitted[0])
-    event = JobEvent.from_info(sid, {"status": "SUCCEEDED", "metadata": ray.submitted[0]["metadata"]},
-                               log_cursor={"submission_id": sid, "lines": 3})
+    event = JobEvent.from_info(
+        sid,
+        {"status": "SUCCEEDED", "metadata": ray.submitted[0]["metadata"]},
+        log_cursor={"submission_id": sid, "lines": 3},
+    )
     resumed = train_op(tmp_path, deferrable=True, ray_conn_id="my_ray")
     result = resumed.execute_complete(ctx, json.loads(json.dumps(event.to_dict())))
     assert result["checkpoint_uri"].endswith("/attempt-1/checkpoint_000001")
@@ -549,8 +635,10 @@ def test_resources_no_node_has_fail_before_submitting(serve, tmp_path):
 
 def test_pending_too_long_stops_the_job_and_fails(serve, tmp_path):
     def stays_pending(ray, call):
-        ray.set_job(call["submission_id"], {"status": "PENDING", "metadata": call["metadata"],
-                                            "start_time": (time.time() - 60) * 1000})
+        ray.set_job(
+            call["submission_id"],
+            {"status": "PENDING", "metadata": call["metadata"], "start_time": (time.time() - 60) * 1000},
+        )
 
     ray = FakeRay(on_submit=stays_pending, cluster={"CPU": 1.0})
     serve(ray)
@@ -598,13 +686,26 @@ def test_on_kill_before_a_job_exists_does_nothing(serve):
 
 
 def test_forwarded_credentials_travel_in_the_payload_only(serve, tmp_path, s3, monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_AWS_FWD", json.dumps({
-        "conn_type": "aws", "login": "AKIAFWDTEST000000001", "password": "long-lived-secret",
-        "extra": {"endpoint_url": s3.endpoint_url, "region_name": "us-east-1"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AWS_FWD",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": "AKIAFWDTEST000000001",
+                "password": "long-lived-secret",
+                "extra": {"endpoint_url": s3.endpoint_url, "region_name": "us-east-1"},
+            }
+        ),
+    )
     ray = FakeRay()
     serve(ray)
-    op = train_op(tmp_path, forward_aws_credentials=True, aws_conn_id="aws_fwd", aws_credentials_ttl_seconds=900,
-                  wait_for_completion=False)
+    op = train_op(
+        tmp_path,
+        forward_aws_credentials=True,
+        aws_conn_id="aws_fwd",
+        aws_credentials_ttl_seconds=900,
+        wait_for_completion=False,
+    )
     op.execute(context())
     (call,) = ray.submitted
     session = json.loads(call["payload"]["aws_session.json"])

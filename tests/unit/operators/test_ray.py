@@ -63,8 +63,9 @@ BAD_TASK_INPUTS = [
 ]
 
 
-@pytest.mark.parametrize("kwargs, parameter, fix", BAD_TASK_INPUTS,
-                         ids=[f"{p}-{i}" for i, (_, p, _) in enumerate(BAD_TASK_INPUTS)])
+@pytest.mark.parametrize(
+    "kwargs, parameter, fix", BAD_TASK_INPUTS, ids=[f"{p}-{i}" for i, (_, p, _) in enumerate(BAD_TASK_INPUTS)]
+)
 def test_bad_input_fails_in_execute_before_any_cluster_call(serve, kwargs, parameter, fix):
     dashboard = serve(FakeRay())
     op = operator(**kwargs)
@@ -82,24 +83,45 @@ def test_the_constructor_does_no_work(monkeypatch):
 
     for module in (checks, functions, plan):
         for name, value in list(vars(module).items()):
-            if callable(value) and getattr(value, "__module__", None) in (checks.__name__, functions.__name__,
-                                                                          plan.__name__):
+            if callable(value) and getattr(value, "__module__", None) in (
+                checks.__name__,
+                functions.__name__,
+                plan.__name__,
+            ):
                 monkeypatch.setattr(module, name, tripwire)
     monkeypatch.setattr(RayHook, "__init__", tripwire)
     monkeypatch.setattr(RayTaskOperator, "plan", tripwire)
     monkeypatch.setattr(BaseRayJobOperator, "checked_plan", tripwire)
-    op = RayTaskOperator(task_id="t", python_callable=42, op_args="x", num_cpus=-1, storage_path="ftp://x", resources=5,
-                         ray_conn_id="", deferrable="no")
+    op = RayTaskOperator(
+        task_id="t",
+        python_callable=42,
+        op_args="x",
+        num_cpus=-1,
+        storage_path="ftp://x",
+        resources=5,
+        ray_conn_id="",
+        deferrable="no",
+    )
     assert (op.python_callable, op.op_args, op.num_cpus, op.storage_path) == (42, "x", -1, "ftp://x")
     assert "hook" not in op.__dict__
 
 
 def test_template_fields():
-    assert set(RayTaskOperator.template_fields) == {"op_args", "op_kwargs", "runtime_env", "storage_path",
-                                                    "ray_conn_id", "aws_conn_id", "job_tags"}
+    assert set(RayTaskOperator.template_fields) == {
+        "op_args",
+        "op_kwargs",
+        "runtime_env",
+        "storage_path",
+        "ray_conn_id",
+        "aws_conn_id",
+        "job_tags",
+    }
     assert set(BaseRayJobOperator.template_fields) == {"ray_conn_id", "storage_path", "aws_conn_id", "job_tags"}
-    op = operator(op_args=["s3://b/{{ params.run }}"], op_kwargs={"threshold": "{{ params.t }}"},
-                  job_tags={"team": "{{ params.team }}"})
+    op = operator(
+        op_args=["s3://b/{{ params.run }}"],
+        op_kwargs={"threshold": "{{ params.t }}"},
+        job_tags={"team": "{{ params.team }}"},
+    )
     op.render_template_fields({"params": {"run": "r1", "t": 0.7, "team": "ranking"}})
     assert op.op_args == ["s3://b/r1"] and op.op_kwargs == {"threshold": "0.7"} and op.job_tags == {"team": "ranking"}
 
@@ -114,8 +136,9 @@ def test_bad_job_tags_fail_before_anything_is_submitted():
 
 
 def test_plan_builds_the_task_spec():
-    made = operator(op_args=("s3://b/m",), op_kwargs={"threshold": 0.7}, num_gpus=1, memory=2**30,
-                    resources={"accel": 1}).plan(TASK_RUN, WaitPolicy())
+    made = operator(
+        op_args=("s3://b/m",), op_kwargs={"threshold": 0.7}, num_gpus=1, memory=2**30, resources={"accel": 1}
+    ).plan(TASK_RUN, WaitPolicy())
     spec, files, runtime_env, driver = made.spec, made.files, made.runtime_env, made.driver_resources
     assert spec.submission_id == TASK_RUN.submission_id(1)
     assert spec.function == {"pickle": "function.pkl", "source": __file__}
@@ -143,13 +166,19 @@ def cluster_that_runs(*, ends="SUCCEEDED"):
         spec = TaskSpec.from_json(call["payload"][SPEC_FILE].decode())
         if ends == "SUCCEEDED":
             fn = cloudpickle.loads(call["payload"]["function.pkl"])
-            record = TaskRecord(submission_id=spec.submission_id, attempt=spec.attempt, storage_uri=spec.storage_uri,
-                                run_uri=spec.run_uri, return_value=fn(*spec.args, **spec.kwargs))
+            record = TaskRecord(
+                submission_id=spec.submission_id,
+                attempt=spec.attempt,
+                storage_uri=spec.storage_uri,
+                run_uri=spec.run_uri,
+                return_value=fn(*spec.args, **spec.kwargs),
+            )
             Storage().write_bytes(spec.result_uri, record.to_json().encode())
         ray.set_job(spec.submission_id, {"status": ends, "metadata": call["metadata"], "message": ends.lower()})
         verdict = Failure(FailureClass.USER_CODE, "ValueError: boom").line()
-        ray.logs[spec.submission_id] = [f"evaluating\nAHP_ERROR user_code: boom\n{verdict}\n" if ends == "FAILED"
-                                        else "evaluating\n"]
+        ray.logs[spec.submission_id] = [
+            f"evaluating\nAHP_ERROR user_code: boom\n{verdict}\n" if ends == "FAILED" else "evaluating\n"
+        ]
 
     return on_submit
 
@@ -157,8 +186,13 @@ def cluster_that_runs(*, ends="SUCCEEDED"):
 def test_a_task_run_returns_the_functions_value(serve, tmp_path):
     ray = FakeRay(on_submit=cluster_that_runs())
     serve(ray)
-    op = operator(storage_path=str(tmp_path), op_args=["s3://b/model"], op_kwargs={"threshold": 0.95}, num_gpus=1,
-                  poll_interval_seconds=0.001)
+    op = operator(
+        storage_path=str(tmp_path),
+        op_args=["s3://b/model"],
+        op_kwargs={"threshold": 0.95},
+        num_gpus=1,
+        poll_interval_seconds=0.001,
+    )
     ctx = context(task_id="evaluate")
     assert op.execute(ctx) == {"uri": "s3://b/model", "passed": False}
     (call,) = ray.submitted
@@ -166,7 +200,9 @@ def test_a_task_run_returns_the_functions_value(serve, tmp_path):
     assert call["submission_id"] == sid and ctx["ti"].xcoms[XCOM_SUBMISSION_ID] == sid
     assert call["entrypoint"].startswith("python -m airflow_provider_horovod.runtime.entrypoint task ahp_payload_")
     assert call["metadata"][META_KIND] == "task" and json.loads(call["metadata"][META_RESOURCES]) == {
-        "num_cpus": 1, "num_gpus": 1}
+        "num_cpus": 1,
+        "num_gpus": 1,
+    }
     assert (call["entrypoint_num_cpus"], call["entrypoint_num_gpus"], call["entrypoint_memory"]) == (1, 1, None)
     assert os.path.exists(f"{TASK_RUN.storage_uri(str(tmp_path))}/attempt-1/consumed.json")
 

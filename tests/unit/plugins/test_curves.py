@@ -8,12 +8,14 @@ def point(report: int, checkpoint=None, **metrics) -> dict:
 
 
 # Six reports; val_loss on the 3rd and the 6th only; checkpoints saved on the 2nd (no val_loss) and 6th.
-HISTORY = [point(1, epoch=0, loss=1.0, accuracy=0.1),
-           point(2, "checkpoint_000000", epoch=1, loss=0.5, accuracy=0.2),
-           point(3, epoch=2, loss=0.4, accuracy=0.3, val_loss=0.6),
-           point(4, epoch=3, loss=0.3, accuracy=0.4),
-           point(5, epoch=4, loss=0.2, accuracy=0.5),
-           point(6, "checkpoint_000001", epoch=5, loss=0.1, accuracy=0.6, val_loss=0.3)]
+HISTORY = [
+    point(1, epoch=0, loss=1.0, accuracy=0.1),
+    point(2, "checkpoint_000000", epoch=1, loss=0.5, accuracy=0.2),
+    point(3, epoch=2, loss=0.4, accuracy=0.3, val_loss=0.6),
+    point(4, epoch=3, loss=0.3, accuracy=0.4),
+    point(5, epoch=4, loss=0.2, accuracy=0.5),
+    point(6, "checkpoint_000001", epoch=5, loss=0.1, accuracy=0.6, val_loss=0.3),
+]
 
 
 def by_name(shaped: dict) -> dict:
@@ -57,10 +59,16 @@ def test_a_sparse_metric_is_drawn_on_its_own_reports_and_marked_where_they_saved
 
 
 def test_checkpoints_ray_deleted_are_marked_apart_from_those_it_keeps():
-    shaped = shape(HISTORY, kept={"checkpoint_000001"}, latest="/s/attempt-1/checkpoint_000001",
-                   best="/s/attempt-1/checkpoint_000001/")
+    shaped = shape(
+        HISTORY,
+        kept={"checkpoint_000001"},
+        latest="/s/attempt-1/checkpoint_000001",
+        best="/s/attempt-1/checkpoint_000001/",
+    )
     assert [(c["name"], c["report"], c["exists"], c["latest"], c["best"]) for c in shaped["checkpoints"]] == [
-        ("checkpoint_000000", 2, False, False, False), ("checkpoint_000001", 6, True, True, True)]
+        ("checkpoint_000000", 2, False, False, False),
+        ("checkpoint_000001", 6, True, True, True),
+    ]
     loss = by_name(shaped)["loss"]
     assert loss["kept_at"] == [5] and loss["deleted_at"] == [1]
     assert by_name(shaped)["val_loss"]["deleted_at"] == []  # the deleted one is not on a val_loss point
@@ -77,5 +85,12 @@ def test_an_older_record_without_checkpoint_names_is_marked_without_claiming_wha
 def test_what_is_not_a_finite_number_is_left_out_and_no_reports_is_no_charts():
     shaped = shape([point(1, loss=float("nan"), note="text", ok=True), point(2, loss=0.5)])
     assert by_name(shaped)["loss"]["values"] == [0.5] and set(by_name(shaped)) == {"loss"}
-    assert shape([]) == {"reports": 0, "axes": ["report"], "columns": {"report": []}, "metrics": [], "chosen": None,
-                         "score_attribute": None, "checkpoints": []}
+    assert shape([]) == {
+        "reports": 0,
+        "axes": ["report"],
+        "columns": {"report": []},
+        "metrics": [],
+        "chosen": None,
+        "score_attribute": None,
+        "checkpoints": [],
+    }

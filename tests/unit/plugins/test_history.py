@@ -14,31 +14,67 @@ DAY = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
 
 def result(day: int, **extra) -> dict:
-    return {"storage_uri": f"/s/run{day}", "attempt": 1, "metrics": {"loss": 1.0 / day, "epoch": 4.0},
-            "submission_id": f"ahp-x-{day}-a1", "dashboard_url": "http://ray/#/jobs/x", "world_size": 2, **extra}
+    return {
+        "storage_uri": f"/s/run{day}",
+        "attempt": 1,
+        "metrics": {"loss": 1.0 / day, "epoch": 4.0},
+        "submission_id": f"ahp-x-{day}-a1",
+        "dashboard_url": "http://ray/#/jobs/x",
+        "world_size": 2,
+        **extra,
+    }
 
 
-def row(day: int, task_id: str, key: str | None = None, value=None, *, operator: str = "@task", state="success",
-        map_index: int = -1, duration: float | None = 10.0) -> dict:
+def row(
+    day: int,
+    task_id: str,
+    key: str | None = None,
+    value=None,
+    *,
+    operator: str = "@task",
+    state="success",
+    map_index: int = -1,
+    duration: float | None = 10.0,
+) -> dict:
     """One row as history.fetch gives it: a run, a task instance of it, one of its XComs."""
     when = DAY + timedelta(days=day - 1)
-    return {"run_id": f"scheduled__{when.date()}", "logical_date": when, "run_after": when, "run_state": "success",
-            "run_start": when, "run_end": when + timedelta(seconds=60), "task_id": task_id, "map_index": map_index,
-            "state": state, "try_number": 1, "start_date": when, "end_date": when, "duration": duration,
-            "operator": None, "custom_operator_name": operator, "key": key, "value": value}
+    return {
+        "run_id": f"scheduled__{when.date()}",
+        "logical_date": when,
+        "run_after": when,
+        "run_state": "success",
+        "run_start": when,
+        "run_end": when + timedelta(seconds=60),
+        "task_id": task_id,
+        "map_index": map_index,
+        "state": state,
+        "try_number": 1,
+        "start_date": when,
+        "end_date": when,
+        "duration": duration,
+        "operator": None,
+        "custom_operator_name": operator,
+        "key": key,
+        "value": value,
+    }
 
 
 def retraining(day: int, *, promoted: bool, mse: float) -> list[dict]:
-    return [row(day, "prepare_data", RETURN_KEY, {"train": "s3://b/t", "rows": 1000}, operator="@task.ray"),
-            row(day, "train", RETURN_KEY, result(day), operator="HorovodTrainOperator"),
-            row(day, "train", JOB_KEY, {"kind": "train", "storage_uri": f"/s/run{day}", "attempt": 1}),
-            row(day, "evaluate", RETURN_KEY, {"checkpoint_uri": "x", "holdout_mse": mse, "baseline_mse": 2.0}),
-            row(day, "promote", RETURN_KEY, {"holdout_mse": mse, "promoted": promoted, "run_id": "r"})]
+    return [
+        row(day, "prepare_data", RETURN_KEY, {"train": "s3://b/t", "rows": 1000}, operator="@task.ray"),
+        row(day, "train", RETURN_KEY, result(day), operator="HorovodTrainOperator"),
+        row(day, "train", JOB_KEY, {"kind": "train", "storage_uri": f"/s/run{day}", "attempt": 1}),
+        row(day, "evaluate", RETURN_KEY, {"checkpoint_uri": "x", "holdout_mse": mse, "baseline_mse": 2.0}),
+        row(day, "promote", RETURN_KEY, {"holdout_mse": mse, "promoted": promoted, "run_id": "r"}),
+    ]
 
 
 def test_each_run_of_the_training_task_gets_its_metrics_evaluation_champion_duration_and_state():
-    rows = retraining(3, promoted=False, mse=0.3) + retraining(1, promoted=True, mse=0.5) + \
-        retraining(2, promoted=True, mse=0.4)
+    rows = (
+        retraining(3, promoted=False, mse=0.3)
+        + retraining(1, promoted=True, mse=0.5)
+        + retraining(2, promoted=True, mse=0.4)
+    )
     shaped = history.shape(rows)
     assert shaped["runs"] == 3 and shaped["training_tasks"] == ["train"]
     assert [r["date"] for r in shaped["rows"]] == [(DAY + timedelta(days=d)).isoformat() for d in range(3)]
@@ -53,29 +89,52 @@ def test_each_run_of_the_training_task_gets_its_metrics_evaluation_champion_dura
 
 
 def test_a_number_two_tasks_report_differently_is_named_after_each_task():
-    rows = [row(1, "train", RETURN_KEY, result(1), operator="@task.horovod"),
-            row(1, "evaluate", RETURN_KEY, {"mse": 0.5}), row(1, "evaluate_old", RETURN_KEY, {"mse": 0.7}),
-            row(1, "count", RETURN_KEY, 42)]
-    assert history.shape(rows)["rows"][0]["evaluation"] == {"evaluate.mse": 0.5, "evaluate_old.mse": 0.7,
-                                                            "count": 42.0}
+    rows = [
+        row(1, "train", RETURN_KEY, result(1), operator="@task.horovod"),
+        row(1, "evaluate", RETURN_KEY, {"mse": 0.5}),
+        row(1, "evaluate_old", RETURN_KEY, {"mse": 0.7}),
+        row(1, "count", RETURN_KEY, 42),
+    ]
+    assert history.shape(rows)["rows"][0]["evaluation"] == {"evaluate.mse": 0.5, "evaluate_old.mse": 0.7, "count": 42.0}
 
 
 def test_a_training_that_failed_before_it_pushed_anything_still_has_its_row():
     rows = retraining(1, promoted=True, mse=0.5) + [
         row(2, "train", operator="HorovodTrainOperator", state="failed"),
-        row(2, "evaluate", state="upstream_failed"), row(2, "promote", state="upstream_failed"),
+        row(2, "evaluate", state="upstream_failed"),
+        row(2, "promote", state="upstream_failed"),
         # A running training: only its ray_job so far; a plain task of its own operator is no training.
-        row(3, "train", JOB_KEY, {"kind": "train", "attempt": 2, "submission_id": "ahp-3-a2"}, operator="Custom",
-            state="running", duration=None)]
+        row(
+            3,
+            "train",
+            JOB_KEY,
+            {"kind": "train", "attempt": 2, "submission_id": "ahp-3-a2"},
+            operator="Custom",
+            state="running",
+            duration=None,
+        ),
+    ]
     shaped = history.shape(rows)
     assert [(r["state"], r["metrics"], r["promoted"], r["attempt"]) for r in shaped["rows"]] == [
-        ("success", {"loss": 1.0, "epoch": 4.0}, True, 1), ("failed", {}, None, None), ("running", {}, None, 2)]
+        ("success", {"loss": 1.0, "epoch": 4.0}, True, 1),
+        ("failed", {}, None, None),
+        ("running", {}, None, 2),
+    ]
     assert shaped["rows"][2]["submission_id"] == "ahp-3-a2"
 
 
 def test_mapped_trainings_get_a_row_each_and_the_score_attribute_leads_the_metrics():
-    rows = [row(1, "train", RETURN_KEY, result(1, checkpoint_score_attribute="acc", metrics={"loss": 0.1, "acc": i}),
-                map_index=i, operator="HorovodTrainOperator") for i in (1, 0)]
+    rows = [
+        row(
+            1,
+            "train",
+            RETURN_KEY,
+            result(1, checkpoint_score_attribute="acc", metrics={"loss": 0.1, "acc": i}),
+            map_index=i,
+            operator="HorovodTrainOperator",
+        )
+        for i in (1, 0)
+    ]
     shaped = history.shape(rows)
     assert [r["map_index"] for r in shaped["rows"]] == [0, 1]
     assert shaped["score_attribute"] == "acc" and shaped["metrics"] == ["acc", "loss"]
@@ -88,6 +147,7 @@ def test_a_run_with_no_training_counts_as_a_run_and_gives_no_row():
 
 # --- the query, against Airflow's own tables -------------------------------------------------------
 
+
 def add_runs(session, dag_id: str, days: int) -> None:
     """``days`` runs of a retraining DAG (train, evaluate, promote) as Airflow stores them."""
     from airflow.models.dagrun import DagRun
@@ -98,20 +158,46 @@ def add_runs(session, dag_id: str, days: int) -> None:
     for day in range(1, days + 1):
         when = DAY + timedelta(days=day - 1)
         run_id = f"scheduled__{when.isoformat()}"
-        session.execute(insert(DagRun).values(dag_id=dag_id, run_id=run_id, run_type="scheduled", logical_date=when,
-                                              run_after=when, state="success", start_date=when,
-                                              end_date=when + timedelta(minutes=2)))
+        session.execute(
+            insert(DagRun).values(
+                dag_id=dag_id,
+                run_id=run_id,
+                run_type="scheduled",
+                logical_date=when,
+                run_after=when,
+                state="success",
+                start_date=when,
+                end_date=when + timedelta(minutes=2),
+            )
+        )
         run = session.scalar(select(DagRun.id).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
-        for task_id, operator, value in (("train", "HorovodTrainOperator", result(day)),
-                                         ("evaluate", "_PythonDecoratedOperator", {"holdout_mse": 0.1 * day}),
-                                         ("promote", "_PythonDecoratedOperator", {"promoted": day % 2 == 1})):
-            session.execute(insert(TaskInstance).values(
-                dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=-1, pool="default_pool", state="success",
-                try_number=1, operator=operator, duration=30.0, start_date=when, end_date=when))
+        for task_id, operator, value in (
+            ("train", "HorovodTrainOperator", result(day)),
+            ("evaluate", "_PythonDecoratedOperator", {"holdout_mse": 0.1 * day}),
+            ("promote", "_PythonDecoratedOperator", {"promoted": day % 2 == 1}),
+        ):
+            session.execute(
+                insert(TaskInstance).values(
+                    dag_id=dag_id,
+                    run_id=run_id,
+                    task_id=task_id,
+                    map_index=-1,
+                    pool="default_pool",
+                    state="success",
+                    try_number=1,
+                    operator=operator,
+                    duration=30.0,
+                    start_date=when,
+                    end_date=when,
+                )
+            )
             keys = [(RETURN_KEY, value)] + ([(JOB_KEY, {"kind": "train", "attempt": 1})] if task_id == "train" else [])
             for key, xcom in keys + [("checkpoint_uri", "s3://not/read")]:
-                session.execute(insert(XComModel).values(dag_run_id=run, dag_id=dag_id, run_id=run_id, task_id=task_id,
-                                                         map_index=-1, key=key, value=xcom))
+                session.execute(
+                    insert(XComModel).values(
+                        dag_run_id=run, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=-1, key=key, value=xcom
+                    )
+                )
 
 
 @pytest.fixture

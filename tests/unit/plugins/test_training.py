@@ -48,6 +48,7 @@ def test_the_wheel_carries_the_built_bundle_and_not_its_sources():
 
 # --- what the view answers -----------------------------------------------------------------------
 
+
 def ti(state: str = "success", operator: str = "@task", map_index: int = -1) -> dict:
     return {"state": state, "try_number": 1, "map_index": map_index, "operator": operator}
 
@@ -64,28 +65,49 @@ def write_attempt(storage: Path, *, history: list[dict] | None, record: dict | N
         (folder / name / "model.pt").write_text("weights")
 
 
-HISTORY = [{"report": n, "time": 100.0 + n, "metrics": {"epoch": n - 1, "loss": 1.0 / n},
-            "checkpoint": f"checkpoint_{n:06d}" if n % 2 == 0 else None} for n in range(1, 7)]
+HISTORY = [
+    {
+        "report": n,
+        "time": 100.0 + n,
+        "metrics": {"epoch": n - 1, "loss": 1.0 / n},
+        "checkpoint": f"checkpoint_{n:06d}" if n % 2 == 0 else None,
+    }
+    for n in range(1, 7)
+]
 
 
 def job(storage: Path, kind: str = "train") -> dict:
-    return {"submission_id": "ahp-d-train-x-a2", "storage_uri": str(storage), "attempt": 2, "kind": kind,
-            "dashboard_url": "http://ray:8265/#/jobs/ahp-d-train-x-a2", "trainer_api": "v2"}
+    return {
+        "submission_id": "ahp-d-train-x-a2",
+        "storage_uri": str(storage),
+        "attempt": 2,
+        "kind": kind,
+        "dashboard_url": "http://ray:8265/#/jobs/ahp-d-train-x-a2",
+        "trainer_api": "v2",
+    }
 
 
 def test_a_task_that_does_not_train_gets_a_neutral_line_not_an_error():
-    assert answer(None, {}) == {"found": False, "trains": False, "live": False,
-                                "message": "There is no such task instance."}
+    assert answer(None, {}) == {
+        "found": False,
+        "trains": False,
+        "live": False,
+        "message": "There is no such task instance.",
+    }
     plain = answer(ti(), {RETURN_KEY: {"holdout_mse": 0.1}})
     assert (plain["trains"], plain["live"], plain.get("problem")) == (False, False, None)
     assert plain["message"] == "This task does not train with Horovod: there are no training curves here."
     ray_task = answer(ti("running", "@task.ray"), {JOB_KEY: job(Path("/s"), kind="task")})
     assert ray_task["message"] == "This task runs a Ray job, not a training: it has no training curves."
     assert ray_task["live"] and ray_task["facts"] == [
-        {"label": "Ray job", "value": "ahp-d-train-x-a2", "href": "http://ray:8265/#/jobs/ahp-d-train-x-a2"}]
+        {"label": "Ray job", "value": "ahp-d-train-x-a2", "href": "http://ray:8265/#/jobs/ahp-d-train-x-a2"}
+    ]
     waiting = answer(ti("queued", "HorovodTrainOperator"), {})
     assert (waiting["trains"], waiting["live"], waiting["message"]) == (
-        False, True, "The training has not been submitted yet.")
+        False,
+        True,
+        "The training has not been submitted yet.",
+    )
 
 
 def test_a_running_training_is_drawn_from_its_live_history_and_refreshes(tmp_path):
@@ -96,9 +118,13 @@ def test_a_running_training_is_drawn_from_its_live_history_and_refreshes(tmp_pat
     curves = running["curves"]
     assert curves["reports"] == 3 and curves["axes"] == ["epoch", "report", "elapsed_s"]
     assert [(c["name"], c["exists"], c["uri"]) for c in curves["checkpoints"]] == [
-        ("checkpoint_000002", True, f"{tmp_path}/attempt-2/checkpoint_000002")]
-    assert {"label": "Ray job", "value": "ahp-d-train-x-a2",
-            "href": "http://ray:8265/#/jobs/ahp-d-train-x-a2"} in running["facts"]
+        ("checkpoint_000002", True, f"{tmp_path}/attempt-2/checkpoint_000002")
+    ]
+    assert {
+        "label": "Ray job",
+        "value": "ahp-d-train-x-a2",
+        "href": "http://ray:8265/#/jobs/ahp-d-train-x-a2",
+    } in running["facts"]
     before_the_first_report = answer(ti("running", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path / "new")})
     assert before_the_first_report["message"] == "Waiting for the first report."
     assert before_the_first_report["curves"]["metrics"] == []
@@ -106,25 +132,52 @@ def test_a_running_training_is_drawn_from_its_live_history_and_refreshes(tmp_pat
 
 def test_a_finished_training_lists_the_checkpoints_ray_kept_and_marks_those_it_deleted(tmp_path):
     latest = f"{tmp_path}/attempt-2/checkpoint_000006"
-    result = {**job(tmp_path), "metrics": {"loss": 1 / 6}, "checkpoint_uri": latest, "best_checkpoint_uri": latest,
-              "world_size": 4, "timings": {"fit_s": 900.0}, "checkpoint_score_attribute": "loss",
-              "cost": {"total": {"attempts": 2, "worker_s": 3700.0, "cpu_s": 3700.0, "gpu_s": 0.0, "amount": 0.25,
-                                 "failed_attempts": 1, "failed_worker_s": 100.0},
-                       "prices": {"cpu_hour": 0.05, "gpu_hour": 2.0, "currency": "USD"}}}
+    result = {
+        **job(tmp_path),
+        "metrics": {"loss": 1 / 6},
+        "checkpoint_uri": latest,
+        "best_checkpoint_uri": latest,
+        "world_size": 4,
+        "timings": {"fit_s": 900.0},
+        "checkpoint_score_attribute": "loss",
+        "cost": {
+            "total": {
+                "attempts": 2,
+                "worker_s": 3700.0,
+                "cpu_s": 3700.0,
+                "gpu_s": 0.0,
+                "amount": 0.25,
+                "failed_attempts": 1,
+                "failed_worker_s": 100.0,
+            },
+            "prices": {"cpu_hour": 0.05, "gpu_hour": 2.0, "currency": "USD"},
+        },
+    }
     # The live history file is gone (or never was): the record's history is drawn.
-    write_attempt(tmp_path, history=None, record={"history": HISTORY, "world_size": 4},
-                  kept=["checkpoint_000004", "checkpoint_000006"])
+    write_attempt(
+        tmp_path,
+        history=None,
+        record={"history": HISTORY, "world_size": 4},
+        kept=["checkpoint_000004", "checkpoint_000006"],
+    )
     done = answer(ti(), {RETURN_KEY: result, JOB_KEY: job(tmp_path)})
     assert (done["trains"], done["live"], done["map_index"]) == (True, False, None)
     checkpoints = done["curves"]["checkpoints"]
     assert [(c["name"], c["exists"], c["latest"]) for c in checkpoints] == [
-        ("checkpoint_000002", False, False), ("checkpoint_000004", True, False), ("checkpoint_000006", True, True)]
+        ("checkpoint_000002", False, False),
+        ("checkpoint_000004", True, False),
+        ("checkpoint_000006", True, True),
+    ]
     loss = done["curves"]["metrics"][0]
     assert loss["name"] == "loss" and loss["chosen"] and loss["kept_at"] == [3, 5] and loss["deleted_at"] == [1]
     assert done["curves"]["score_attribute"] == "loss"
     facts = {f["label"]: f["value"] for f in done["facts"]}
-    assert facts["workers"] == "4" and facts["training time"] == "900.0 s" and facts["cost"] == (
-        "3700.0 worker-s (CPU 3700.0 s, GPU 0.0 s), 0.2500 USD; 1 failed attempt(s): 100.0 worker-s")
+    assert (
+        facts["workers"] == "4"
+        and facts["training time"] == "900.0 s"
+        and facts["cost"]
+        == ("3700.0 worker-s (CPU 3700.0 s, GPU 0.0 s), 0.2500 USD; 1 failed attempt(s): 100.0 worker-s")
+    )
     assert {"label": "latest checkpoint", "value": latest} in done["uris"]
 
 
@@ -135,11 +188,13 @@ def test_storage_that_cannot_be_read_is_said_on_the_page_with_what_was_read(tmp_
 
     broken = answer(ti("running", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path)}, files=Unreachable)
     assert broken["trains"] and broken["live"] and broken["curves"]["metrics"] == []
-    assert broken["problem"] == (f"The training's files at {tmp_path}/attempt-2 cannot be read: "
-                                 "the S3 endpoint does not answer")
+    assert broken["problem"] == (
+        f"The training's files at {tmp_path}/attempt-2 cannot be read: the S3 endpoint does not answer"
+    )
 
 
 # --- the routes -----------------------------------------------------------------------------------
+
 
 def test_the_routes_ask_airflow_who_is_asking_and_the_bundle_is_served(monkeypatch, tmp_path):
     from fastapi.testclient import TestClient
@@ -159,15 +214,32 @@ def test_the_routes_ask_airflow_who_is_asking_and_the_bundle_is_served(monkeypat
 def test_why_each_attempt_failed_is_shown_from_the_records_they_left(tmp_path):
     first = tmp_path / "attempt-1"
     first.mkdir()
-    (first / "result.json").write_text(json.dumps({"failure": {
-        "failure_class": "infrastructure", "summary": "ActorDiedError: a worker died", "rank": None,
-        "traceback": "", "hint": "nothing in the task: a worker or node was lost."}}))
-    failure = {"failure_class": "user_code", "summary": "ZeroDivisionError: division by zero", "rank": 1,
-               "traceback": 'File "train.py", line 9, in train\n    1 / 0', "hint": "fix the training function."}
+    (first / "result.json").write_text(
+        json.dumps(
+            {
+                "failure": {
+                    "failure_class": "infrastructure",
+                    "summary": "ActorDiedError: a worker died",
+                    "rank": None,
+                    "traceback": "",
+                    "hint": "nothing in the task: a worker or node was lost.",
+                }
+            }
+        )
+    )
+    failure = {
+        "failure_class": "user_code",
+        "summary": "ZeroDivisionError: division by zero",
+        "rank": 1,
+        "traceback": 'File "train.py", line 9, in train\n    1 / 0',
+        "hint": "fix the training function.",
+    }
     write_attempt(tmp_path, history=HISTORY[:2], record={"failure": failure, "history": HISTORY[:2]}, kept=[])
     failed = answer(ti("failed", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path)})
     assert failed["trains"] and [(f["attempt"], f["class"], f["rank"]) for f in failed["failures"]] == [
-        (1, "infrastructure", None), (2, "user code", 1)]
+        (1, "infrastructure", None),
+        (2, "user code", 1),
+    ]
     assert failed["failures"][1]["traceback"].endswith("1 / 0") and failed["curves"]["reports"] == 2
     # A training that never failed lists none.
     assert answer(ti("running", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path / "fine")})["failures"] == []

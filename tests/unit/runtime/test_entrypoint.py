@@ -18,10 +18,21 @@ HERE = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 # --- a task job, end to end -------------------------------------------------------------------------
 
+
 def run_payload(tmp_path, monkeypatch, function, args=(), kwargs=None):
-    plan = task_plan(TaskRun("d", "t", "r"), python_callable=function, op_args=list(args), op_kwargs=kwargs or {},
-                     num_cpus=1, num_gpus=None, memory=None, resources=None, runtime_env=None,
-                     storage_path=str(tmp_path / "storage"), ray_conn_id="ray_default")
+    plan = task_plan(
+        TaskRun("d", "t", "r"),
+        python_callable=function,
+        op_args=list(args),
+        op_kwargs=kwargs or {},
+        num_cpus=1,
+        num_gpus=None,
+        memory=None,
+        resources=None,
+        runtime_env=None,
+        storage_path=str(tmp_path / "storage"),
+        ray_conn_id="ray_default",
+    )
     request = plan.request(1)
     parent = tmp_path / "payload"
     request.write_payload(str(parent))
@@ -44,11 +55,14 @@ def test_a_pickled_function_runs(tmp_path, monkeypatch):
     assert code == 0 and TaskRecord.from_json(open(spec.result_uri).read()).return_value == {"twice": 42}
 
 
-@pytest.mark.parametrize("function, fragment", [
-    ("os:getcwd", None),
-    ("builtins:object", "returned a object, which XCom cannot hold as JSON"),
-    ("math:sqrt", "ValueError: math domain error"),
-])
+@pytest.mark.parametrize(
+    "function, fragment",
+    [
+        ("os:getcwd", None),
+        ("builtins:object", "returned a object, which XCom cannot hold as JSON"),
+        ("math:sqrt", "ValueError: math domain error"),
+    ],
+)
 def test_failures_end_the_job_with_one_line_saying_why(tmp_path, monkeypatch, capsys, function, fragment):
     args = [-1] if function == "math:sqrt" else []
     spec, code = run_payload(tmp_path, monkeypatch, function, args=args)
@@ -67,6 +81,7 @@ def test_a_wrong_command_line_says_how_to_call_it(capsys):
 
 # --- before anything runs ---------------------------------------------------------------------------
 
+
 def test_this_clusters_ray_is_supported():
     assert entrypoint.ray_mismatch() is None
 
@@ -82,20 +97,28 @@ def test_a_ray_outside_the_supported_range_fails_naming_both_and_the_fix(monkeyp
 
 
 def test_pickled_code_from_another_python_fails_naming_the_parameter_both_versions_and_the_fix():
-    spec = TrainingSpec(submission_id="s-a1", train_fn={"pickle": "train_fn.pkl"}, storage_uri="/x",
-                        datasets={"train": {"pickle": "dataset_train.pkl"}, "val": {"uri": "/v", "format": "csv"}},
-                        python_version="3.9")
+    spec = TrainingSpec(
+        submission_id="s-a1",
+        train_fn={"pickle": "train_fn.pkl"},
+        storage_uri="/x",
+        datasets={"train": {"pickle": "dataset_train.pkl"}, "val": {"uri": "/v", "format": "csv"}},
+        python_version="3.9",
+    )
     message = entrypoint.python_mismatch(spec.python_version, spec.pickled_files())
     assert "train_fn and datasets['train']" in message
     assert "Airflow's Python 3.9" in message and f"runs Python {HERE}" in message
     assert 'import path "package.module:function"' in message
 
 
-@pytest.mark.parametrize("spec", [
-    TrainingSpec(submission_id="s", train_fn={"pickle": "f"}, storage_uri="/x", python_version=HERE),
-    TrainingSpec(submission_id="s", train_fn={"import": "m:f"}, storage_uri="/x", python_version="3.9"),
-    TaskSpec(submission_id="s", function={"import": "m:f"}, storage_uri="/x", python_version="3.9"),
-], ids=["same-python", "import-path", "task-import-path"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        TrainingSpec(submission_id="s", train_fn={"pickle": "f"}, storage_uri="/x", python_version=HERE),
+        TrainingSpec(submission_id="s", train_fn={"import": "m:f"}, storage_uri="/x", python_version="3.9"),
+        TaskSpec(submission_id="s", function={"import": "m:f"}, storage_uri="/x", python_version="3.9"),
+    ],
+    ids=["same-python", "import-path", "task-import-path"],
+)
 def test_the_same_python_or_import_paths_pass(spec):
     assert entrypoint.preflight(spec) is None
 
@@ -106,6 +129,7 @@ def test_a_task_job_names_its_callable():
 
 
 # --- what a failure was: Ray's own errors, as the runtime catches them -----------------------------------
+
 
 def users(rank):
     """An error out of the user's function, marked in its worker as Ray Train's wrapper does."""
@@ -136,23 +160,36 @@ def v2_errors():
     died = WorkerHealthCheckFailedError("worker 1 unreachable", failure=ActorDiedError())
     preempted = ActorDiedError()
     preempted._preempted = True
-    init_error = RayTaskError("TrainController.__init__", "OSError: When creating bucket 'b': AWS Error "
-                              "NETWORK_CONNECTION: Could not connect to server", OSError("Could not connect to server"))
+    init_error = RayTaskError(
+        "TrainController.__init__",
+        "OSError: When creating bucket 'b': AWS Error NETWORK_CONNECTION: Could not connect to server",
+        OSError("Could not connect to server"),
+    )
     return {
-        "user code on rank 1": (WorkerGroupError("rank 1 failed", {
-            0: RuntimeError("Horovod has been shut down: Gloo connection reset"), 1: users(1)}),
-            FailureClass.USER_CODE),
+        "user code on rank 1": (
+            WorkerGroupError(
+                "rank 1 failed", {0: RuntimeError("Horovod has been shut down: Gloo connection reset"), 1: users(1)}
+            ),
+            FailureClass.USER_CODE,
+        ),
         "a dead worker": (WorkerGroupError("rank 1 died", {1: died}), FailureClass.INFRASTRUCTURE),
         "a collective aborted by a dead peer": (
-            WorkerGroupError("ranks failed", {0: RuntimeError("Gloo connectFullMesh failed: Connection refused"),
-                                              1: died}), FailureClass.INFRASTRUCTURE),
+            WorkerGroupError(
+                "ranks failed", {0: RuntimeError("Gloo connectFullMesh failed: Connection refused"), 1: died}
+            ),
+            FailureClass.INFRASTRUCTURE,
+        ),
         "a preempted node": (WorkerGroupError("rank 0 died", {0: preempted}), FailureClass.PREEMPTION),
-        "a drained node": (PreemptionError(PreemptionInfo(deadline_ms=None, preempted_node_to_ranks={"n1": [1]})),
-                           FailureClass.PREEMPTION),
+        "a drained node": (
+            PreemptionError(PreemptionInfo(deadline_ms=None, preempted_node_to_ranks={"n1": [1]})),
+            FailureClass.PREEMPTION,
+        ),
         "workers that never started": (ControllerError(WorkerGroupStartupTimeoutError(2)), FailureClass.CAPACITY),
         "storage gone at the controller's start": (ActorDiedError(cause=init_error), FailureClass.STORAGE),
-        "a module the cluster lacks": (ModuleNotFoundError("No module named 'transformers'"),
-                                       FailureClass.CONFIGURATION),
+        "a module the cluster lacks": (
+            ModuleNotFoundError("No module named 'transformers'"),
+            FailureClass.CONFIGURATION,
+        ),
     }
 
 
@@ -162,7 +199,7 @@ def test_ray_train_v2_errors_get_their_class(name):
     verdict = failures.of_error(failed_run(cause), user_code=False)
     assert verdict.failure_class is expected, verdict
     if expected is FailureClass.USER_CODE:
-        assert (verdict.rank, verdict.error_type) == (1, "KeyError") and "{}[\"lr\"]" in verdict.traceback
+        assert (verdict.rank, verdict.error_type) == (1, "KeyError") and '{}["lr"]' in verdict.traceback
 
 
 def test_ray_train_v1_errors_get_their_class():
@@ -203,8 +240,11 @@ def test_a_function_that_does_not_load_on_the_cluster_is_configuration(tmp_path,
     payload = tmp_path / "ahp_payload_noload"
     payload.mkdir()
     (payload / "__init__.py").write_text("")
-    spec = TaskSpec(submission_id="ahp-d-t-x-a1", storage_uri=str(tmp_path / "storage"),
-                    function={"import": "json:no_such_function"})  # the Airflow side could not look it up
+    spec = TaskSpec(
+        submission_id="ahp-d-t-x-a1",
+        storage_uri=str(tmp_path / "storage"),
+        function={"import": "json:no_such_function"},
+    )  # the Airflow side could not look it up
     (payload / "spec.json").write_text(spec.to_json())
     monkeypatch.syspath_prepend(str(tmp_path))
     code = entrypoint.main(["task", payload.name])

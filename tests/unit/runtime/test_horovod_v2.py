@@ -43,10 +43,18 @@ def test_each_rank_gets_horovods_variables():
     slots = get_host_assignments(parse_hosts(host_plan(["n1", "n1", "n2"])), 3)
     config = HorovodV2Config(timeout_s=45, nics=["eth1", "eth2"])
     envs = [rank_env(s, rendezvous_addr="10.0.0.1", rendezvous_port=4242, config=config) for s in slots]
-    picked = [(e["HOROVOD_HOSTNAME"], e["HOROVOD_RANK"], e["HOROVOD_LOCAL_RANK"], e["HOROVOD_LOCAL_SIZE"],
-               e["HOROVOD_CROSS_RANK"], e["HOROVOD_CROSS_SIZE"]) for e in envs]
-    assert picked == [("n1", "0", "0", "2", "0", "2"), ("n1", "1", "1", "2", "0", "1"),
-                      ("n2", "2", "0", "1", "1", "2")]
+    picked = [
+        (
+            e["HOROVOD_HOSTNAME"],
+            e["HOROVOD_RANK"],
+            e["HOROVOD_LOCAL_RANK"],
+            e["HOROVOD_LOCAL_SIZE"],
+            e["HOROVOD_CROSS_RANK"],
+            e["HOROVOD_CROSS_SIZE"],
+        )
+        for e in envs
+    ]
+    assert picked == [("n1", "0", "0", "2", "0", "2"), ("n1", "1", "1", "2", "0", "1"), ("n2", "2", "0", "1", "1", "2")]
     assert {e["HOROVOD_SIZE"] for e in envs} == {"3"}
     assert envs[0]["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == "10.0.0.1" and envs[0]["HOROVOD_GLOO_RENDEZVOUS_PORT"] == "4242"
     assert envs[0]["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "45"
@@ -55,6 +63,7 @@ def test_each_rank_gets_horovods_variables():
 
 
 # --- the network each host uses --------------------------------------------------------------------
+
 
 def host(name, ip, interfaces, hostname_address=None, fixed=True, down=()):
     return HostNetwork(name, ip, interfaces, hostname_address or ip, fixed, tuple(down))
@@ -91,8 +100,10 @@ def test_a_ray_address_on_no_interface_asks_for_horovod_nics():
 
 
 def test_host_names_on_loopback_fail_across_hosts_only_with_horovods_unfixed_process_sets():
-    debian = [host("a", "10.0.0.1", A.interfaces, "127.0.1.1", fixed=False),
-              host("b", "10.0.0.2", B.interfaces, "127.0.1.1", fixed=False)]
+    debian = [
+        host("a", "10.0.0.1", A.interfaces, "127.0.1.1", fixed=False),
+        host("b", "10.0.0.2", B.interfaces, "127.0.1.1", fixed=False),
+    ]
     with pytest.raises(HorovodNetworkError, match=r"a -> 127\.0\.1\.1; b -> 127\.0\.1\.1.*build_horovod"):
         network_plan(debian, None)
     fixed = [dataclasses.replace(h, process_sets_use_iface=True) for h in debian]
@@ -108,14 +119,22 @@ def test_the_fix_is_recognised_by_the_text_the_build_puts_in_horovod():
 
 
 def test_the_unreachable_message_names_hosts_addresses_ports_and_the_parameters():
-    text = unreachable_message([Unreachable("b (10.0.0.2)", "a (10.0.0.1) on eth1", "10.1.0.1", 40123,
-                                            "no answer within 8 s")], probe_timeout_s=8, timeout_s=8, nics=["eth1"])
-    for needed in ("b (10.0.0.2) -> a (10.0.0.1) on eth1 at 10.1.0.1:40123: no answer within 8 s",
-                   "horovod_nics=['eth1']", "horovod_timeout_s (now 8)"):
+    text = unreachable_message(
+        [Unreachable("b (10.0.0.2)", "a (10.0.0.1) on eth1", "10.1.0.1", 40123, "no answer within 8 s")],
+        probe_timeout_s=8,
+        timeout_s=8,
+        nics=["eth1"],
+    )
+    for needed in (
+        "b (10.0.0.2) -> a (10.0.0.1) on eth1 at 10.1.0.1:40123: no answer within 8 s",
+        "horovod_nics=['eth1']",
+        "horovod_timeout_s (now 8)",
+    ):
         assert needed in text
 
 
 # --- the rendezvous server ---------------------------------------------------------------------------
+
 
 def test_the_rendezvous_forgets_a_scope_once_all_its_ranks_finished_even_out_of_step_with_others():
     """Rank 0 finishes 'global' and then its own one-rank 'local' scope before rank 1 finishes
@@ -128,6 +147,7 @@ def test_the_rendezvous_forgets_a_scope_once_all_its_ranks_finished_even_out_of_
     port = server.start(_rendezvous_handler())
     server.init(get_host_assignments(parse_hosts("n1:1,n2:1"), 2))
     try:
+
         def call(method, path, body=b""):
             request = urllib.request.Request(f"http://127.0.0.1:{port}/{path}", data=body or None, method=method)
             if body:
@@ -147,14 +167,19 @@ def test_the_rendezvous_forgets_a_scope_once_all_its_ranks_finished_even_out_of_
 
 # --- why a worker group started ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("previous, size, change, node_lost, reason", [
-    (None, 4, None, False, "start"),
-    (2, 4, "resize", False, "grow"),
-    (4, 2, "resize", False, "shrink"),
-    (4, 2, "restart", True, "node lost"),
-    (4, 4, "preempt", False, "node lost"),
-    (4, 4, "restart", False, "failure"),
-], ids=["start", "grow", "shrink", "node-gone", "preempted", "failure"])
+
+@pytest.mark.parametrize(
+    "previous, size, change, node_lost, reason",
+    [
+        (None, 4, None, False, "start"),
+        (2, 4, "resize", False, "grow"),
+        (4, 2, "resize", False, "shrink"),
+        (4, 2, "restart", True, "node lost"),
+        (4, 4, "preempt", False, "node lost"),
+        (4, 4, "restart", False, "failure"),
+    ],
+    ids=["start", "grow", "shrink", "node-gone", "preempted", "failure"],
+)
 def test_segment_reason(previous, size, change, node_lost, reason):
     assert segment_reason(previous, size, change, node_lost) == reason
 

@@ -53,6 +53,7 @@ def test_an_attempt_without_checkpoints_has_none(tmp_path):
 
 # --- checkpoint uploads -----------------------------------------------------------------------------
 
+
 @pytest.fixture
 def s3(monkeypatch):
     import socket
@@ -66,9 +67,13 @@ def s3(monkeypatch):
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
-    for name, value in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
-                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                        "AWS_EC2_METADATA_DISABLED": "true"}.items():
+    for name, value in {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
         monkeypatch.setenv(name, value)
     boto3.client("s3").create_bucket(Bucket="ckpt")
     yield endpoint
@@ -78,14 +83,19 @@ def s3(monkeypatch):
 def pyarrow_s3(endpoint):
     import pyarrow.fs
 
-    return pyarrow.fs.S3FileSystem(access_key="testing", secret_key="testing", endpoint_override=endpoint,
-                                   region="us-east-1", scheme="http")
+    return pyarrow.fs.S3FileSystem(
+        access_key="testing", secret_key="testing", endpoint_override=endpoint, region="us-east-1", scheme="http"
+    )
 
 
 def make_big_checkpoint(folder):
     rng = __import__("random").Random(7)
-    files = {"model.pt": rng.randbytes(40 * 1024 * 1024), "meta.json": b'{"epoch": 3}',
-             "shards/part-0": rng.randbytes(3 * 1024 * 1024), "shards/part-1": b""}
+    files = {
+        "model.pt": rng.randbytes(40 * 1024 * 1024),
+        "meta.json": b'{"epoch": 3}',
+        "shards/part-0": rng.randbytes(3 * 1024 * 1024),
+        "shards/part-1": b"",
+    }
     for name, data in files.items():
         os.makedirs(os.path.dirname(os.path.join(folder, name)), exist_ok=True)
         with open(os.path.join(folder, name), "wb") as f:
@@ -94,9 +104,13 @@ def make_big_checkpoint(folder):
 
 
 def digests(folder):
-    return {os.path.relpath(os.path.join(root, f), folder): hashlib.sha256(open(os.path.join(root, f),
-                            "rb").read()).hexdigest()
-            for root, _, names in os.walk(folder) for f in names}
+    return {
+        os.path.relpath(os.path.join(root, f), folder): hashlib.sha256(
+            open(os.path.join(root, f), "rb").read()
+        ).hexdigest()
+        for root, _, names in os.walk(folder)
+        for f in names
+    }
 
 
 def test_a_checkpoint_goes_up_in_parts_and_reads_back_bit_identical(s3, tmp_path):
@@ -109,8 +123,9 @@ def test_a_checkpoint_goes_up_in_parts_and_reads_back_bit_identical(s3, tmp_path
     def refuse(*args, **kwargs):
         calls.append(args)
 
-    storage.copy_files(refuse, str(tmp_path / "ckpt"), "ckpt/run/checkpoint_000001",
-                             source_filesystem=None, destination_filesystem=fs)
+    storage.copy_files(
+        refuse, str(tmp_path / "ckpt"), "ckpt/run/checkpoint_000001", source_filesystem=None, destination_filesystem=fs
+    )
     uploaded = boto3.client("s3").head_object(Bucket="ckpt", Key="run/checkpoint_000001/model.pt")
     assert uploaded["ETag"].strip('"').endswith("-3")  # 40 MiB in 16 MiB parts: a multipart upload
     assert calls == []
@@ -137,13 +152,17 @@ def test_ray_trains_copy_helper_is_routed_through_it_once_installed(s3, tmp_path
     with Checkpoint(path="ckpt/via-ray", filesystem=fs).as_directory() as folder:
         assert digests(folder) == made
     # Local to local is still Ray's own copy.
-    ray_storage._pyarrow_fs_copy_files(str(tmp_path / "ckpt"), str(tmp_path / "copy"),
-                                   source_filesystem=pyarrow.fs.LocalFileSystem(),
-                                   destination_filesystem=pyarrow.fs.LocalFileSystem())
+    ray_storage._pyarrow_fs_copy_files(
+        str(tmp_path / "ckpt"),
+        str(tmp_path / "copy"),
+        source_filesystem=pyarrow.fs.LocalFileSystem(),
+        destination_filesystem=pyarrow.fs.LocalFileSystem(),
+    )
     assert digests(tmp_path / "copy") == made
 
 
 # --- the metric history -----------------------------------------------------------------------------
+
 
 def test_a_point_keeps_the_numeric_metrics_only():
     p = storage.point({"loss": 0.5, "epoch": 3, "ok": True, "name": "x", "nan": float("nan")}, 7, "checkpoint_000001")
@@ -200,7 +219,9 @@ def test_rank_0s_reports_are_recorded_once_wrapped_with_their_checkpoints_folder
     cls.report(ctx, {"loss": 2.0})
     assert calls == [{"loss": 1.0}, {"loss": 0.5}, {"loss": 2.0}]  # every report still goes to Ray Train
     assert [(p["report"], p["metrics"]["loss"], p["checkpoint"]) for p in recorder.points] == [
-        (1, 1.0, "checkpoint_2026-11-24_10-00-00.000000"), (2, 0.5, None)]
+        (1, 1.0, "checkpoint_2026-11-24_10-00-00.000000"),
+        (2, 0.5, None),
+    ]
 
 
 def test_the_history_is_written_as_it_comes_and_a_restarted_worker_goes_on_from_it(train_v2, monkeypatch, tmp_path):
@@ -260,8 +281,10 @@ def test_code_shipped_by_value_gets_its_file_back_for_tracebacks():
         fn(0)
     except ZeroDivisionError as err:
         frames = traceback.extract_tb(err.__traceback__)
-    assert [(f.filename, f.name) for f in frames[-2:]] == [("/dags/my_dag.py", "_shipped"),
-                                                           ("/dags/my_dag.py", "_helper")]
+    assert [(f.filename, f.name) for f in frames[-2:]] == [
+        ("/dags/my_dag.py", "_shipped"),
+        ("/dags/my_dag.py", "_helper"),
+    ]
     assert frames[-1].lineno == _helper.__code__.co_firstlineno + 1  # the lines stay right
 
 

@@ -21,26 +21,52 @@ RUN_KEY = "ahp-dag-train-0123456789"
 
 
 def spec(**changes) -> TrainingSpec:
-    base = dict(submission_id=f"{RUN_KEY}-a2", storage_uri="/s", attempt=2, num_workers=4,
-                train_loop_config={"lr": 0.1, "model": {"layers": [64, 32], "act": "relu"}, "tag": None},
-                tracking={"tracking_uri": URI, "experiment_name": "dag", "run_name": "train r1", "run_key": RUN_KEY,
-                          "tags": {"airflow.dag_id": "dag", "airflow.try_number": "3"}})
+    base = dict(
+        submission_id=f"{RUN_KEY}-a2",
+        storage_uri="/s",
+        attempt=2,
+        num_workers=4,
+        train_loop_config={"lr": 0.1, "model": {"layers": [64, 32], "act": "relu"}, "tag": None},
+        tracking={
+            "tracking_uri": URI,
+            "experiment_name": "dag",
+            "run_name": "train r1",
+            "run_key": RUN_KEY,
+            "tags": {"airflow.dag_id": "dag", "airflow.try_number": "3"},
+        },
+    )
     return TrainingSpec(**{**base, **changes})
 
 
 # --- what is logged ---------------------------------------------------------------------------------
 
+
 def test_the_parameters_are_the_config_flattened_the_world_size_and_the_trainer():
     assert tracking.params(spec()) == {
-        "lr": "0.1", "model.layers": "[64, 32]", "model.act": "relu", "tag": "null", "world_size": "4",
-        "trainer": "horovod", "trainer_api": "v2", "use_gpu": "False"}
+        "lr": "0.1",
+        "model.layers": "[64, 32]",
+        "model.act": "relu",
+        "tag": "null",
+        "world_size": "4",
+        "trainer": "horovod",
+        "trainer_api": "v2",
+        "use_gpu": "False",
+    }
 
 
 def test_a_task_horovod_calls_arguments_are_its_parameters():
-    called = spec(train_loop_config={}, train_args=[1, "a"], train_kwargs={"epochs": 3, "opt": {"lr": 0.5}},
-                  num_workers=[2, 4])
-    assert tracking.params(called) == {"epochs": "3", "opt.lr": "0.5", "args": '[1, "a"]', "world_size": "[2, 4]",
-                                       "trainer": "horovod", "trainer_api": "v2", "use_gpu": "False"}
+    called = spec(
+        train_loop_config={}, train_args=[1, "a"], train_kwargs={"epochs": 3, "opt": {"lr": 0.5}}, num_workers=[2, 4]
+    )
+    assert tracking.params(called) == {
+        "epochs": "3",
+        "opt.lr": "0.5",
+        "args": '[1, "a"]',
+        "world_size": "[2, 4]",
+        "trainer": "horovod",
+        "trainer_api": "v2",
+        "use_gpu": "False",
+    }
 
 
 def test_long_values_are_cut_to_what_mlflow_keeps():
@@ -48,24 +74,32 @@ def test_long_values_are_cut_to_what_mlflow_keeps():
 
 
 def test_the_tags_are_the_airflow_sides_with_the_attempt_and_the_key_a_retry_finds_the_run_by():
-    assert tracking.tags(spec()) == {"airflow.dag_id": "dag", "airflow.try_number": "3",
-                                     tracking.TASK_RUN_TAG: RUN_KEY, "ray.submission_id": f"{RUN_KEY}-a2",
-                                     "ray.attempt": "2"}
+    assert tracking.tags(spec()) == {
+        "airflow.dag_id": "dag",
+        "airflow.try_number": "3",
+        tracking.TASK_RUN_TAG: RUN_KEY,
+        "ray.submission_id": f"{RUN_KEY}-a2",
+        "ray.attempt": "2",
+    }
     assert tracking.run_filter(RUN_KEY) == f"tags.`airflow_provider_horovod.task_run` = '{RUN_KEY}'"
 
 
-@pytest.mark.parametrize(("name", "key"), [("loss", "loss"), ("val/acc@1", "val/acc_1"), ("a:b(c)", "a_b_c_"),
-                                           ("", "_")])
+@pytest.mark.parametrize(
+    ("name", "key"), [("loss", "loss"), ("val/acc@1", "val/acc_1"), ("a:b(c)", "a_b_c_"), ("", "_")]
+)
 def test_metric_names_become_what_mlflow_takes(name, key):
     assert tracking.metric_key(name) == key
 
 
-@pytest.mark.parametrize(("uri", "url"), [
-    ("http://mlflow:5000", "http://mlflow:5000/#/experiments/7/runs/r1"),
-    ("https://host/mlflow/", "https://host/mlflow/#/experiments/7/runs/r1"),
-    ("http://user:pw@mlflow:5000", "http://mlflow:5000/#/experiments/7/runs/r1"),
-    ("databricks", None),
-])
+@pytest.mark.parametrize(
+    ("uri", "url"),
+    [
+        ("http://mlflow:5000", "http://mlflow:5000/#/experiments/7/runs/r1"),
+        ("https://host/mlflow/", "https://host/mlflow/#/experiments/7/runs/r1"),
+        ("http://user:pw@mlflow:5000", "http://mlflow:5000/#/experiments/7/runs/r1"),
+        ("databricks", None),
+    ],
+)
 def test_the_runs_page_is_known_for_a_tracking_server_and_never_carries_credentials(uri, url):
     assert tracking.run_url(uri, "7", "r1") == url
 
@@ -78,8 +112,7 @@ def test_steps_go_on_after_the_steps_of_earlier_attempts():
 def test_the_summary_is_the_run_or_nothing():
     assert tracking.summary(spec()) is None  # not started
     assert tracking.summary(spec(tracking=None)) is None
-    started = spec(tracking={**spec().tracking, "run_id": "r1", "experiment_id": "7", "run_url": "u",
-                             "step_offset": 2})
+    started = spec(tracking={**spec().tracking, "run_id": "r1", "experiment_id": "7", "run_url": "u", "step_offset": 2})
     assert tracking.summary(started) == {"run_id": "r1", "experiment_id": "7", "run_url": "u"}
 
 
@@ -92,6 +125,7 @@ def test_a_connections_credentials_become_mlflows_variables(tmp_path):
 
 
 # --- finding the run --------------------------------------------------------------------------------
+
 
 class FakeClient:
     """MLflow's client as the tracking code calls it: runs and metric histories in memory."""
@@ -157,6 +191,7 @@ def test_a_tracking_server_that_cannot_be_reached_does_not_fail_the_training(tmp
 
 # --- rank 0: every recorded report -----------------------------------------------------------------
 
+
 def started_spec() -> TrainingSpec:
     return spec(tracking={**spec().tracking, "run_id": "r1", "experiment_id": "7", "run_url": "u", "step_offset": 2})
 
@@ -193,6 +228,7 @@ def test_a_failing_tracking_server_stops_the_logging_not_the_training(capsys):
 
 
 # --- nothing of MLflow without tracking --------------------------------------------------------------
+
 
 def test_without_tracking_neither_side_imports_mlflow():
     """In a fresh interpreter of the cluster's environment (where MLflow is installed): the provider's

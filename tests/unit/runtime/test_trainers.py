@@ -68,8 +68,13 @@ def test_ray_train_gets_the_users_function_with_the_right_number_of_parameters(t
     wrapped = trainers.per_worker(base, with_config)
     assert len(inspect.signature(wrapped).parameters) == 1 and wrapped({"x": 5}) is None
     assert len(inspect.signature(trainers.per_worker(base, bare)).parameters) == 0
-    call = TrainingSpec(submission_id="s-a1", train_fn={"import": "m:f"}, storage_uri=str(tmp_path),
-                        train_args=[1], train_kwargs={"b": 2})
+    call = TrainingSpec(
+        submission_id="s-a1",
+        train_fn={"import": "m:f"},
+        storage_uri=str(tmp_path),
+        train_args=[1],
+        train_kwargs={"b": 2},
+    )
     wrapped_call = trainers.per_worker(call, called)
     assert len(inspect.signature(wrapped_call).parameters) == 0
     trainers.per_worker(base, bare)()
@@ -97,6 +102,7 @@ def test_a_return_value_that_is_not_json_fails_rank_0(tmp_path, monkeypatch):
 
 # --- elastic runs ------------------------------------------------------------------------------------
 
+
 def test_an_elastic_range_becomes_ray_train_v2s_elastic_scaling(tmp_path):
     from airflow_provider_horovod.runtime.trainers import scaling_config
 
@@ -116,12 +122,14 @@ def test_the_legacy_trainer_refuses_an_elastic_range(tmp_path):
 def test_segments_of_a_run_from_rank_0s_notes():
     from airflow_provider_horovod.runtime.trainers import segments
 
-    notes = [{"started_at": 1.0, "world_size": 4, "reason": "start"}, {"started_at": 9.0, "world_size": 2,
-                                                                        "reason": "node lost"},
-             {"started_at": 20.0, "world_size": 4, "reason": "grow"}]
+    notes = [
+        {"started_at": 1.0, "world_size": 4, "reason": "start"},
+        {"started_at": 9.0, "world_size": 2, "reason": "node lost"},
+        {"started_at": 20.0, "world_size": 4, "reason": "grow"},
+    ]
     assert segments(notes) == notes
     # Ray's HorovodTrainer gives no reason: the first group is the start, the others restarts.
-    assert [s["reason"] for s in segments([{"started_at": 1.0, "world_size": 2}, {"started_at": 5.0,
-                                                                                   "world_size": 2}])] == [
-        "start", "failure"]
+    assert [
+        s["reason"] for s in segments([{"started_at": 1.0, "world_size": 2}, {"started_at": 5.0, "world_size": 2}])
+    ] == ["start", "failure"]
     assert segments([]) == []

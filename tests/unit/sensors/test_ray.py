@@ -32,18 +32,22 @@ def sensor(**kwargs) -> RayJobSensor:
     return RayJobSensor(task_id="wait", **{"submission_id": SID, "poke_interval": 1, **kwargs})
 
 
-@pytest.mark.parametrize("kwargs, parameter, fix", [
-    ({"submission_id": ""}, "submission_id", "xcom_pull"),
-    ({"submission_id": None}, "submission_id", "xcom_pull"),
-    ({"submission_id": "None"}, "submission_id", "the template rendered None"),
-    ({"submission_id": "a/b"}, "submission_id", "no spaces, '/', '?' or '#'"),
-    ({"submission_id": "ahp x a1"}, "submission_id", "as the Ray dashboard shows it"),
-    ({"ray_conn_id": ""}, "ray_conn_id", "'ray_default'"),
-    ({"deferrable": "false"}, "deferrable", "True or False"),
-    ({"pending_timeout_seconds": 0}, "pending_timeout_seconds", "greater than 0"),
-    ({"deferrable": True, "poke_interval": 0.0}, "poke_interval", "seconds greater than 0"),
-    ({"aws_conn_id": "aws_does_not_exist"}, "aws_conn_id", "create it (type aws)"),
-], ids=lambda v: v if isinstance(v, str) else None)
+@pytest.mark.parametrize(
+    "kwargs, parameter, fix",
+    [
+        ({"submission_id": ""}, "submission_id", "xcom_pull"),
+        ({"submission_id": None}, "submission_id", "xcom_pull"),
+        ({"submission_id": "None"}, "submission_id", "the template rendered None"),
+        ({"submission_id": "a/b"}, "submission_id", "no spaces, '/', '?' or '#'"),
+        ({"submission_id": "ahp x a1"}, "submission_id", "as the Ray dashboard shows it"),
+        ({"ray_conn_id": ""}, "ray_conn_id", "'ray_default'"),
+        ({"deferrable": "false"}, "deferrable", "True or False"),
+        ({"pending_timeout_seconds": 0}, "pending_timeout_seconds", "greater than 0"),
+        ({"deferrable": True, "poke_interval": 0.0}, "poke_interval", "seconds greater than 0"),
+        ({"aws_conn_id": "aws_does_not_exist"}, "aws_conn_id", "create it (type aws)"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
 def test_bad_input_fails_before_any_cluster_call(serve, kwargs, parameter, fix, monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_AWS_DOES_NOT_EXIST", raising=False)
     dashboard = serve(FakeRay())
@@ -55,8 +59,9 @@ def test_bad_input_fails_before_any_cluster_call(serve, kwargs, parameter, fix, 
     assert dashboard.requests == []
 
 
-@pytest.mark.parametrize("kwargs, parameter", [({"poke_interval": -1}, "poke_interval"),
-                                               ({"timeout": "1h"}, "timeout")])
+@pytest.mark.parametrize(
+    "kwargs, parameter", [({"poke_interval": -1}, "poke_interval"), ({"timeout": "1h"}, "timeout")]
+)
 def test_bad_timing_fails_when_the_dag_is_parsed(kwargs, parameter):
     with pytest.raises(InvalidParameterError) as err:
         sensor(**kwargs)
@@ -98,8 +103,13 @@ def test_a_succeeded_job_of_anyone_gives_the_generic_dict(poke):
     ctx = context(task_id="wait")
     done = poke(sensor(), ray, ctx)
     assert isinstance(done, PokeReturnValue) and done.is_done
-    assert done.xcom_value == {"submission_id": SID, "status": "SUCCEEDED", "metadata": {"owner": "team-a"},
-                               "dashboard_url": f"{poke.dashboard.url}/#/jobs/{SID}", "job_tags": {}}
+    assert done.xcom_value == {
+        "submission_id": SID,
+        "status": "SUCCEEDED",
+        "metadata": {"owner": "team-a"},
+        "dashboard_url": f"{poke.dashboard.url}/#/jobs/{SID}",
+        "job_tags": {},
+    }
     assert ctx["ti"].xcoms == {}
 
 
@@ -119,14 +129,24 @@ def test_a_failed_job_raises_its_class_with_the_tail_of_its_log(poke, status, fa
 
 
 def test_a_missing_job(poke):
-    with pytest.raises(RayJobError, match=f"'{SID}' does not exist on the cluster of connection 'ray_x'; check "
-                                          "submission_id and ray_conn_id"):
+    with pytest.raises(
+        RayJobError,
+        match=f"'{SID}' does not exist on the cluster of connection 'ray_x'; check submission_id and ray_conn_id",
+    ):
         poke(sensor(ray_conn_id="ray_x"), FakeRay())
 
 
 def test_pending_too_long_stops_the_job(poke):
-    ray = FakeRay({SID: {"status": "PENDING", "start_time": (time.time() - 100) * 1000,
-                         "metadata": {META_RESOURCES: '{"GPU": 8.0}'}}}, cluster={"CPU": 2.0})
+    ray = FakeRay(
+        {
+            SID: {
+                "status": "PENDING",
+                "start_time": (time.time() - 100) * 1000,
+                "metadata": {META_RESOURCES: '{"GPU": 8.0}'},
+            }
+        },
+        cluster={"CPU": 2.0},
+    )
     with pytest.raises(RayJobError, match='stayed PENDING for 100 s.*ask for {"GPU": 8.0}.*has {"CPU": 2.0}'):
         poke(sensor(pending_timeout_seconds=10), ray)
     assert ray.stopped == [SID]
@@ -139,12 +159,21 @@ def test_a_training_job_gives_the_verified_checkpoint(poke, tmp_path):
     with open(f"{checkpoint}/model.pt", "wb") as f:
         f.write(b"w")
     sid = "ahp-dag-train-0123456789-a1"
-    record = ResultRecord(submission_id=sid, attempt=1, storage_uri=storage_uri, run_uri=f"{storage_uri}/attempt-1",
-                          checkpoint_uri=checkpoint, best_checkpoint_uri=None, metrics={"loss": 0.2}, world_size=2,
-                          trainer_api="v2")
+    record = ResultRecord(
+        submission_id=sid,
+        attempt=1,
+        storage_uri=storage_uri,
+        run_uri=f"{storage_uri}/attempt-1",
+        checkpoint_uri=checkpoint,
+        best_checkpoint_uri=None,
+        metrics={"loss": 0.2},
+        world_size=2,
+        trainer_api="v2",
+    )
     Storage().write_bytes(result_uri(storage_uri, 1), record.to_json().encode())
-    ray = FakeRay({sid: {"status": "SUCCEEDED", "metadata": {META_RESULT_URI: result_uri(storage_uri, 1),
-                                                              META_KIND: "train"}}})
+    ray = FakeRay(
+        {sid: {"status": "SUCCEEDED", "metadata": {META_RESULT_URI: result_uri(storage_uri, 1), META_KIND: "train"}}}
+    )
     ctx = context(task_id="wait")
     done = poke(sensor(submission_id=sid), ray, ctx)
     assert done.xcom_value["checkpoint_uri"] == checkpoint and done.xcom_value["metrics"] == {"loss": 0.2}
@@ -176,5 +205,8 @@ def test_deferrable_defers_only_while_the_job_runs(poke, serve):
         task.execute(context(task_id="wait"))
     _, kwargs = deferred.value.trigger.serialize()
     assert (kwargs["submission_id"], kwargs["ray_conn_id"], kwargs["policy"]) == (
-        SID, "ray_x", {"poll_interval_s": 5.0, "pending_timeout_s": 30, "stall_timeout_s": None})
+        SID,
+        "ray_x",
+        {"poll_interval_s": 5.0, "pending_timeout_s": 30, "stall_timeout_s": None},
+    )
     assert deferred.value.timeout.total_seconds() == 600

@@ -26,13 +26,19 @@ CURSOR = LogCursor(SID).advanced([f"l{i}" for i in range(1, 8)])
 
 def test_serialize_exact_and_rebuilt():
     policy = WaitPolicy(poll_interval_s=2.5, pending_timeout_s=60, stall_timeout_s=120)
-    trigger = RayJobTrigger(submission_id=SID, ray_conn_id="my_ray", policy=policy.to_dict(),
-                            log_cursor=CURSOR.to_dict(), stream_logs=False)
+    trigger = RayJobTrigger(
+        submission_id=SID, ray_conn_id="my_ray", policy=policy.to_dict(), log_cursor=CURSOR.to_dict(), stream_logs=False
+    )
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_provider_horovod.triggers.ray.RayJobTrigger"
     assert LogCursor.from_dict(kwargs.pop("log_cursor"), SID) == CURSOR
-    assert kwargs == {"submission_id": SID, "ray_conn_id": "my_ray", "stream_logs": False, "not_before": None,
-                      "policy": {"poll_interval_s": 2.5, "pending_timeout_s": 60, "stall_timeout_s": 120}}
+    assert kwargs == {
+        "submission_id": SID,
+        "ray_conn_id": "my_ray",
+        "stream_logs": False,
+        "not_before": None,
+        "policy": {"poll_interval_s": 2.5, "pending_timeout_s": 60, "stall_timeout_s": 120},
+    }
     assert trigger.policy == policy
     classpath, kwargs = trigger.serialize()
     assert json.loads(json.dumps(kwargs)) == kwargs  # what the triggerer stores
@@ -43,19 +49,27 @@ def test_defaults_and_a_cursor_of_another_job():
     other = LogCursor("ahp-dag-train-0123456789-a2").advanced(["x"] * 9).to_dict()
     _, kwargs = RayJobTrigger(submission_id=SID, log_cursor=other).serialize()
     assert LogCursor.from_dict(kwargs.pop("log_cursor"), SID) == LogCursor(SID)
-    assert kwargs == {"submission_id": SID, "ray_conn_id": "ray_default", "stream_logs": True, "not_before": None,
-                      "policy": {"poll_interval_s": 1.0, "pending_timeout_s": 600.0, "stall_timeout_s": None}}
+    assert kwargs == {
+        "submission_id": SID,
+        "ray_conn_id": "ray_default",
+        "stream_logs": True,
+        "not_before": None,
+        "policy": {"poll_interval_s": 1.0, "pending_timeout_s": 600.0, "stall_timeout_s": None},
+    }
 
 
-@pytest.mark.parametrize("kwargs, parameter", [
-    ({"submission_id": ""}, "submission_id"),
-    ({"submission_id": None}, "submission_id"),
-    ({"submission_id": "x", "policy": {"poll_interval_s": 0}}, "poll_interval_seconds"),
-    ({"submission_id": "x", "policy": {"poll_interval_s": "fast"}}, "poll_interval_seconds"),
-    ({"submission_id": "x", "policy": {"poll_interval_s": True}}, "poll_interval_seconds"),
-    ({"submission_id": "x", "policy": {"pending_timeout_s": -1}}, "pending_timeout_seconds"),
-    ({"submission_id": "x", "policy": {"pending_timeout_s": "10"}}, "pending_timeout_seconds"),
-])
+@pytest.mark.parametrize(
+    "kwargs, parameter",
+    [
+        ({"submission_id": ""}, "submission_id"),
+        ({"submission_id": None}, "submission_id"),
+        ({"submission_id": "x", "policy": {"poll_interval_s": 0}}, "poll_interval_seconds"),
+        ({"submission_id": "x", "policy": {"poll_interval_s": "fast"}}, "poll_interval_seconds"),
+        ({"submission_id": "x", "policy": {"poll_interval_s": True}}, "poll_interval_seconds"),
+        ({"submission_id": "x", "policy": {"pending_timeout_s": -1}}, "pending_timeout_seconds"),
+        ({"submission_id": "x", "policy": {"pending_timeout_s": "10"}}, "pending_timeout_seconds"),
+    ],
+)
 def test_bad_arguments_are_refused_at_construction(kwargs, parameter):
     with pytest.raises(InvalidParameterError) as err:
         RayJobTrigger(**kwargs)
@@ -63,8 +77,13 @@ def test_bad_arguments_are_refused_at_construction(kwargs, parameter):
 
 
 def job(status, started_s_ago=0.0, **extra):
-    return {"status": status, "message": f"msg-{status}", "start_time": (time.time() - started_s_ago) * 1000,
-            "metadata": {}, **extra}
+    return {
+        "status": status,
+        "message": f"msg-{status}",
+        "start_time": (time.time() - started_s_ago) * 1000,
+        "metadata": {},
+        **extra,
+    }
 
 
 @pytest.fixture
@@ -93,8 +112,10 @@ def streamed(capsys) -> list[str]:
 
 
 def test_run_streams_each_line_once_and_yields_one_event(run, monkeypatch, capsys):
-    ray = FakeRay({SID: [job("PENDING"), job("RUNNING"), job("RUNNING"), job("RUNNING"), job("SUCCEEDED")]},
-                  logs={SID: ["", "l1\nl2", "l1\nl2\nl3\n", "l1\nl2\nl3\n", "l1\nl2\nl3\nl4"]})
+    ray = FakeRay(
+        {SID: [job("PENDING"), job("RUNNING"), job("RUNNING"), job("RUNNING"), job("SUCCEEDED")]},
+        logs={SID: ["", "l1\nl2", "l1\nl2\nl3\n", "l1\nl2\nl3\n", "l1\nl2\nl3\nl4"]},
+    )
     events = run(RayJobTrigger(submission_id=SID, policy=FAST), ray)
     assert len(events) == 1
     assert json.loads(json.dumps(events[0].payload)) == events[0].payload
@@ -148,8 +169,9 @@ def test_without_streaming_only_the_end_is_read(run, monkeypatch, capsys):
 
 
 def test_pending_too_long_stops_the_job_and_says_what_was_asked(run, monkeypatch):
-    ray = FakeRay({SID: job("PENDING", started_s_ago=90, metadata={META_RESOURCES: '{"GPU": 4.0}'})},
-                  cluster={"CPU": 8.0})
+    ray = FakeRay(
+        {SID: job("PENDING", started_s_ago=90, metadata={META_RESOURCES: '{"GPU": 4.0}'})}, cluster={"CPU": 8.0}
+    )
     (event,) = run(RayJobTrigger(submission_id=SID, policy={"pending_timeout_s": 30}), ray)
     payload = event.payload
     assert payload["outcome"] == "error" and payload["job_status"] == "PENDING"
@@ -160,8 +182,9 @@ def test_pending_too_long_stops_the_job_and_says_what_was_asked(run, monkeypatch
 
 def test_pending_too_long_when_the_cluster_cannot_say_what_it_has(run):
     ray = FakeRay({SID: job("PENDING", started_s_ago=90)})
-    (event,) = run(RayJobTrigger(submission_id=SID, policy={"pending_timeout_s": 30}), ray,
-                   failures=[("/api/v0/nodes", 500, 0)])
+    (event,) = run(
+        RayJobTrigger(submission_id=SID, policy={"pending_timeout_s": 30}), ray, failures=[("/api/v0/nodes", 500, 0)]
+    )
     assert "the cluster has unknown" in event.payload["message"] and ray.stopped == [SID]
 
 
@@ -209,8 +232,9 @@ def with_task(trigger, monkeypatch, xcoms):
 
 
 def test_the_cursor_is_saved_before_the_lines_it_counts_are_written(run, monkeypatch):
-    ray = FakeRay({SID: [job("RUNNING"), job("RUNNING"), job("SUCCEEDED")]},
-                  logs={SID: ["a\n", "a\nb\nc\n", "a\nb\nc\nd\n"]})
+    ray = FakeRay(
+        {SID: [job("RUNNING"), job("RUNNING"), job("SUCCEEDED")]}, logs={SID: ["a\n", "a\nb\nc\n", "a\nb\nc\nd\n"]}
+    )
     xcoms = XComs()
     trigger = with_task(RayJobTrigger(submission_id=SID, policy=FAST), monkeypatch, xcoms)
     order = []
@@ -223,10 +247,18 @@ def test_the_cursor_is_saved_before_the_lines_it_counts_are_written(run, monkeyp
 
     monkeypatch.setattr(compat, "trigger_xcom_set", recorded_set)
     (event,) = run(trigger, ray)
-    assert order == [("save", 1), ("write", "[ray] a"), ("save", 3), ("write", "[ray] b"), ("write", "[ray] c"),
-                     ("save", 4), ("write", "[ray] d")]
+    assert order == [
+        ("save", 1),
+        ("write", "[ray] a"),
+        ("save", 3),
+        ("write", "[ray] b"),
+        ("write", "[ray] c"),
+        ("save", 4),
+        ("write", "[ray] d"),
+    ]
     assert LogCursor.from_dict(xcoms.values[XCOM_LOG_CURSOR], SID) == LogCursor.from_dict(
-        event.payload["log_cursor"], SID)
+        event.payload["log_cursor"], SID
+    )
 
 
 def test_a_restarted_trigger_continues_from_the_saved_cursor_not_its_kwargs(run, monkeypatch, capsys):
@@ -235,8 +267,7 @@ def test_a_restarted_trigger_continues_from_the_saved_cursor_not_its_kwargs(run,
     ray = FakeRay({SID: [job("RUNNING"), job("SUCCEEDED")]}, logs={SID: text})
     # Deferred at line 5; before the restart the first trigger streamed (and saved) 50 lines.
     saved = LogCursor(SID).advanced(lines[:50]).to_dict()
-    trigger = RayJobTrigger(submission_id=SID, log_cursor=LogCursor(SID).advanced(lines[:5]).to_dict(),
-                            policy=FAST)
+    trigger = RayJobTrigger(submission_id=SID, log_cursor=LogCursor(SID).advanced(lines[:5]).to_dict(), policy=FAST)
     (event,) = run(with_task(trigger, monkeypatch, XComs(saved)), ray)
     assert streamed(capsys) == lines[50:]
     assert LogCursor.from_dict(event.payload["log_cursor"], SID).lines == 60
