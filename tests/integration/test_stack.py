@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from support.tasks import jobs_of, wait_for_status
 
 from airflow_provider_horovod.contract import SYNC_WAIT_BEFORE_DEFER_S, TaskRun
+from harness.tasks import jobs_of, wait_for_status
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,9 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from support.tasks import wait_for_status
 
 from airflow_provider_horovod.contract import TaskRun
+from harness.tasks import wait_for_status
 
 pytestmark = pytest.mark.integration
 
