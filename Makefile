@@ -13,7 +13,7 @@ export AIRFLOW__CORE__UNIT_TEST_MODE := False
 export AHP_CLUSTER_PYTHON := $(CURDIR)/$(CLUSTER_VENV)/bin/python
 PYTEST := -p no:cacheprovider --durations=15
 
-.PHONY: setup setup-test demo lint test bench clean
+.PHONY: setup setup-test demo lint check test bench clean
 
 # Independent set-up steps run side by side (scripts/run_parallel.sh fails if any of them does).
 setup:
@@ -32,6 +32,12 @@ lint: setup-test
 	$(AIRFLOW_VENV)/bin/ruff check .
 	$(AIRFLOW_VENV)/bin/ruff format --check .
 	$(AIRFLOW_VENV)/bin/mypy
+
+# The development loop, in under a minute: the checks above and the unit tests of both sides (no Ray
+# head, no training), the Airflow side's in two workers. `make test` runs everything.
+check: lint
+	$(AIRFLOW_VENV)/bin/pytest -p no:cacheprovider -q -n 2 tests/unit --ignore=tests/unit/runtime
+	$(CLUSTER_VENV)/bin/python -m pytest -p no:cacheprovider -q tests/unit/runtime
 
 # The runs side by side (scripts/run_tests.sh says which and why): the cluster side's own tests in its
 # environment; everything else from Airflow's environment (the provider from its wheel) against Ray

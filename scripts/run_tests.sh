@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# `make test`'s runs, side by side: each starts its own Ray head (or hosts, or Airflow), so they share
-# nothing but the machine. Most of a real test's time is waiting (jobs starting, polls, a triggerer), so
-# runs that wait overlap; the main run is split in two pytest-xdist workers, the tests that share one
-# Airflow deployment (the `stack` fixture) kept on one of them.
+# `make test`'s runs, in two streams side by side: each run starts its own Ray head (or hosts, or
+# Airflow), so they share nothing but the machine. AHP_TEST_WORKERS=N splits the main run into N
+# pytest-xdist workers (the tests that share one Airflow deployment, the `stack` fixture, on one).
 #
 #   cluster   the cluster side's own tests, in its environment (Ray, torch, Horovod)
 #   airflow   everything else from Airflow's environment (the provider from its wheel)
@@ -20,7 +19,7 @@ export AHP_TIMINGS_DIR=.test-airflow/timings
 rm -rf "$logs" "$AHP_TIMINGS_DIR"
 mkdir -p "$logs"
 common=(-p no:cacheprovider -q -r fEs)
-workers=${AHP_TEST_WORKERS:-2}
+workers=${AHP_TEST_WORKERS:-1}
 
 declare -A commands=(
   [cluster]=".venv/bin/python -m pytest ${common[*]} --basetemp=.test-airflow/pytest-cluster tests/unit/runtime"
@@ -28,18 +27,27 @@ declare -A commands=(
   [hosts]=".venv-airflow/bin/pytest ${common[*]} --basetemp=.test-airflow/pytest-hosts tests/integration/test_multihost.py"
   [oldest]=".venv-airflow-oldest/bin/pytest ${common[*]} --basetemp=.test-airflow/pytest-oldest -m 'oldest_airflow or cross_python' tests/integration"
 )
-order=(airflow hosts oldest cluster)
+# Two streams (the machine has two cores, and a training keeps one busy): the main run, and beside it
+# the others one after another.
+streams=("airflow" "cluster hosts oldest")
+order=(airflow cluster hosts oldest)
 
 started=$(date +%s)
-declare -A pids
-for run in "${order[@]}"; do
-  AHP_TIMINGS_NAME=$run bash -c "${commands[$run]}" >"$logs/$run.log" 2>&1 &
-  pids[$run]=$!
+pids=()
+for stream in "${streams[@]}"; do
+  (
+    for run in $stream; do
+      AHP_TIMINGS_NAME=$run bash -c "${commands[$run]}" >"$logs/$run.log" 2>&1
+      echo $? >"$logs/$run.status"
+    done
+  ) &
+  pids+=($!)
 done
+wait "${pids[@]}"
 
 failed=()
 for run in "${order[@]}"; do
-  if wait "${pids[$run]}"; then status=passed; else status=FAILED; failed+=("$run"); fi
+  if [ "$(cat "$logs/$run.status" 2>/dev/null)" = 0 ]; then status=passed; else status=FAILED; failed+=("$run"); fi
   printf '%-8s %-6s %s\n' "$run" "$status" "$(grep -E ' in [0-9.]+s' "$logs/$run.log" | tail -1 | tr -d '=')"
 done
 for run in "${failed[@]}"; do
