@@ -33,7 +33,7 @@ def test_the_wheel_holds_the_package_runtime_and_examples_but_no_tests_or_benchm
         names = wheel.namelist()
     for module in (
         "airflow_provider_horovod/runtime/entrypoint.py",
-        "airflow_provider_horovod/runtime/horovod_v2.py",
+        "airflow_provider_horovod/runtime/horovod_backend.py",
         "airflow_provider_horovod/examples/quickstart.py",
         "airflow_provider_horovod/build_horovod.py",
         "airflow_provider_horovod/py.typed",
