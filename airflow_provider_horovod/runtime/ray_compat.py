@@ -389,7 +389,7 @@ def _fresh_elastic_policy_class() -> type:
 
     base: type = elastic.ElasticScalingPolicy
 
-    class FreshElasticScalingPolicy(base):  # type: ignore[valid-type,misc]
+    class FreshElasticScalingPolicy(base):
         """Ray Train's elastic scaling policy, counting the workers that fit on a fresh view of the cluster.
 
         Ray's own asks Ray Data's AutoscalingCoordinator, which refreshes its view of the nodes every 20 s:
