@@ -13,7 +13,7 @@ export AIRFLOW__CORE__UNIT_TEST_MODE := False
 export AHP_CLUSTER_PYTHON := $(CURDIR)/$(CLUSTER_VENV)/bin/python
 PYTEST := -p no:cacheprovider --durations=15
 
-.PHONY: setup setup-test demo lint test bench clean
+.PHONY: setup setup-test demo lint test compat bench clean
 
 # Independent set-up steps run side by side (scripts/run_parallel.sh fails if any of them does).
 setup:
@@ -40,6 +40,11 @@ test: lint
 	$(CLUSTER_VENV)/bin/python -m pytest $(PYTEST) --basetemp=.test-airflow/pytest-cluster tests/unit/runtime
 	$(AIRFLOW_VENV)/bin/pytest $(PYTEST) --basetemp=.test-airflow/pytest -m "not cross_python" tests --ignore=tests/unit/runtime
 	$(OLDEST_VENV)/bin/pytest $(PYTEST) --basetemp=.test-airflow/pytest-oldest -m "oldest_airflow or cross_python" tests/integration
+
+# Every tested Ray minor and the oldest and newest torch against the same checks (long: about 3 minutes a
+# minor, and a Horovod compile per torch and Python the first time); writes docs/compatibility.md.
+compat: setup-test
+	$(AIRFLOW_VENV)/bin/python scripts/compat.py
 
 # Benchmarks (not tests): writes bench/results.md, raw data in bench/out/.
 bench: setup

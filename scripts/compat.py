@@ -116,7 +116,12 @@ def run_minor(version: str) -> dict:
     )  # fmt: skip
     say(f"Ray {version}: probes {'pass' if probes.returncode == 0 else 'FAIL'}")
     checks_xml = OUT / f"checks-{version}.xml"
-    env = {**os.environ, "AHP_CLUSTER_PYTHON": str(CLUSTER_PYTHON), "AHP_CLUSTER_PYTHONPATH": layer}
+    env = {
+        **os.environ,
+        "AHP_CLUSTER_PYTHON": str(CLUSTER_PYTHON),
+        "AHP_CLUSTER_PYTHONPATH": layer,
+        "AHP_RAY_VERSIONS": "1",
+    }
     checks = subprocess.run(
         [str(AIRFLOW_PYTEST), "-p", "no:cacheprovider", "-q", f"--junitxml={checks_xml}",
          f"--basetemp={REPO}/.test-airflow/pytest-compat", "tests/integration/test_ray_versions.py"],

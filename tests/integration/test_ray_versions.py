@@ -1,7 +1,8 @@
-"""The same checks on whatever Ray minor the test head runs: ``make test`` runs this file on the newest
-tested minor (the cluster's environment) and its ``ray_oldest`` tests on the oldest (Ray laid over it by
-``scripts/setup_ray_layer.sh``, ``AHP_CLUSTER_PYTHONPATH``); ``make compat`` runs it all on every minor
-and writes docs/compatibility.md from the results (``scripts/compat.py``).
+"""The same checks on whatever Ray minor the test head runs, where ``AHP_RAY_VERSIONS=1`` asks for them:
+``make test`` runs the ``ray_oldest`` ones on the oldest tested minor (Ray laid over the cluster's
+environment by ``scripts/setup_ray_layer.sh``, ``AHP_CLUSTER_PYTHONPATH``), and ``make compat`` runs them
+all on every minor and writes docs/compatibility.md from the results (``scripts/compat.py``). On the
+newest minor make test runs the same paths in the other files.
 
 What each minor must do: train end to end from the operator (the checkpoint URI in XCom, the job's log in
 the task log) and resume from its checkpoint after a worker is killed, on each trainer API and on the
@@ -27,7 +28,7 @@ from airflow_provider_horovod.operators.ray import RayTaskOperator
 from .test_horovod_v2 import kill_rank1_at_epoch_2, train_until_killed
 from .test_operator import make_operator
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.ray_versions]
 # Token authentication comes with Ray 2.52; Train V2 is Ray's default from 2.51.
 TOKEN_AUTH_SINCE = (2, 52)
 V2_DEFAULT_SINCE = (2, 51)
