@@ -88,3 +88,4 @@ def test_the_readme_table_shows_the_tested_versions():
     assert f"| {versions['PYTHON_AIRFLOW']} | {versions['AIRFLOW']} (with the Amazon and OpenLineage" in table
     assert f"| {versions['PYTHON_AIRFLOW_OLDEST']} | {versions['AIRFLOW_OLDEST']} |" in table
     assert f"| {versions['RAY']} | {versions['TORCH']} (CPU) | {versions['HOROVOD']}, built here |" in table
+    assert f"| {versions['RAY_OLDEST']} | {versions['TORCH']} (CPU) | {versions['HOROVOD']}, built here |" in table
