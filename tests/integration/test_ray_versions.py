@@ -13,14 +13,16 @@ starts "not supported:"."""
 
 from __future__ import annotations
 
+import json
 import uuid
+from pathlib import Path
 
 import pytest
 import structlog.testing
 from support import cluster
 from support.tasks import FakeTI, jobs_of, run_in_thread
 
-from airflow_provider_horovod.contract import RAY_ELASTIC_SINCE, ray_minor
+from airflow_provider_horovod.contract import RAY_ELASTIC_SINCE, ray_minor, result_uri
 from airflow_provider_horovod.exceptions import InvalidParameterError, UserCodeError
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
 from airflow_provider_horovod.operators.ray import RayTaskOperator
@@ -97,10 +99,10 @@ def bug_on_rank_1(config):
     "trainer_api",
     [pytest.param("auto", marks=pytest.mark.ray_oldest), "v2", "legacy"],
 )
-def test_a_users_bug_fails_the_task_once_with_its_class(ray_hook, tmp_path, trainer_api):
+def test_a_users_bug_fails_the_task_once_with_its_class(ray_hook, minor, tmp_path, trainer_api, record_property):
     from airflow.providers.common.compat.sdk import AirflowFailException
 
-    op = make_operator(tmp_path, train_fn=bug_on_rank_1, trainer_api=trainer_api, max_failures=2)
+    op = make_operator(tmp_path, train_fn=bug_on_rank_1, trainer_api=trainer_api, max_failures=1)
     ti = FakeTI(f"bug-{trainer_api}-{uuid.uuid4().hex[:6]}")
     with pytest.raises(UserCodeError) as failed:
         op.execute({"ti": ti})
@@ -109,6 +111,12 @@ def test_a_users_bug_fails_the_task_once_with_its_class(ray_hook, tmp_path, trai
     assert "ZeroDivisionError" in str(failed.value)
     (job,) = jobs_of(ray_hook, ti.run_id)  # one Ray job
     assert job["status"] == "FAILED"
+    # The failed attempt's record names the API that ran.
+    record = json.loads(Path(result_uri(job["metadata"]["ahp_storage_uri"], 1)).read_text())
+    ran = auto_api(minor) if trainer_api == "auto" else trainer_api
+    assert record["trainer_api"] == ran
+    if trainer_api == "auto":
+        record_property("compat", ran)  # make compat's page names the API auto chose
 
 
 @pytest.mark.ray_oldest
