@@ -37,8 +37,11 @@ V2_DEFAULT_SINCE = (2, 51)
 
 
 @pytest.fixture(scope="module")
-def minor(ray_hook) -> tuple[int, int]:
-    found = ray_minor(ray_hook.ray_version())
+def minor(ray_cluster) -> tuple[int, int]:
+    """The Ray minor of the test head, as its dashboard reports it."""
+    from airflow_provider_horovod.hooks.ray import RayHook
+
+    found = ray_minor(RayHook().ray_version())
     assert found is not None
     return found
 
