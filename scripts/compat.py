@@ -238,9 +238,9 @@ def page(results: dict) -> str:
         " A trainer API's cells: the operator trains 2 Horovod workers over Gloo, a worker is killed at epoch 2"
         " and the run resumes from its checkpoint (the checkpoint URI in XCom, the job's log in the task log);"
         " a bug in the training function fails the task once with `UserCodeError`. `auto` (the default) names"
-        " the API it chose; every minor runs it. The explicit `v2` and `legacy` columns were run where they"
-        ' differ from auto\'s choice on the oldest and the newest minor (`--apis auto,v2,legacy`); "not run"'
-        " elsewhere, to keep `make compat` within about half an hour on 2 cores.",
+        " the API it chose; every minor runs it. The API auto does not choose runs on the oldest and the newest"
+        ' minor (`--apis` for others); "not run" elsewhere, to keep `make compat` near half an hour on 2 cores.'
+        " A row's cells come from its own last run.",
         "",
         "| Ray | probes | " + " | ".join(c[0] for c in COLUMNS) + " | run at | wall |",
         "|---|---|" + "---|" * len(COLUMNS) + "---|---|",
