@@ -223,7 +223,6 @@ def test_id(name: str, param: str | None) -> str:
 
 
 def page(results: dict) -> str:
-    minors = [results["ray"][v] for v in MINORS if v in results["ray"]]
     lines = [
         "# Compatibility",
         "",
@@ -245,7 +244,11 @@ def page(results: dict) -> str:
         "| Ray | probes | " + " | ".join(c[0] for c in COLUMNS) + " | run at | wall |",
         "|---|---|" + "---|" * len(COLUMNS) + "---|---|",
     ]
-    for row in minors:
+    for version in MINORS:
+        row = results["ray"].get(version)
+        if row is None:
+            lines.append(f"| {version} | not run | " + " | ".join("not run" for _ in COLUMNS) + " | | |")
+            continue
         cells = [cell(row["checks"].get(test_id(name, param))) for _, name, param in COLUMNS]
         lines.append(
             f"| {row['version']} | {row['probes']['outcome']} | " + " | ".join(cells) + f" | {row['run_at']} | "
