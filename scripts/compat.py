@@ -320,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc-only", action="store_true", help="write the page from the kept results")
     args = parser.parse_args(argv)
     results = load()
+    if not args.doc_only and not args.skip_ray and not os.access(CLUSTER_PYTHON, os.X_OK):
+        raise SystemExit(f"scripts/compat.py: no cluster environment at {CLUSTER_PYTHON}: make setup-test first")
     if not args.doc_only and not args.skip_ray:
         for version in args.minors.split(",") if args.minors else MINORS:
             apis = tuple(args.apis.split(",")) if args.apis else DEFAULT_APIS.get(version, ("auto",))
