@@ -180,7 +180,7 @@ def build_torch(python: str, torch_version: str) -> dict:
             env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
         )  # fmt: skip
         result["build_s"] = round(time.monotonic() - started, 1)
-        result["compiled"] = "building horovod" in build.stdout
+        result["compiled"] = build.returncode == 0 and "building horovod" in build.stdout
         result["build_log_tail"] = build.stdout.strip().splitlines()[-3:]
         if build.returncode != 0:
             result.update(outcome="fail", reason=(build.stdout + build.stderr).strip().splitlines()[-1])
