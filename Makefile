@@ -13,7 +13,7 @@ export AIRFLOW__CORE__UNIT_TEST_MODE := False
 export AHP_CLUSTER_PYTHON := $(CURDIR)/$(CLUSTER_VENV)/bin/python
 PYTEST := -p no:cacheprovider --durations=15
 
-.PHONY: setup setup-test demo lint check test bench clean
+.PHONY: setup setup-test demo lint check test compat bench clean
 
 # Independent set-up steps run side by side (scripts/run_parallel.sh fails if any of them does).
 setup:
@@ -45,6 +45,11 @@ check: lint
 # files stay in the checkout; each run's log is in .test-airflow/logs; the slowest tests are listed.
 test: lint
 	@scripts/run_tests.sh
+
+# Every tested Ray minor and the oldest and newest torch against the same checks (long: about 3 minutes a
+# minor, and a Horovod compile per torch and Python the first time); writes docs/compatibility.md.
+compat: setup-test
+	$(AIRFLOW_VENV)/bin/python scripts/compat.py
 
 # Benchmarks (not tests): writes bench/results.md, raw data in bench/out/.
 bench: setup
