@@ -9,11 +9,16 @@ Both are React app plugins (``react_apps``): Airflow's UI imports one bundle (``
 ``www/dist`` at set-up and shipped in the wheel) and renders its components inside its own React
 tree, in its own theme. This module's FastAPI app answers their JSON and serves the bundle.
 Registered as an ``airflow.plugins`` entry point (pyproject.toml).
+
+Every Airflow process loads plugins (the scheduler, the dag-processor, each task): the app and the
+views' entries are made only when Airflow reads them, which the api-server does. Their addresses carry
+the path of ``[api] base_url``, so a deployment under a sub-path (``http://host/airflow``) serves them.
 """
 
 from __future__ import annotations
 
 import json
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +42,41 @@ REFRESH_S = 5
 TRAINERS = {"v2": "Ray Train V2", "legacy": "Ray Train V1 (legacy)"}
 
 
-def bundle_url() -> str:
+def static_url(root_path: str, name: str) -> str:
+    """A file of the bundle's folder, under the UI's root path (``/`` or a sub-path, ``/airflow/``)."""
+    return f"{root_path.rstrip('/')}{ROUTE}/static/{name}"
+
+
+def bundle_url(root_path: str) -> str:
     """The bundle's address, with its build time in it: a browser never runs a stale copy after an upgrade."""
     try:
         stamp = int((DIST / BUNDLE).stat().st_mtime)
     except OSError:
         stamp = 0
-    return f"{ROUTE}/static/{BUNDLE}?v={stamp}"
+    return f"{static_url(root_path, BUNDLE)}?v={stamp}"
+
+
+def react_apps(root_path: str) -> list[dict[str, str]]:
+    """The two views as Airflow's UI takes them; their addresses under ``root_path``."""
+    views = ((TRAINING_VIEW, "task_instance", "horovod_training"), (HISTORY_VIEW, "dag", "horovod_history"))
+    return [
+        {
+            "name": name,
+            "bundle_url": bundle_url(root_path),
+            "destination": destination,
+            "url_route": route,
+            "icon": static_url(root_path, "chart.svg"),
+            "icon_dark_mode": static_url(root_path, "chart-dark.svg"),
+        }
+        for name, destination, route in views
+    ]
+
+
+def api_root_path() -> str:
+    """The path of ``[api] base_url``, as Airflow's api-server reads it (it serves everything under it)."""
+    from airflow.api_fastapi.app import API_ROOT_PATH
+
+    return API_ROOT_PATH
 
 
 # --- the Training view -------------------------------------------------------------------------------
@@ -295,23 +328,16 @@ def make_app():
 
 
 class HorovodTrainingPlugin(AirflowPlugin):
+    """The Training views. Airflow reads ``fastapi_apps`` and ``react_apps`` of the plugin's instance only
+    where it serves them (the api-server; ``airflow plugins`` lists them): each is made there, once."""
+
     name = "horovod_training"
-    fastapi_apps = [{"app": make_app(), "url_prefix": ROUTE, "name": "Horovod training"}]
-    react_apps = [
-        {
-            "name": TRAINING_VIEW,
-            "bundle_url": bundle_url(),
-            "destination": "task_instance",
-            "url_route": "horovod_training",
-            "icon": f"{ROUTE}/static/chart.svg",
-            "icon_dark_mode": f"{ROUTE}/static/chart-dark.svg",
-        },
-        {
-            "name": HISTORY_VIEW,
-            "bundle_url": bundle_url(),
-            "destination": "dag",
-            "url_route": "horovod_history",
-            "icon": f"{ROUTE}/static/chart.svg",
-            "icon_dark_mode": f"{ROUTE}/static/chart-dark.svg",
-        },
-    ]
+
+    # Read-only where the base class has plain lists: Airflow only reads them, from the instance.
+    @cached_property
+    def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        return [{"app": make_app(), "url_prefix": ROUTE, "name": "Horovod training"}]
+
+    @cached_property
+    def react_apps(self) -> list[dict[str, str]]:  # type: ignore[override]
+        return react_apps(api_root_path())

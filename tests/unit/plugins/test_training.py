@@ -4,7 +4,10 @@ what the view answers for each kind of task instance, and its routes behind Airf
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import zipfile
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -25,16 +28,55 @@ def test_the_plugin_is_an_airflow_plugins_entry_point_of_the_installed_provider(
     assert [e.load() for e in found] == [HorovodTrainingPlugin]
 
 
-def test_airflow_finds_each_view_under_the_name_the_bundle_registers_it_by():
-    apps = {app["destination"]: app for app in HorovodTrainingPlugin.react_apps}
+@pytest.mark.parametrize("root_path", ["/", "/airflow/"])
+def test_airflow_finds_each_view_under_the_name_the_bundle_registers_it_by(monkeypatch, root_path):
+    monkeypatch.setattr(training, "api_root_path", lambda: root_path)
+    plugin = HorovodTrainingPlugin()
+    apps = {app["destination"]: app for app in plugin.react_apps}
     assert set(apps) == {"task_instance", "dag"}
     entry = (WWW / "src" / "main.jsx").read_text()
+    prefix = root_path.rstrip("/")
     for app in apps.values():
         # Airflow's UI renders globalThis[<the app's name>] once it has imported the bundle.
         assert f'globalThis["{app["name"]}"] = ' in entry, app["name"]
-        assert app["bundle_url"].startswith(f"{training.ROUTE}/static/{training.BUNDLE}?v=")
+        # Under the UI's root path: a deployment under a sub-path serves nothing outside it.
+        assert app["bundle_url"].startswith(f"{prefix}{training.ROUTE}/static/{training.BUNDLE}?v=")
+        assert app["icon"] == f"{prefix}{training.ROUTE}/static/chart.svg"
+        assert app["icon_dark_mode"] == f"{prefix}{training.ROUTE}/static/chart-dark.svg"
     assert apps["task_instance"]["url_route"] == "horovod_training"
-    assert HorovodTrainingPlugin.external_views == []  # no iframe of its own any more
+    assert plugin.external_views == []  # no iframe of its own any more
+
+
+def test_the_root_path_is_the_one_airflow_serves_under(monkeypatch):
+    import airflow.api_fastapi.app as api_app
+
+    monkeypatch.setattr(api_app, "API_ROOT_PATH", "/airflow/")
+    assert training.api_root_path() == "/airflow/"
+
+
+def test_the_app_is_made_where_airflow_reads_it_once_not_where_the_plugin_loads(monkeypatch):
+    made = []
+    monkeypatch.setattr(training, "make_app", lambda: made.append(1) or object())
+    plugin = HorovodTrainingPlugin()
+    assert plugin.name == "horovod_training" and made == []
+    (app,) = plugin.fastapi_apps
+    assert app["url_prefix"] == training.ROUTE and made == [1]
+    assert plugin.fastapi_apps[0]["app"] is app["app"] and made == [1]
+
+
+def test_loading_plugins_as_every_airflow_process_does_imports_no_web_framework(tmp_path):
+    # The scheduler, the dag-processor and each task load every plugin; only the api-server serves them.
+    code = (
+        "import sys\n"
+        "from airflow import plugins_manager\n"
+        "plugins, errors = plugins_manager._get_plugins()\n"
+        "assert 'horovod_training' in [p.name for p in plugins] and not errors, errors\n"
+        "print(sorted(m for m in ('fastapi', 'starlette') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_the_wheel_carries_the_built_bundle_and_not_its_sources():
