@@ -26,7 +26,7 @@ from airflow.plugins_manager import AirflowPlugin
 
 from airflow_provider_horovod.plugins import curves
 from airflow_provider_horovod.plugins.data import JOB_KEY, KIND_TRAIN, RETURN_KEY, TRAINING_OPERATORS, AttemptFiles
-from airflow_provider_horovod.plugins.history import is_training_result
+from airflow_provider_horovod.plugins.history import cost_summary, is_training_result
 
 ROUTE = "/horovod"
 DIST = Path(__file__).resolve().parent / "www" / "dist"
@@ -39,6 +39,10 @@ LIVE_STATES = frozenset(
     {"scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}
 )
 REFRESH_S = 5
+# Task instance states of an attempt that ended without success: with neither a result nor a record of
+# its attempt (every job end the provider sees leaves one, a failure's post-mortem too), the task was
+# killed, whose on_kill stops the job.
+ENDED_STATES = frozenset({"failed", "up_for_retry"})
 TRAINERS = {"v2": "Ray Train V2", "legacy": "Ray Train V1 (legacy)"}
 
 
@@ -118,17 +122,14 @@ def load_task(session, dag_id: str, run_id: str, task_id: str, map_index: int) -
 def cost_text(cost: Any) -> str | None:
     """What the run cost, as the facts show it: worker-seconds by kind (and the amount, with prices),
     failed attempts included and told apart; None when nothing was counted."""
-    total = cost.get("total") if isinstance(cost, dict) else None
-    if not isinstance(total, dict) or not total.get("attempts"):
+    total = cost_summary(cost)
+    if total is None:
         return None
-    text = (
-        f"{total.get('worker_s', 0):.1f} worker-s (CPU {total.get('cpu_s', 0):.1f} s, "
-        f"GPU {total.get('gpu_s', 0):.1f} s)"
-    )
-    if total.get("amount") is not None:
-        text += f", {total['amount']:.4f} {(cost.get('prices') or {}).get('currency') or ''}".rstrip()
-    if total.get("failed_attempts"):
-        text += f"; {total['failed_attempts']} failed attempt(s): {total.get('failed_worker_s', 0):.1f} worker-s"
+    text = f"{total['worker_s'] or 0:.1f} worker-s (CPU {total['cpu_s'] or 0:.1f} s, GPU {total['gpu_s'] or 0:.1f} s)"
+    if total["amount"] is not None:
+        text += f", {total['amount']:.4f} {total['currency']}".rstrip()
+    if total["failed_attempts"]:
+        text += f"; {total['failed_attempts']} failed attempt(s): {total['failed_worker_s']:.1f} worker-s"
     return text
 
 
@@ -247,7 +248,13 @@ def answer(ti: dict | None, xcoms: dict, files=AttemptFiles) -> dict:
     )
     for checkpoint in shaped["checkpoints"]:
         checkpoint["uri"] = attempt_files.checkpoint_uri(checkpoint["name"]) if checkpoint["name"] else None
-    if not points and not problem:
+    killed = not result and not record and not problem and ti["state"] in ENDED_STATES
+    if killed:
+        ray_job = " ".join(filter(None, ["its Ray job", job.get("submission_id")]))
+        message = f"Attempt {attempt} was killed before its training ended, and {ray_job} was stopped with it. " + (
+            "Its reports until then are below." if points else "It reported no metrics."
+        )
+    elif not points and not problem:
         message = "Waiting for the first report." if live else "This training reported no metrics."
     else:
         message = ""
@@ -264,6 +271,7 @@ def answer(ti: dict | None, xcoms: dict, files=AttemptFiles) -> dict:
         "trains": True,
         "message": message,
         "problem": problem,
+        "killed": killed,
         "attempt": attempt,
         "facts": facts(result, record, job),
         "uris": [{"label": k, "value": v} for k, v in uris if v],

