@@ -85,7 +85,8 @@ def test_the_wheel_carries_the_built_bundle_and_not_its_sources():
         pytest.fail("no wheel in .build/dist: `make setup-test` builds it (scripts/build_ui.sh first)")
     names = zipfile.ZipFile(wheels[-1]).namelist()
     assert "airflow_provider_horovod/plugins/www/dist/training.js" in names
-    assert not [n for n in names if "/www/src/" in n or "node_modules" in n or n.endswith("package.json")]
+    sources = ("/www/src/", "/www/test/", "node_modules", "package.json", "eslint.config.js")
+    assert not [n for n in names if any(part in n for part in sources)]
 
 
 # --- what the view answers -----------------------------------------------------------------------
