@@ -11,8 +11,11 @@ import re
 import time
 from importlib.metadata import version
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
+from conftest import free_port
+from support.stack import Stack
 from support.tasks import wait_for_status
 
 from airflow_provider_horovod.contract import TaskRun
@@ -69,13 +72,27 @@ def browser():
             launched.close()
 
 
-def open_page(browser, url: str, *, scheme: str = "light", height: int = 1000):
-    page = browser.new_context(viewport={"width": 1400, "height": height}, color_scheme=scheme).new_page()
+def open_page(browser, url: str, *, scheme: str = "light", height: int = 1000, only_under: str | None = None):
+    """``only_under``: a path; requests outside it are refused, as the proxy in front of a deployment
+    under a sub-path does (and listed in ``page.refused``)."""
+    context = browser.new_context(viewport={"width": 1400, "height": height}, color_scheme=scheme)
+    page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda err: errors.append(str(err)))
     page.errors = errors
+    page.refused = []
+    if only_under is not None:
+
+        def proxy(route):
+            if urlsplit(route.request.url).path.startswith(only_under):
+                route.continue_()
+            else:
+                page.refused.append(route.request.url)
+                route.abort()
+
+        context.route("**/*", proxy)
     # Airflow 3.1 sends a new session to its home page after the login: the page is opened after it.
-    page.goto(url.split("/dags/")[0], wait_until="networkidle")
+    page.goto(url.split("/dags/")[0] + "/", wait_until="networkidle")
     page.goto(url, wait_until="networkidle")
     return page
 
@@ -201,8 +218,13 @@ def test_the_history_of_a_dag_with_three_runs_shows_three_rows_and_its_charts(st
     assert rows.count() == 3
     assert [rows.nth(i).get_attribute("data-run") for i in range(3)] == [f"view_{d}" for d in reversed(HISTORY_DAYS)]
     header = [h.strip() for h in table.locator("thead th").all_inner_texts()]
-    assert header[header.index("duration") + 1] == "val_loss"  # the metric that ranks checkpoints leads
-    assert "holdout_mse" in header and header[-1] == "champion"
+    # Every run's cost after its duration; then the metric that ranks checkpoints leads; epoch, which
+    # counts rather than measures, is no column.
+    assert header[header.index("duration") + 1 :][:2] == ["cost", "val_loss"]
+    assert "holdout_mse" in header and header[-1] == "champion" and "epoch" not in header
+    costs = table.locator("tbody td[data-cost]")
+    assert [costs.nth(i).get_attribute("data-cost") for i in range(3)] == ["yes"] * 3
+    assert all(re.fullmatch(r"[\d.]+ worker-s", text) for text in costs.all_inner_texts()), costs.all_inner_texts()
     assert [rows.nth(i).locator("td").last.inner_text() for i in range(3)] == ["moved", "kept", "moved"]
     charts = [c.get_attribute("data-chart") for c in page.locator("[data-testid=history-view] .ahp-chart").all()]
     assert charts[:1] == ["m-val_loss"] and {"e-holdout_mse", "duration", "compare"} <= set(charts)
@@ -211,3 +233,61 @@ def test_the_history_of_a_dag_with_three_runs_shows_three_rows_and_its_charts(st
     assert compare.get_attribute("data-series") == "2"  # two runs' curves on one chart
     page.screenshot(path=str(SCREENSHOTS / f"training-history{AIRFLOW_SUFFIX}.png"))
     assert page.errors == []
+
+
+def test_a_killed_training_says_it_was_killed_and_its_job_stopped(stack, runs, browser, ray_hook):
+    run_id = stack.trigger(TRAINING)
+    stack.wait_for_state(TRAINING, run_id, "train", {"deferred", "running"}, timeout=300)
+    sid = TaskRun(TRAINING, "train", run_id).submission_id(1)
+    wait_for_status(ray_hook, sid, {"RUNNING"}, timeout=120)
+    # A user marks the running task failed: Airflow kills it, and the provider stops its job.
+    stack.api("PATCH", f"/dags/{TRAINING}/dagRuns/{run_id}/taskInstances/train", json={"new_state": "failed"})
+    wait_for_status(ray_hook, sid, {"STOPPED"}, timeout=60)
+    page = open_page(browser, training_tab(stack, TRAINING, run_id, "train"))
+    message = page.get_by_test_id("message")
+    message.wait_for(timeout=60_000)
+    assert message.get_attribute("data-killed") == "yes"
+    assert message.inner_text().startswith(
+        f"Attempt 1 was killed before its training ended, and its Ray job {sid} was stopped with it."
+    )
+    assert page.locator(VIEW).get_attribute("data-live") == "no"
+    page.screenshot(path=str(SCREENSHOTS / "training-view-killed.png"))
+    assert page.errors == []
+
+
+@pytest.fixture(scope="module")
+def sub_path(stack, tmp_path_factory):
+    """A second api-server of the deployment, under ``[api] base_url = http://host:port/airflow``."""
+    server = Stack(
+        tmp_path_factory.mktemp("sub-path"),
+        REPO / "tests" / "dags_stack",
+        free_port(),
+        path="/airflow",
+        database=stack.database,
+    )
+    try:
+        server.serve()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.oldest_airflow
+def test_under_a_sub_path_both_views_load_their_bundle_and_icons_from_under_it(stack, history_runs, sub_path, browser):
+    run_id = history_runs[0]
+    stack.wait_for_state(HISTORY, run_id, "promote", {"success"}, timeout=300)
+    for url, ready in (
+        (training_tab(sub_path, HISTORY, run_id, "train"), "[data-testid=checkpoints]"),
+        (f"{sub_path.url}/dags/{HISTORY}/plugin/horovod_history", '[data-chart="compare"]'),
+    ):
+        page = open_page(browser, url, only_under="/airflow/", height=1200)
+        page.locator(ready).wait_for(timeout=60_000)
+        # The tabs' icons came from under the sub-path too.
+        icons = page.locator('img[src*="horovod/static/chart"]')
+        assert icons.count() >= 1
+        assert all(
+            src.startswith("/airflow/horovod/static/")
+            for src in icons.evaluate_all("i => i.map(e => e.getAttribute('src'))")
+        )
+        assert icons.evaluate_all("i => i.every(e => e.complete && e.naturalWidth > 0)")
+        assert page.refused == [] and page.errors == [], (page.refused, page.errors)

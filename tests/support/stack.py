@@ -19,9 +19,23 @@ COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 
 
 class Stack:
-    def __init__(self, home: Path, dags: Path, port: int, env: dict | None = None):
+    """``path``: the sub-path the deployment is served under (``[api] base_url``), "" for none.
+    ``database``: the SQLite file, the home's own by default (another stack's: a second api-server of
+    that deployment)."""
+
+    def __init__(
+        self,
+        home: Path,
+        dags: Path,
+        port: int,
+        env: dict | None = None,
+        *,
+        path: str = "",
+        database: Path | None = None,
+    ):
         self.home, self.port = home, port
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"http://127.0.0.1:{port}{path}"
+        self.database = database or home / "airflow.db"
         self.env = {
             **os.environ,
             **(env or {}),
@@ -29,12 +43,13 @@ class Stack:
             "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.database}",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
             "AIRFLOW__API__BASE_URL": self.url,
             "AIRFLOW__API__PORT": str(port),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
-            "AIRFLOW__API_AUTH__JWT_SECRET": "ahp-stack-test-secret",
+            # HS512's 64 bytes at least: PyJWT warns below (InsecureKeyLengthWarning).
+            "AIRFLOW__API_AUTH__JWT_SECRET": "ahp-stack-test-secret-" * 3,
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
             "AIRFLOW__CORE__PARALLELISM": "4",
@@ -48,11 +63,21 @@ class Stack:
         self.home.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
         if migrated_db is not None:
-            shutil.copyfile(migrated_db, self.home / "airflow.db")
+            shutil.copyfile(migrated_db, self.database)
         else:
             subprocess.run([airflow_bin(), "db", "migrate"], env=self.env, check=True, capture_output=True, timeout=300)
         for name in COMPONENTS:
             self.launch(name)
+        self.wait_until_served(timeout)
+
+    def serve(self, timeout: float = 180) -> None:
+        """Only an api-server, on a database that another stack runs."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(exist_ok=True)
+        self.launch("api-server")
+        self.wait_until_served(timeout)
+
+    def wait_until_served(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
