@@ -308,13 +308,54 @@ def ray_level(line: str) -> int | None:
     return logging.INFO if _RAY_OWN.search(text) else None
 
 
+# A thread's uncaught exception, as Python prints it; a frame of Ray's code in its traceback; and the
+# exception Ray Data's threads end with when it stops them (an iterator closed, a split finished).
+_THREAD_CRASH = re.compile(r"^Exception in thread \S+:$")
+_RAY_FRAME = re.compile(r'^\s+File ".*/site-packages/ray/')
+_INTERRUPTED = re.compile(r"^InterruptedError\b")
+
+
+def _source_and_text(line: str) -> tuple[str, str]:
+    plain = _ANSI.sub("", line)
+    found = _SOURCE.match(plain)
+    return (found[0], plain[found.end() :]) if found else ("", plain)
+
+
+def interrupted_ray_threads(lines: Sequence[str]) -> set[int]:
+    """The positions of the lines of tracebacks that Ray's own threads print when Ray interrupts them
+    (``InterruptedError`` raised in Ray's code): noise, in a successful run too. A traceback whose lines
+    are split between two reads of the log, or interleaved with another process's, is left as it is."""
+    found: set[int] = set()
+    for start, line in enumerate(lines):
+        source, text = _source_and_text(line)
+        if not _THREAD_CRASH.match(text):
+            continue
+        block, in_ray = [start], False
+        for position in range(start + 1, len(lines)):
+            other, text = _source_and_text(lines[position])
+            if other != source:
+                break
+            block.append(position)
+            if position == start + 1:
+                if text != "Traceback (most recent call last):":
+                    break
+                continue
+            in_ray = in_ray or bool(_RAY_FRAME.match(text))
+            if not text[:1].isspace():  # the exception's own line ends the traceback
+                if in_ray and _INTERRUPTED.match(text):
+                    found.update(block)
+                break
+    return found
+
+
 def task_log(lines: Sequence[str]) -> list[tuple[int, str]]:
     """The job's lines as the task log gets them: the user's at INFO; runs of Ray's own lines in a
     group that Airflow's log view folds (``::group::``), each at its own level."""
     out: list[tuple[int, str]] = []
     folded = warned = False
-    for line in lines:
-        level = ray_level(line)
+    interrupted = interrupted_ray_threads(lines)
+    for position, line in enumerate(lines):
+        level = logging.INFO if position in interrupted else ray_level(line)
         text = _SOURCE.sub("", _ANSI.sub("", line))
         if level is None and folded and not text.strip():
             level = logging.INFO  # a blank line inside a native stack dump

@@ -678,3 +678,40 @@ def test_the_line_of_rays_code_that_warned_is_folded_with_its_warning():
         (logging.INFO, "::endgroup::"),
         (logging.INFO, f"[ray] {users}"),
     ]
+
+
+# Python's report of a Ray Data thread that Ray interrupted, as Ray 2.60's own _InterruptibleQueue
+# raises it (printed by running that code in a thread here); in a job's log, through an actor's prefix.
+INTERRUPTED_THREAD = [
+    "Exception in thread map_tp_filling_worker-0:",
+    "Traceback (most recent call last):",
+    '  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 1045, in _bootstrap_inner',
+    "    self.run()",
+    '  File "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py", line 982, in run',
+    "    self._target(*self._args, **self._kwargs)",
+    '  File "/work/main/.venv/lib/python3.11/site-packages/ray/data/_internal/util.py", line 1058, in get',
+    "    raise InterruptedError()",
+    "InterruptedError",
+]
+
+
+@pytest.mark.parametrize("prefix", ["", "\x1b[36m(SplitCoordinator pid=18645)\x1b[0m "])
+def test_a_ray_thread_interrupted_by_ray_is_folded_at_info(prefix):
+    lines = [f"{prefix}{line}" for line in INTERRUPTED_THREAD]
+    assert task_log(["epoch 4: loss 0.1", *lines, "AHP_RESULT {}"]) == [
+        (logging.INFO, "[ray] epoch 4: loss 0.1"),
+        (logging.INFO, "::group::Ray's own output"),
+        *[(logging.INFO, f"[ray] {line}") for line in lines],
+        (logging.INFO, "::endgroup::"),
+        (logging.INFO, "[ray] AHP_RESULT {}"),
+    ]
+
+
+def test_other_thread_tracebacks_stay_the_users():
+    # Another exception, or an InterruptedError of the user's own code: not Ray's noise.
+    other = [*INTERRUPTED_THREAD[:-1], "ValueError: bad batch"]
+    users = [*INTERRUPTED_THREAD[:4], '  File "/job/train.py", line 3, in read', "    q.get()", "InterruptedError"]
+    # Interleaved with another process's line: the traceback cannot be told whole.
+    mixed = [*INTERRUPTED_THREAD[:3], "(RayTrainWorker pid=7) epoch 1", *INTERRUPTED_THREAD[3:]]
+    for lines in (other, users, mixed):
+        assert task_log(lines) == [(logging.INFO, f"[ray] {line}") for line in lines], lines
