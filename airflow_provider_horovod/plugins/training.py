@@ -39,10 +39,9 @@ LIVE_STATES = frozenset(
     {"scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}
 )
 REFRESH_S = 5
-# Task instance states of an attempt that ended without success: with neither a result nor a record of
-# its attempt (every job end the provider sees leaves one, a failure's post-mortem too), the task was
-# killed, whose on_kill stops the job.
-ENDED_STATES = frozenset({"failed", "up_for_retry"})
+# A task instance failed for good with neither a result nor a record of its attempt (every job end the
+# provider sees leaves one, a failure's post-mortem too) was killed: its on_kill stopped the job.
+KILLED_STATE = "failed"
 TRAINERS = {"v2": "Ray Train V2", "legacy": "Ray Train V1 (legacy)"}
 
 
@@ -248,7 +247,7 @@ def answer(ti: dict | None, xcoms: dict, files=AttemptFiles) -> dict:
     )
     for checkpoint in shaped["checkpoints"]:
         checkpoint["uri"] = attempt_files.checkpoint_uri(checkpoint["name"]) if checkpoint["name"] else None
-    killed = not result and not record and not problem and ti["state"] in ENDED_STATES
+    killed = ti["state"] == KILLED_STATE and not result and not record and not problem
     if killed:
         ray_job = " ".join(filter(None, ["its Ray job", job.get("submission_id")]))
         message = f"Attempt {attempt} was killed before its training ended, and {ray_job} was stopped with it. " + (

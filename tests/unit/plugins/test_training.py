@@ -299,13 +299,13 @@ def test_a_killed_attempt_says_it_was_killed_and_its_job_stopped(tmp_path):
     )
     # Killed after some reports: they are drawn, and the message says where they end.
     write_attempt(tmp_path / "later", history=HISTORY[:3], record=None, kept=[])
-    later = answer(ti("up_for_retry", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path / "later")})
+    later = answer(ti("failed", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path / "later")})
     assert later["killed"] and later["message"].endswith("Its reports until then are below.")
     assert later["curves"]["reports"] == 3
     # An attempt whose job ended as the provider saw it left a record: its failure says why, not a kill.
     write_attempt(tmp_path / "failed", history=[], record={"failure": {"failure_class": "user_code"}}, kept=[])
     failed = answer(ti("failed", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path / "failed")})
     assert not failed["killed"] and failed["message"] == "This training reported no metrics."
-    # Still running, or done: no kill.
-    for state in ("running", "success"):
+    # Still running, waiting for its retry (whose view is live), or done: no kill.
+    for state in ("running", "up_for_retry", "success"):
         assert not answer(ti(state, "HorovodTrainOperator"), {JOB_KEY: job(tmp_path)})["killed"], state
