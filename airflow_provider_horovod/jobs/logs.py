@@ -308,11 +308,18 @@ def ray_level(line: str) -> int | None:
     return logging.INFO if _RAY_OWN.search(text) else None
 
 
-# A thread's uncaught exception, as Python prints it; a frame of Ray's code in its traceback; and the
-# exception Ray Data's threads end with when it stops them (an iterator closed, a split finished).
-_THREAD_CRASH = re.compile(r"^Exception in thread \S+:$")
+# Tracebacks of Ray's own code that ask nothing of the user, in a successful run too: the line before
+# each, and its last line (the exception). A frame of Ray's code must be in it.
+_NOISE_TRACEBACKS = [
+    # Python's report of a Ray Data thread that Ray interrupted (an iterator closed, a split finished).
+    (re.compile(r"^Exception in thread \S+:$"), re.compile(r"^InterruptedError\b")),
+    # Ray Train's autoscaling coordinator timing out on a busy node, which Ray itself calls safe to ignore.
+    (
+        re.compile(r"^Failed to send resource request for \S+\. .*safe to ignore"),
+        re.compile(r"^ray\.exceptions\.GetTimeoutError\b"),
+    ),
+]
 _RAY_FRAME = re.compile(r'^\s+File ".*/site-packages/ray/')
-_INTERRUPTED = re.compile(r"^InterruptedError\b")
 
 
 def _source_and_text(line: str) -> tuple[str, str]:
@@ -321,14 +328,15 @@ def _source_and_text(line: str) -> tuple[str, str]:
     return (found[0], plain[found.end() :]) if found else ("", plain)
 
 
-def interrupted_ray_threads(lines: Sequence[str]) -> set[int]:
-    """The positions of the lines of tracebacks that Ray's own threads print when Ray interrupts them
-    (``InterruptedError`` raised in Ray's code): noise, in a successful run too. A traceback whose lines
-    are split between two reads of the log, or interleaved with another process's, is left as it is."""
+def ray_noise_tracebacks(lines: Sequence[str]) -> set[int]:
+    """The positions of the lines of Ray's known noisy tracebacks (``_NOISE_TRACEBACKS``), the line
+    before each included. A traceback split between two reads of the log, or interleaved with another
+    process's lines, is left as it is."""
     found: set[int] = set()
     for start, line in enumerate(lines):
         source, text = _source_and_text(line)
-        if not _THREAD_CRASH.match(text):
+        ends = [end for head, end in _NOISE_TRACEBACKS if head.match(text)]
+        if not ends:
             continue
         block, in_ray = [start], False
         for position in range(start + 1, len(lines)):
@@ -342,7 +350,7 @@ def interrupted_ray_threads(lines: Sequence[str]) -> set[int]:
                 continue
             in_ray = in_ray or bool(_RAY_FRAME.match(text))
             if not text[:1].isspace():  # the exception's own line ends the traceback
-                if in_ray and _INTERRUPTED.match(text):
+                if in_ray and ends[0].match(text):
                     found.update(block)
                 break
     return found
@@ -353,9 +361,9 @@ def task_log(lines: Sequence[str]) -> list[tuple[int, str]]:
     group that Airflow's log view folds (``::group::``), each at its own level."""
     out: list[tuple[int, str]] = []
     folded = warned = False
-    interrupted = interrupted_ray_threads(lines)
+    noisy = ray_noise_tracebacks(lines)
     for position, line in enumerate(lines):
-        level = logging.INFO if position in interrupted else ray_level(line)
+        level = logging.INFO if position in noisy else ray_level(line)
         text = _SOURCE.sub("", _ANSI.sub("", line))
         if level is None and folded and not text.strip():
             level = logging.INFO  # a blank line inside a native stack dump

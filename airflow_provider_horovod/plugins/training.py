@@ -25,7 +25,14 @@ from typing import Any
 from airflow.plugins_manager import AirflowPlugin
 
 from airflow_provider_horovod.plugins import curves
-from airflow_provider_horovod.plugins.data import JOB_KEY, KIND_TRAIN, RETURN_KEY, TRAINING_OPERATORS, AttemptFiles
+from airflow_provider_horovod.plugins.data import (
+    JOB_KEY,
+    KIND_TRAIN,
+    RETURN_KEY,
+    TRAINING_OPERATORS,
+    AttemptFiles,
+    stopped_by_request,
+)
 from airflow_provider_horovod.plugins.history import cost_summary, is_training_result
 
 ROUTE = "/horovod"
@@ -39,8 +46,9 @@ LIVE_STATES = frozenset(
     {"scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}
 )
 REFRESH_S = 5
-# A task instance failed for good with neither a result nor a record of its attempt (every job end the
-# provider sees leaves one, a failure's post-mortem too) was killed: its on_kill stopped the job.
+# A task instance failed for good whose attempt left no result was killed when its on_kill stopped the
+# job: before the wait saw the job end (a deferred task), no record of the attempt; after, a post-mortem
+# that says only that Ray stopped the job (failures.stopped_by_request).
 KILLED_STATE = "failed"
 TRAINERS = {"v2": "Ray Train V2", "legacy": "Ray Train V1 (legacy)"}
 
@@ -247,7 +255,15 @@ def answer(ti: dict | None, xcoms: dict, files=AttemptFiles) -> dict:
     )
     for checkpoint in shaped["checkpoints"]:
         checkpoint["uri"] = attempt_files.checkpoint_uri(checkpoint["name"]) if checkpoint["name"] else None
-    killed = ti["state"] == KILLED_STATE and not result and not record and not problem
+    failure = record.get("failure")
+    killed = (
+        ti["state"] == KILLED_STATE
+        and not result
+        and not problem
+        and (not record or (isinstance(failure, dict) and stopped_by_request(failure)))
+    )
+    if killed:  # the message says why the attempt ended, not as a failure of the training's
+        failed = [f for f in failed if f["attempt"] != attempt]
     if killed:
         ray_job = " ".join(filter(None, ["its Ray job", job.get("submission_id")]))
         message = f"Attempt {attempt} was killed before its training ended, and {ray_job} was stopped with it. " + (

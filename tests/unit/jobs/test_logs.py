@@ -715,3 +715,46 @@ def test_other_thread_tracebacks_stay_the_users():
     mixed = [*INTERRUPTED_THREAD[:3], "(RayTrainWorker pid=7) epoch 1", *INTERRUPTED_THREAD[3:]]
     for lines in (other, users, mixed):
         assert task_log(lines) == [(logging.INFO, f"[ray] {line}") for line in lines], lines
+
+
+# Ray Train's autoscaling coordinator timing out on a busy node, as it came in a training's job log here
+# (through the controller's coloured prefix): Ray's own words call it safe to ignore.
+COORDINATOR_PREFIX = "\x1b[36m(TrainController pid=10145)\x1b[0m "
+COORDINATOR_TIMEOUT = [
+    "Failed to send resource request for train-5c45d7c0a5874ec3a027af6d17054cd1. If this only happens transiently "
+    "during network partition or CPU being overloaded, it's safe to ignore this error. If this error persists, file "
+    "a GitHub issue.",
+    "Traceback (most recent call last):",
+    '  File "/work/main/.venv/lib/python3.11/site-packages/ray/train/v2/_internal/execution/scaling_policy/'
+    'autoscaling_coordinator_client.py", line 58, in send_resource_request',
+    "    ray.get(",
+    '  File "/work/main/.venv/lib/python3.11/site-packages/ray/_private/auto_init_hook.py", line 22, in '
+    "auto_init_wrapper",
+    "    return fn(*args, **kwargs)",
+    "           ^^^^^^^^^^^^^^^^^^^",
+    '  File "/work/main/.venv/lib/python3.11/site-packages/ray/_private/client_mode_hook.py", line 134, in wrapper',
+    "    return func(*args, **kwargs)",
+    "           ^^^^^^^^^^^^^^^^^^^^^",
+    '  File "/work/main/.venv/lib/python3.11/site-packages/ray/_private/worker.py", line 3009, in get',
+    "    values, debugger_breakpoint = worker.get_objects(",
+    "                                  ^^^^^^^^^^^^^^^^^^^",
+    '  File "/work/main/.venv/lib/python3.11/site-packages/ray/_private/worker.py", line 1007, in get_objects',
+    "    ] = self.core_worker.get_objects(",
+    "        ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+    '  File "python/ray/_raylet.pyx", line 3471, in ray._raylet.CoreWorker.get_objects',
+    '  File "python/ray/includes/common.pxi", line 107, in ray._raylet.check_status',
+    "ray.exceptions.GetTimeoutError: Get timed out: some object(s) not ready.",
+]
+
+
+def test_the_autoscaling_coordinators_timeout_that_ray_calls_safe_to_ignore_is_folded():
+    lines = [COORDINATOR_PREFIX + line for line in COORDINATOR_TIMEOUT]
+    after = COORDINATOR_PREFIX + "Attempting to start training worker group of size 2"
+    assert task_log([*lines, after]) == [
+        (logging.INFO, "::group::Ray's own output"),
+        *[(logging.INFO, f"[ray] {line}") for line in lines],
+        (logging.INFO, "::endgroup::"),
+        (logging.INFO, f"[ray] {after}"),
+    ]
+    # Its traceback alone, without Ray's note before it, is not known noise.
+    assert task_log(lines[1:]) == [(logging.INFO, f"[ray] {line}") for line in lines[1:]]

@@ -302,6 +302,20 @@ def test_a_killed_attempt_says_it_was_killed_and_its_job_stopped(tmp_path):
     later = answer(ti("failed", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path / "later")})
     assert later["killed"] and later["message"].endswith("Its reports until then are below.")
     assert later["curves"]["reports"] == 3
+    # Killed while the task still followed the job in the worker: the wait saw Ray stop it and kept a
+    # post-mortem (as a real kill left it): the message tells the kill, not a failure of the training's.
+    stopped = {
+        "error_type": None,
+        "failure_class": "infrastructure",
+        "hint": "nothing in the task: a worker, a node or the network failed.",
+        "message": "Job was intentionally stopped.",
+        "rank": None,
+        "summary": "STOPPED: Job was intentionally stopped.",
+        "traceback": "",
+    }
+    write_attempt(tmp_path / "seen", history=None, record={"attempt": 2, "failure": stopped}, kept=[])
+    seen = answer(ti("failed", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path / "seen")})
+    assert seen["killed"] and seen["message"] == killed["message"] and seen["failures"] == []
     # An attempt whose job ended as the provider saw it left a record: its failure says why, not a kill.
     write_attempt(tmp_path / "failed", history=[], record={"failure": {"failure_class": "user_code"}}, kept=[])
     failed = answer(ti("failed", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path / "failed")})
