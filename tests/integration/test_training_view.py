@@ -235,7 +235,7 @@ def test_the_history_of_a_dag_with_three_runs_shows_three_rows_and_its_charts(st
     assert page.errors == []
 
 
-def test_a_killed_training_says_it_was_killed_and_its_job_stopped(stack, runs, browser, ray_hook):
+def test_a_killed_training_says_it_was_killed_and_its_job_stopped(stack, browser, ray_hook):
     run_id = stack.trigger(TRAINING)
     stack.wait_for_state(TRAINING, run_id, "train", {"deferred", "running"}, timeout=300)
     sid = TaskRun(TRAINING, "train", run_id).submission_id(1)
