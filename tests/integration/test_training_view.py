@@ -13,6 +13,7 @@ from importlib.metadata import version
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 from conftest import free_port
 from support.stack import Stack
@@ -73,8 +74,8 @@ def browser():
 
 
 def open_page(browser, url: str, *, scheme: str = "light", height: int = 1000, only_under: str | None = None):
-    """``only_under``: a path; requests outside it are refused, as the proxy in front of a deployment
-    under a sub-path does (and listed in ``page.refused``)."""
+    """``only_under``: a sub-path (``/airflow``); requests outside it are refused, as the proxy in front of
+    a deployment under it does (and listed in ``page.refused``)."""
     context = browser.new_context(viewport={"width": 1400, "height": height}, color_scheme=scheme)
     page = context.new_page()
     errors: list[str] = []
@@ -84,15 +85,21 @@ def open_page(browser, url: str, *, scheme: str = "light", height: int = 1000, o
     if only_under is not None:
 
         def proxy(route):
-            if urlsplit(route.request.url).path.startswith(only_under):
+            path = urlsplit(route.request.url).path
+            if path == only_under or path.startswith(f"{only_under}/"):
                 route.continue_()
             else:
                 page.refused.append(route.request.url)
                 route.abort()
 
         context.route("**/*", proxy)
-    # Airflow 3.1 sends a new session to its home page after the login: the page is opened after it.
+    # Airflow 3.1 sends a new session to its home page after the login: the page is opened after it,
+    # once the login has set the session's token (a loaded machine reaches networkidle before).
     page.goto(url.split("/dags/")[0] + "/", wait_until="networkidle")
+    deadline = time.monotonic() + 60
+    while not any(cookie["name"] == "_token" for cookie in context.cookies()):
+        assert time.monotonic() < deadline, "the UI never logged in"
+        page.wait_for_timeout(250)
     page.goto(url, wait_until="networkidle")
     return page
 
@@ -241,7 +248,7 @@ def test_a_killed_training_says_it_was_killed_and_its_job_stopped(stack, browser
     sid = TaskRun(TRAINING, "train", run_id).submission_id(1)
     wait_for_status(ray_hook, sid, {"RUNNING"}, timeout=120)
     # A user marks the running task failed: Airflow kills it, and the provider stops its job.
-    stack.api("PATCH", f"/dags/{TRAINING}/dagRuns/{run_id}/taskInstances/train", json={"new_state": "failed"})
+    stack.mark(TRAINING, run_id, "train", "failed")
     wait_for_status(ray_hook, sid, {"STOPPED"}, timeout=60)
     page = open_page(browser, training_tab(stack, TRAINING, run_id, "train"))
     message = page.get_by_test_id("message")
@@ -280,14 +287,13 @@ def test_under_a_sub_path_both_views_load_their_bundle_and_icons_from_under_it(s
         (training_tab(sub_path, HISTORY, run_id, "train"), "[data-testid=checkpoints]"),
         (f"{sub_path.url}/dags/{HISTORY}/plugin/horovod_history", '[data-chart="compare"]'),
     ):
-        page = open_page(browser, url, only_under="/airflow/", height=1200)
+        page = open_page(browser, url, only_under="/airflow", height=1200)
         page.locator(ready).wait_for(timeout=60_000)
-        # The tabs' icons came from under the sub-path too.
-        icons = page.locator('img[src*="horovod/static/chart"]')
-        assert icons.count() >= 1
-        assert all(
-            src.startswith("/airflow/horovod/static/")
-            for src in icons.evaluate_all("i => i.map(e => e.getAttribute('src'))")
-        )
-        assert icons.evaluate_all("i => i.every(e => e.complete && e.naturalWidth > 0)")
         assert page.refused == [] and page.errors == [], (page.refused, page.errors)
+    # The views' entries as the UI gets them: the bundle and the icons under the sub-path, served there.
+    (plugin,) = [p for p in sub_path.api("GET", "/plugins")["plugins"] if p["name"] == "horovod_training"]
+    for app in plugin["react_apps"]:
+        for key in ("bundle_url", "icon", "icon_dark_mode"):
+            assert app[key].startswith("/airflow/horovod/static/"), (key, app[key])
+            served = httpx.get(f"http://127.0.0.1:{sub_path.port}{app[key]}", timeout=30)
+            assert served.status_code == 200 and served.content, (key, served.status_code)
