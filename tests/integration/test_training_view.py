@@ -15,13 +15,14 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from conftest import free_port
-from support.stack import Stack
-from support.tasks import wait_for_status
 
 from airflow_provider_horovod.contract import TaskRun
+from harness.ports import free_port
+from harness.stack import Stack
+from harness.tasks import wait_for_status
 
-pytestmark = pytest.mark.integration
+# One Airflow deployment (the session's `stack`) serves these tests: they run on one pytest-xdist worker.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("stack")]
 
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "docs" / "screenshots"
@@ -270,7 +271,7 @@ def sub_path(stack, tmp_path_factory):
         REPO / "tests" / "dags_stack",
         free_port(),
         path="/airflow",
-        database=stack.database,
+        database_url=stack.database_url,
     )
     try:
         server.serve()
