@@ -13,7 +13,7 @@ export AIRFLOW__CORE__UNIT_TEST_MODE := False
 export AHP_CLUSTER_PYTHON := $(CURDIR)/$(CLUSTER_VENV)/bin/python
 PYTEST := -p no:cacheprovider --durations=15
 
-.PHONY: setup setup-test demo lint check test compat bench clean
+.PHONY: setup setup-test demo ui-check lint check test compat bench clean
 
 # Independent set-up steps run side by side (scripts/run_parallel.sh fails if any of them does).
 setup:
@@ -27,8 +27,12 @@ setup-test: setup
 demo: setup
 	@scripts/demo.sh
 
-# Lint, import order and the line length (ruff), and types (mypy) of the package.
-lint: setup-test
+# The Training views' JavaScript: ESLint, and node's own test runner over the charts' options.
+ui-check: setup
+	scripts/check_ui.sh
+
+# Lint, import order and the line length (ruff), and types (mypy) of the package; the views' JavaScript.
+lint: setup-test ui-check
 	$(AIRFLOW_VENV)/bin/ruff check .
 	$(AIRFLOW_VENV)/bin/ruff format --check .
 	$(AIRFLOW_VENV)/bin/mypy
