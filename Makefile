@@ -22,7 +22,8 @@ setup:
 setup-test: setup
 	@scripts/run_parallel.sh scripts/setup_debian_packages.sh scripts/setup_mlflow_server.sh \
 	  "scripts/setup_airflow_env.sh $(AIRFLOW_VENV) $(PYTHON_AIRFLOW) $(AIRFLOW) amazon,openlineage,test" \
-	  "scripts/setup_airflow_env.sh $(OLDEST_VENV) $(PYTHON_AIRFLOW_OLDEST) $(AIRFLOW_OLDEST) test"
+	  "scripts/setup_airflow_env.sh $(OLDEST_VENV) $(PYTHON_AIRFLOW_OLDEST) $(AIRFLOW_OLDEST) test" \
+	  scripts/setup_ray_layer.sh
 
 demo: setup
 	@scripts/demo.sh
