@@ -48,6 +48,30 @@ def get_provider_info() -> dict:
             {"name": "horovod", "class-name": "airflow_provider_horovod.decorators.horovod.horovod_task"},
             {"name": "ray", "class-name": "airflow_provider_horovod.decorators.ray.ray_task"},
         ],
+        "config": {
+            "horovod": {
+                "description": "Settings of airflow-provider-horovod.",
+                "options": {
+                    "smoke_run": {
+                        "description": "Run every Horovod training and Ray task as a smoke run, the quick "
+                        "end-to-end check of a DAG in CI (docs/ci.md): CPU workers scaled to the cluster, the first "
+                        "smoke_rows rows of each dataset, stopped after the first checkpoint, marked smoke_run in "
+                        "XCom. A task's own smoke_run wins.",
+                        "version_added": "0.2.0",
+                        "type": "boolean",
+                        "example": "True",
+                        "default": "False",
+                    },
+                    "smoke_rows": {
+                        "description": "Rows a smoke run reads of each Ray dataset (a task's smoke_rows wins).",
+                        "version_added": "0.2.0",
+                        "type": "integer",
+                        "example": "16",
+                        "default": "64",
+                    },
+                },
+            }
+        },
         "connection-types": [
             {
                 "connection-type": "ray",

@@ -136,6 +136,10 @@ SEGMENT_START, SEGMENT_GROW, SEGMENT_SHRINK, SEGMENT_NODE_LOST, SEGMENT_FAILURE 
 SEGMENT_REASONS = (SEGMENT_START, SEGMENT_GROW, SEGMENT_SHRINK, SEGMENT_NODE_LOST, SEGMENT_FAILURE)
 # The runtime's backend tells each worker of a group the reason, for rank 0's note of it.
 WORKER_GROUP_REASON_ENV = "AHP_WORKER_GROUP_REASON"
+# Set to "1" in a smoke run's driver and every worker, so the user's code can shrink itself further.
+SMOKE_RUN_ENV = "AHP_SMOKE_RUN"
+# Rows a smoke run reads of each Ray dataset, unless smoke_rows says otherwise.
+SMOKE_ROWS = 64
 
 # XCom keys the provider pushes (the return value aside).
 XCOM_CHECKPOINT_URI = "checkpoint_uri"
@@ -159,6 +163,8 @@ META_WORKER_RESOURCES = f"{META_PREFIX}worker_resources"
 META_TAGS = f"{META_PREFIX}tags"
 # The prices the cost is reckoned at (JSON: cpu_hour, gpu_hour, currency), when given.
 META_PRICES = f"{META_PREFIX}prices"
+# "true" on a smoke run's job (smoke.py): the dashboard and the Training view tell it from a real run.
+META_SMOKE_RUN = f"{META_PREFIX}smoke_run"
 # Metadata keys a user's job_tags cannot take: the provider's (the prefix above, a task run's ids) and Ray's own.
 RESERVED_META_KEYS = ("airflow_dag_id", "airflow_task_id", "airflow_run_id", "airflow_map_index", "job_submission_id")
 
@@ -371,6 +377,8 @@ class JobSpec(_Document):
     attempt: int = 1
     # The Airflow side's Python ("3.12"): a pickled function loads only on the same minor version.
     python_version: str = ""
+    # A smoke run (smoke.py): scaled to the cluster, first rows only, stopped after the first checkpoint.
+    smoke_run: bool = False
     version: int = FORMAT
 
     @property
@@ -425,6 +433,8 @@ class TrainingSpec(JobSpec):
     # MLflow tracking (plan.tracking_settings): tracking_uri, experiment_name, run_name, run_key (the tag a
     # retry finds the run by), tags; the driver adds run_id, experiment_id, run_url, step_offset.
     tracking: dict[str, Any] | None = None
+    # A smoke run reads this many rows of each dataset (None: all of them).
+    smoke_rows: int | None = None
 
     @property
     def history_uri(self) -> str:
@@ -535,6 +545,8 @@ class ResultRecord(TaskRecord):
     checkpoint_score_attribute: str | None = None
     # The MLflow run the training logged to: {"run_id", "experiment_id", "run_url"}; None without one.
     tracking: dict[str, Any] | None = None
+    # A smoke run's record: its checkpoint is real, its model is not one to promote.
+    smoke_run: bool = False
 
 
 # --- What a task returns (its XCom) ---------------------------------------------------------------
@@ -583,6 +595,8 @@ class TrainingResult(TypedDict):
     job_tags: dict[str, str]
     # The MLflow run (ResultRecord.tracking), with mlflow_tracking_uri or mlflow_conn_id; else None.
     mlflow: dict[str, Any] | None
+    # True for a smoke run ([horovod] smoke_run or the task's smoke_run): never a model to promote.
+    smoke_run: bool
 
 
 class AttemptCost(TypedDict):
@@ -648,4 +662,5 @@ def training_result(
         cost=cost,
         job_tags=dict(job_tags or {}),
         mlflow=record.tracking,
+        smoke_run=record.smoke_run,
     )

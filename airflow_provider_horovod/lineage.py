@@ -52,6 +52,7 @@ class HorovodRunFacet(RunFacet):
     :param metrics: the last metrics reported.
     :param cost: the run's cost figures, when the provider measured them.
     :param dashboardUrl: the job in the Ray dashboard.
+    :param smokeRun: True for a smoke run (docs/ci.md): a quick check, its model not one to use.
     """
 
     jobKind: str
@@ -65,6 +66,7 @@ class HorovodRunFacet(RunFacet):
     metrics: dict[str, Any] | None = None
     cost: dict[str, Any] | None = None
     dashboardUrl: str | None = None
+    smokeRun: bool | None = None
 
     @staticmethod
     def _get_schema() -> str:
@@ -145,6 +147,7 @@ def training_lineage(
         metrics=result.get("metrics"),
         cost=result.get("cost"),
         dashboardUrl=result.get("dashboard_url"),
+        smokeRun=result.get("smoke_run"),
         producer=PRODUCER,
     )
     return OperatorLineage(

@@ -22,6 +22,7 @@ from airflow_provider_horovod.contract import (
     META_PRICES,
     META_RESOURCES,
     META_RESULT_URI,
+    META_SMOKE_RUN,
     META_STORAGE_URI,
     META_TAGS,
     META_WORKER_RESOURCES,
@@ -143,6 +144,8 @@ class JobPlan:
             metadata[META_TAGS] = json.dumps(sorted(self.job_tags))
         if self.prices:
             metadata[META_PRICES] = json.dumps(self.prices, sort_keys=True)
+        if spec.smoke_run:
+            metadata[META_SMOKE_RUN] = "true"
         if isinstance(spec, TrainingSpec):
             # An elastic run as "min-max" (its resources above count min: what it needs to start).
             metadata[META_NUM_WORKERS] = (

@@ -37,11 +37,13 @@ rather than in Ray. Unpausing the DAG runs today's interval only (``catchup=Fals
   what the training cost (``cost``: wall time, queueing, worker-, CPU- and GPU-seconds, every attempt).
 - ``evaluate`` (``@task.ray``) loads the model from that checkpoint where torch is, on the cluster,
   and scores it on the holdout data next to the untrained baseline.
-- ``promote`` records the new checkpoint as a move of the champion (a small JSON record in storage)
-  when it beats the champion in force on its day, as one compare-and-swap (a lock beside a local
-  record, a conditional write on S3); then ``publish_champion`` emits an Asset event for downstream
-  DAGs, carrying the new checkpoint URI, when the *current* champion moved (it is skipped, emitting
-  nothing, otherwise: no win, or a backfilled day's win).
+- ``promote`` refuses a smoke run's model (``[horovod] smoke_run``, the CI check of docs/ci.md): it
+  records nothing and ``publish_champion`` emits nothing. Otherwise it records the new checkpoint as
+  a move of the champion (a small JSON record in storage) when it beats the champion in force on its
+  day, as one compare-and-swap (a lock beside a local record, a conditional write on S3); then
+  ``publish_champion`` emits an Asset event for downstream DAGs, carrying the new checkpoint URI, when
+  the *current* champion moved (it is skipped, emitting nothing, otherwise: no win, or a backfilled
+  day's win).
 
 Where it runs. With no ``ray_default`` connection it trains on an embedded local Ray cluster and
 stores everything under ``$AIRFLOW_HOME/horovod-storage``. For a real cluster and bucket:
@@ -129,7 +131,12 @@ def horovod_retraining():
         from airflow_provider_horovod.examples.retraining import evaluate as score
 
         scores = score(result["checkpoint_uri"], data["holdout"])
-        return {"checkpoint_uri": result["checkpoint_uri"], **scores, "submission_id": result["submission_id"]}
+        return {
+            "checkpoint_uri": result["checkpoint_uri"],
+            **scores,
+            "submission_id": result["submission_id"],
+            "smoke_run": result.get("smoke_run", False),
+        }
 
     @task
     def promote(evaluation: dict, warm_start: str, day: str, run_id=None) -> dict:
@@ -138,6 +145,10 @@ def horovod_retraining():
         from airflow_provider_horovod.storage import Storage
 
         candidate = {**evaluation, "logical_date": day, "run_id": run_id}
+        if evaluation.get("smoke_run"):
+            # A smoke run's model saw a few rows for one step: it checks the DAG, it never becomes a champion.
+            print("Smoke run: the champion is left as it is (nothing promoted, no Asset event).")
+            return {**candidate, "warm_start": warm_start, "promoted": False, "current": False, "champion_before": None}
         before, after = Storage().swap_json(CHAMPION, lambda record: with_move(record, candidate))
         in_force = champion_as_of(before, day, inclusive=True)
         current = (after or before or {}).get("current") or {}

@@ -55,6 +55,11 @@ def start(hook: RayJobsApi, plan: JobPlan, storage: Storage, *, logger: Logger =
             (attempt.info or {}).get("status"),
         )
     else:
+        if plan.spec.smoke_run:  # scaled to what the cluster has, said in the task log
+            from airflow_provider_horovod.smoke import fit_to_cluster
+
+            plan, said = fit_to_cluster(plan, hook.get_cluster_resources())
+            logger.info("%s", said)
         check_cluster_resources(hook, plan)
         check_ray_features(hook.ray_version(), plan.spec)
         storage.check_bucket(plan.storage_uri)

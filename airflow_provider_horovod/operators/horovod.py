@@ -95,8 +95,9 @@ class HorovodTrainOperator(BaseRayJobOperator):
         never in its ``runtime_env`` (templated).
     :param mlflow_experiment_name: the MLflow experiment (created when missing); default: the DAG's
         id (templated).
+    :param smoke_rows: rows a smoke run reads of each dataset; None: ``[horovod] smoke_rows`` (default 64).
     :param storage_path, aws_conn_id, ray_conn_id, deferrable, wait_for_completion, poll_interval_seconds,
-        pending_timeout_seconds, stall_timeout_seconds, retry_on_user_error, job_tags, prices: see
+        pending_timeout_seconds, stall_timeout_seconds, retry_on_user_error, job_tags, prices, smoke_run: see
         :class:`~airflow_provider_horovod.operators.ray.BaseRayJobOperator`
         (``storage_path`` holds the checkpoints and the result record).
     """
@@ -146,9 +147,11 @@ class HorovodTrainOperator(BaseRayJobOperator):
         mlflow_tracking_uri: str | None = None,
         mlflow_conn_id: str | None = None,
         mlflow_experiment_name: str | None = None,
+        smoke_rows: int | None = None,
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
+        self.smoke_rows = smoke_rows
         self.train_fn = train_fn
         self.train_loop_config = train_loop_config
         self.datasets = datasets
@@ -238,16 +241,23 @@ class HorovodTrainOperator(BaseRayJobOperator):
             try_number=self._try_number,
         )
 
+    def as_smoke(self, plan: JobPlan) -> JobPlan:
+        from airflow_provider_horovod import smoke
+
+        return smoke.as_smoke(plan, smoke.rows(self.smoke_rows))
+
     def task_result(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
         from airflow_provider_horovod.cost import summary
         from airflow_provider_horovod.jobs.finish import push_result
 
         self.log.info("Checkpoint: %s  metrics: %s", result["checkpoint_uri"], result["metrics"])
+        if result.get("smoke_run"):
+            self.log.info("Smoke run: the checkpoint is real, the model is not one to promote (XCom smoke_run).")
         self.mlflow_run_url = (result.get("mlflow") or {}).get("run_url")
         if self.mlflow_run_url:
             self.log.info("MLflow run: %s", self.mlflow_run_url)
         if result.get("cost"):
-            self.log.info("%s", summary(result["cost"]))
+            self.log.info("%s%s", summary(result["cost"]), " (smoke run)" if result.get("smoke_run") else "")
         return push_result(context, result)
 
     def lineage(self, result: dict[str, Any] | None) -> Any:

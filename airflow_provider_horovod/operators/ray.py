@@ -82,6 +82,10 @@ class BaseRayJobOperator(BaseOperator):
         ``airflow_*`` ids are the provider's.
     :param prices: what the cluster's resources cost, ``{"cpu_hour": 0.048, "gpu_hour": 2.45,
         "currency": "USD"}``: the task's ``cost`` then carries an ``amount``. None: seconds only.
+    :param smoke_run: run the job as a smoke run, the quick end-to-end check of a DAG in CI (docs/ci.md):
+        on CPU, scaled to the cluster, a training stopped after its first checkpoint and marked
+        ``smoke_run`` in XCom. None (default): Airflow's ``[horovod] smoke_run`` option decides
+        (``AIRFLOW__HOROVOD__SMOKE_RUN=True``).
     """
 
     template_fields: Sequence[str] = ("ray_conn_id", "storage_path", "aws_conn_id", "job_tags")
@@ -103,9 +107,11 @@ class BaseRayJobOperator(BaseOperator):
         retry_on_user_error: bool = False,
         job_tags: dict[str, str] | None = None,
         prices: dict[str, Any] | None = None,
+        smoke_run: bool | None = None,
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
+        self.smoke_run = smoke_run
         self.job_tags = job_tags
         self.prices = prices
         self.retry_on_user_error = retry_on_user_error
@@ -154,7 +160,14 @@ class BaseRayJobOperator(BaseOperator):
 
         return WaitPolicy(self.poll_interval_seconds, self.pending_timeout_seconds, self.stall_timeout_seconds)
 
+    def as_smoke(self, plan: JobPlan) -> JobPlan:
+        """The plan as a smoke run (``smoke.as_smoke``)."""
+        from airflow_provider_horovod import smoke
+
+        return smoke.as_smoke(plan)
+
     def checked_plan(self, task_run: TaskRun, policy: WaitPolicy) -> JobPlan:
+        from airflow_provider_horovod import smoke
         from airflow_provider_horovod.checks import check_bool, check_ray_conn_id
         from airflow_provider_horovod.storage import check_aws_conn_id
 
@@ -163,6 +176,8 @@ class BaseRayJobOperator(BaseOperator):
         check_bool("wait_for_completion", self.wait_for_completion)
         check_bool("retry_on_user_error", self.retry_on_user_error)
         plan = self.plan(task_run, policy)
+        if smoke.enabled(self.smoke_run):
+            plan = self.as_smoke(plan)
         # A missing AWS connection would otherwise show only after the job ended, when reading its result.
         check_aws_conn_id(self.aws_conn_id)
         return plan

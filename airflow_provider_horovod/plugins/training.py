@@ -147,11 +147,17 @@ def facts(result: dict, record: dict, job: dict) -> list[dict]:
     world_size = result.get("world_size") or record.get("world_size")
     fit_s = timings.get("fit_s")
     trainer = str(result.get("trainer_api") or job.get("trainer_api") or "")
+    smoke = result.get("smoke_run") or record.get("smoke_run")
+    cost = cost_text(result.get("cost") or record.get("cost"))
     items = [
+        (
+            "smoke run",
+            "yes: a quick check (scaled down, stopped at its first checkpoint), not a model to use" if smoke else None,
+        ),
         ("workers", world_size),
         ("trainer", TRAINERS.get(trainer, trainer)),
         ("training time", f"{fit_s:.1f} s" if fit_s else None),
-        ("cost", cost_text(result.get("cost") or record.get("cost"))),
+        ("cost", f"{cost} (smoke run)" if cost and smoke else cost),
         ("resumed from", result.get("resumed_from") or record.get("resumed_from")),
     ]
     out: list[dict[str, Any]] = [

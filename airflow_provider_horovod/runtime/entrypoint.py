@@ -75,9 +75,10 @@ def banner(spec: JobSpec) -> str:
         return (
             f"airflow-provider-horovod: job {spec.submission_id}, attempt {spec.attempt}, {spec.num_workers} "
             f"Horovod workers ({'GPU' if spec.use_gpu else 'CPU'}), trainer {spec.trainer_api}, storage "
-            f"{spec.run_uri}"
+            f"{spec.run_uri}{', SMOKE RUN' if spec.smoke_run else ''}"
         )
-    return f"airflow-provider-horovod: task job {spec.submission_id}, attempt {spec.attempt}"
+    smoke = ", SMOKE RUN" if spec.smoke_run else ""
+    return f"airflow-provider-horovod: task job {spec.submission_id}, attempt {spec.attempt}{smoke}"
 
 
 def run_training(spec: TrainingSpec, folder: str, started_at: float) -> TaskRecord:

@@ -21,7 +21,7 @@ from airflow_provider_horovod.contract import (
     TrainingSpec,
     required_positional,
 )
-from airflow_provider_horovod.runtime import ray_compat
+from airflow_provider_horovod.runtime import ray_compat, smoke
 from airflow_provider_horovod.runtime.storage import (
     HISTORY,
     exists,
@@ -65,6 +65,8 @@ def worker_started(spec: TrainingSpec) -> None:
 
     route_uploads()
     HISTORY.record(spec.history_uri)
+    if spec.smoke_run:  # after the history's wrapper: the last report is recorded before the stop
+        smoke.stop_after_first_checkpoint()
     context = ray.train.get_context()
     if context.get_world_rank() == 0:
         HISTORY.resume()
@@ -145,6 +147,8 @@ def per_worker(spec: TrainingSpec, fn: Callable) -> Callable:
 def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
+    except smoke.SmokeRunDone:  # a smoke run's first checkpoint is reported: the training ends there
+        return None
     except Exception as err:
         import ray.train
 
@@ -188,7 +192,7 @@ def load_datasets(spec: TrainingSpec, folder: str, s3_fs=None) -> dict:
                 datasets[name] = readers[ref["format"]](ref["uri"])
         else:
             datasets[name] = load_callable(ref, folder)()
-    return datasets
+    return smoke.limited(datasets, spec.smoke_rows) if spec.smoke_run else datasets
 
 
 def pending_timeout_error(spec: TrainingSpec) -> PendingTimeoutError:
@@ -443,6 +447,7 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
         return_value=read_json(spec.return_value_uri),
         history=read_json(spec.history_uri) or [],
         timeline_uri=spec.timeline_uri if spec.horovod_timeline and exists(spec.timeline_uri) else None,
+        smoke_run=spec.smoke_run,
     )
     write_record(spec.result_uri, record)
     return record

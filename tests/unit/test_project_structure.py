@@ -40,7 +40,7 @@ LAYERS = [
         "cost",
         "lineage",
     ],
-    ["plan", "hooks/ray_connection", "hooks/ray_transport", "hooks/ray_packages", "hooks/ray"],
+    ["plan", "smoke", "hooks/ray_connection", "hooks/ray_transport", "hooks/ray_packages", "hooks/ray"],
     ["jobs/api", "jobs/logs", "jobs/wait", "jobs/submit", "jobs/finish"],
     ["triggers/ray"],
     ["operators/ray", "operators/horovod", "sensors/ray"],

@@ -113,6 +113,7 @@ def test_success_returns_the_documented_dict_and_marks_the_attempt_consumed(tmp_
         "timings": {"train_s": 3.5},
         "timeline_uri": None,  # no Horovod timeline was asked for
         "checkpoint_score_attribute": None,
+        "smoke_run": False,  # a real run
     }
     assert {k: result[k] for k in expected} == expected
     assert set(result) - set(expected) <= {"return_value", "attempts", "cost", "job_tags", "segments", "mlflow"}
