@@ -45,6 +45,7 @@ TITLES = {
     "7": "Install size of the Airflow side",
     "8": "Answer time of the Training views",
     "9": "Across hosts",
+    "11": "Smoke run of a production DAG",
 }
 
 
@@ -230,6 +231,11 @@ def main() -> int:
         from bench import ui
 
         figures.append(timed("8", ui.figure))
+
+    if "11" in want:  # the embedded cluster the provider starts itself, with 2 CPUs, as on a CI runner
+        from bench import smoke
+
+        figures.append(timed("11", smoke.figure))
 
     if "9" in want:  # hosts of its own (network namespaces), with their own Ray cluster and S3
         from bench import multihost

@@ -1,0 +1,174 @@
+"""Figure 11: a smoke run of a production DAG (issue 37, docs/ci.md).
+
+The example retraining DAG (``dags/horovod_retraining.py``) configured as production would be: 8 GPU
+workers of 8 CPUs each, 1000 epochs, 512 rows of training data. ``airflow dags test`` runs it under
+``AIRFLOW__HOROVOD__SMOKE_RUN=True`` on the provider's embedded cluster, started with 2 CPUs and no GPU, as
+a CI runner has it: wall time of the whole command, warm (the cluster up, the environments' bytecode
+written by a first run, which is reported apart). Then the same DAG with a bug planted in each of three
+places fails each time, its message naming the bug.
+
+    BENCH_ONLY=11 .venv/bin/python -m bench.run
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+from bench.common import (
+    AIRFLOW_BIN,
+    OUT,
+    REPO,
+    Figure,
+    Target,
+    fmt,
+    log,
+    median,
+    plain_table,
+    repeats,
+    run_logged,
+    save_raw,
+)
+
+DAG_ID = "horovod_retraining"
+TARGET_S = 60.0
+CLUSTER_CPUS = "2"
+# The example DAG as production would configure it (tests/integration/test_smoke.py makes the same edits).
+PRODUCTION = {
+    "        num_workers=2,\n": (
+        '        num_workers=8,\n        use_gpu=True,\n        resources_per_worker={"CPU": 8, "GPU": 1},\n'
+    ),
+    '"num_epochs": 5': '"num_epochs": 1000',
+}
+# Each bug: (where, the edit, what the failed run's output must name).
+BUGS = [
+    (
+        "training function's import",
+        {
+            'train_fn="airflow_provider_horovod.examples.retraining:train_regressor"': (
+                'train_fn="airflow_provider_horovod.examples.retraining:train_regresor"'
+            )
+        },
+        "train_regresor",
+    ),
+    (
+        "evaluation's checkpoint read",
+        {'score(result["checkpoint_uri"], data["holdout"])': 'score(result["checkpoint"], data["holdout"])'},
+        "KeyError: 'checkpoint'",
+    ),
+    ("a template", {"['train'] }}": "['trian'] }}"}, "has no attribute 'trian'"),
+]
+
+
+def dag_folder(name: str, edits: dict[str, str]) -> str:
+    text = (REPO / "dags" / "horovod_retraining.py").read_text()
+    for old, new in {**PRODUCTION, **edits}.items():
+        if old not in text:
+            raise RuntimeError(f"the example DAG no longer has {old!r}: update bench/smoke.py")
+        text = text.replace(old, new)
+    folder = OUT / "smoke" / "dags" / name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    (folder / "horovod_retraining.py").write_text(text)
+    return str(folder)
+
+
+def dags_test(name: str, folder: str, day: int, *, check: bool = True):
+    storage = OUT / "smoke" / "storage" / name
+    shutil.rmtree(storage, ignore_errors=True)
+    env = {
+        "AIRFLOW__HOROVOD__SMOKE_RUN": "True",
+        "AIRFLOW__CORE__DAGS_FOLDER": folder,
+        "HOROVOD_RETRAINING_STORAGE": str(storage),
+        "AIRFLOW_PROVIDER_HOROVOD_LOCAL_NUM_CPUS": CLUSTER_CPUS,
+    }
+    cmd = [AIRFLOW_BIN, "dags", "test", DAG_ID, f"2026-10-{day:02d}"]
+    return run_logged(cmd, f"smoke-{name}.log", env=env, timeout=600, check=check)
+
+
+def figure() -> Figure:
+    from airflow_provider_horovod import local
+
+    # The embedded cluster the provider starts itself (no ray_default connection), with 2 CPUs.
+    os.environ.pop("AIRFLOW_CONN_RAY_DEFAULT", None)
+    local.down()
+    try:
+        return measured()
+    finally:
+        local.down()
+
+
+def measured() -> Figure:
+    production = dag_folder("production", {})
+    _, first_s = dags_test("first", production, 1)  # starts the cluster; the environments' bytecode is written
+    walls, outputs = [], []
+    for i in range(repeats(3)):
+        run, wall = dags_test(f"warm-{i + 1}", production, 2 + i)
+        walls.append(wall)
+        outputs.append(run.stdout + run.stderr)
+        log(f"smoke run {i + 1}: {wall:.1f} s")
+    said = [line.split("Smoke run: ", 1)[1] for line in outputs[-1].splitlines() if "Smoke run: 8 GPU" in line][:1]
+    promoted = [
+        json.loads(line.split("AHP_RETRAINING ", 1)[1])
+        for line in outputs[-1].splitlines()
+        if "AHP_RETRAINING " in line
+    ]
+    bugs = []
+    for n, (where, edits, expected) in enumerate(BUGS):
+        run, wall = dags_test(f"bug-{n + 1}", dag_folder(f"bug-{n + 1}", edits), 20 + n, check=False)
+        output = run.stdout + run.stderr
+        bugs.append(
+            {"where": where, "rc": run.returncode, "named": expected in output, "expected": expected, "wall_s": wall}
+        )
+        log(f"planted bug in the {where}: rc {run.returncode}, named: {expected in output}, {wall:.1f} s")
+    save_raw("smoke", {"first_s": first_s, "warm_s": walls, "bugs": bugs, "said": said, "promote": promoted})
+
+    warm = median(walls)
+    rows = [
+        ["first run (starts the embedded cluster)", fmt(first_s, 1)],
+        [f"warm, median of {len(walls)}", fmt(warm, 1)],
+        ["warm, each", ", ".join(fmt(w, 1) for w in walls)],
+    ]
+    bug_rows = [
+        [
+            b["where"],
+            "failed" if b["rc"] else "**passed**",
+            "yes" if b["named"] else "**no**",
+            f"`{b['expected']}`",
+            fmt(b["wall_s"], 1),
+        ]
+        for b in bugs
+    ]
+    fig = Figure(
+        11,
+        "Smoke run of a production DAG",
+        __doc__.split("\n\n", 1)[1].split("\n\n    BENCH_ONLY")[0],
+        tables=[
+            plain_table(["`airflow dags test`, smoke run", "wall s"], rows),
+            plain_table(["planted bug", "the run", "message names it", "looked for", "wall s"], bug_rows),
+        ],
+    )
+    if said:
+        fig.notes.append(f"The training's task log: `Smoke run: {said[0]}`")
+    if promoted:
+        fig.notes.append(
+            f"The promotion: promoted={promoted[-1].get('promoted')}, smoke_run={promoted[-1].get('smoke_run')}."
+        )
+    fig.targets.append(
+        Target(
+            "11. Production DAG under the smoke switch, warm",
+            warm <= TARGET_S,
+            f"median {warm:.1f} s against {TARGET_S:.0f} s",
+            "" if warm <= TARGET_S else "the fixed cost of a training task (figure 10, its own issue)",
+        )
+    )
+    caught = all(b["rc"] != 0 and b["named"] for b in bugs)
+    fig.targets.append(
+        Target(
+            "11. Each planted bug fails the smoke run, named",
+            caught,
+            f"{sum(b['rc'] != 0 and b['named'] for b in bugs)} of {len(bugs)}",
+        )
+    )
+    return fig
