@@ -59,17 +59,25 @@ def _stopping(report):
 
 
 def any_rank(mine: bool) -> bool:
-    """Whether any rank's report of this round carried a checkpoint: one Horovod allreduce when Horovod
-    runs (ranks often checkpoint on rank 0 only, and all must stop on the same report); else this rank's."""
+    """Whether the ranks stop on this report, the same answer on every rank: any rank's report carried a
+    checkpoint (one Horovod allreduce when Horovod runs: ranks often checkpoint on rank 0 only); without
+    Horovod, rank 0's answer through Ray Train V2's own broadcast; else this rank's."""
     try:
         import horovod.torch as hvd
     except ImportError:
-        return mine
-    if not hvd.is_initialized() or hvd.size() == 1:
-        return mine
-    import torch
+        hvd = None
+    if hvd is not None and hvd.is_initialized():
+        if hvd.size() == 1:
+            return mine
+        import torch
 
-    total: Any = hvd.allreduce(
-        torch.tensor([1.0 if mine else 0.0]), op=hvd.Sum, name=f"ahp_smoke_checkpoint_{next(_rounds)}"
-    )
-    return bool(total.item() > 0)
+        total: Any = hvd.allreduce(
+            torch.tensor([1.0 if mine else 0.0]), op=hvd.Sum, name=f"ahp_smoke_checkpoint_{next(_rounds)}"
+        )
+        return bool(total.item() > 0)
+    try:
+        from ray.train.collective import broadcast_from_rank_zero
+
+        return bool(broadcast_from_rank_zero(mine))
+    except Exception:  # Train V1, or a Ray without it: every rank that reports alike stops alike
+        return mine

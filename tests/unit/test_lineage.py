@@ -153,6 +153,16 @@ def test_the_facet_carries_the_cost_and_matches_its_schema():
     assert lineage.SCHEMA_URL.endswith(SCHEMA.relative_to(REPO).as_posix())
 
 
+def test_a_smoke_runs_facet_says_so_and_matches_the_schema():
+    import jsonschema
+
+    op = training()
+    op.job_result = {"checkpoint_uri": "s3://ckpt/run/checkpoint_000000", "submission_id": "sid-a1", "smoke_run": True}
+    document = json.loads(Serde.to_json(op.get_openlineage_facets_on_complete(None).run_facets["horovod"]))
+    assert document["smokeRun"] is True
+    jsonschema.validate(document, json.loads(SCHEMA.read_text())["$defs"]["HorovodRunFacet"]["allOf"][1])
+
+
 def test_on_failure_the_training_names_its_job_and_no_checkpoint():
     op = training()
     op.submission_id = "sid-a1"

@@ -323,3 +323,12 @@ def test_a_killed_attempt_says_it_was_killed_and_its_job_stopped(tmp_path):
     # Still running, waiting for its retry (whose view is live), or done: no kill.
     for state in ("running", "up_for_retry", "success"):
         assert not answer(ti(state, "HorovodTrainOperator"), {JOB_KEY: job(tmp_path)})["killed"], state
+
+
+def test_a_smoke_run_says_so_in_the_facts_and_beside_its_cost():
+    from airflow_provider_horovod.plugins.training import facts
+
+    cost = {"total": {"attempts": 1, "worker_s": 4.0, "cpu_s": 4.0, "gpu_s": 0.0, "amount": None}}
+    shown = {f["label"]: f["value"] for f in facts({"smoke_run": True, "world_size": 2, "cost": cost}, {}, {})}
+    assert shown["smoke run"].startswith("yes") and shown["cost"].endswith("(smoke run)")
+    assert "smoke run" not in {f["label"] for f in facts({"world_size": 2, "cost": cost}, {}, {})}
