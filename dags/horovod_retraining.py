@@ -148,8 +148,9 @@ def horovod_retraining():
         if evaluation.get("smoke_run"):
             # A smoke run's model saw a few rows for one step: it checks the DAG, it never becomes a champion.
             print("Smoke run: the champion is left as it is (nothing promoted, no Asset event).")
-            return {**candidate, "warm_start": warm_start, "promoted": False, "current": False, "champion_before": None}
-        before, after = Storage().swap_json(CHAMPION, lambda record: with_move(record, candidate))
+            before, after = None, None
+        else:
+            before, after = Storage().swap_json(CHAMPION, lambda record: with_move(record, candidate))
         in_force = champion_as_of(before, day, inclusive=True)
         current = (after or before or {}).get("current") or {}
         summary = {
