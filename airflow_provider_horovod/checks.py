@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlparse
 
-from airflow_provider_horovod.contract import META_PREFIX, RESERVED_META_KEYS
+from airflow_provider_horovod.contract import META_PREFIX, RESERVED_META_KEYS, TrainerApi
 from airflow_provider_horovod.exceptions import InvalidParameterError
 
 STORAGE_SCHEMES = ("", "file", "s3")
@@ -49,7 +49,7 @@ def check_num_workers(value: Any, trainer_api: Any = None) -> int | list[int]:
     template's JSON text such as ``"[2, 4]"`` or ``"4"`` means the same). ``[n, n]`` is ``n``.
     Ray's HorovodTrainer (``trainer_api="legacy"``) takes a number only."""
     checked = _num_workers(value)
-    if isinstance(checked, list) and trainer_api == "legacy":
+    if isinstance(checked, list) and trainer_api == TrainerApi.LEGACY.value:
         raise InvalidParameterError(
             "num_workers",
             value,

@@ -9,7 +9,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +34,7 @@ from airflow_provider_horovod.contract import (
     TrainingSpec,
     attempt_uri,
     default_storage_path,
+    python_minor,
 )
 from airflow_provider_horovod.functions import ship_function
 
@@ -215,7 +215,7 @@ def training_plan(
     spec = TrainingSpec(
         submission_id=task_run.submission_id(1),
         storage_uri=task_run.storage_uri(root),
-        python_version=python_version(),
+        python_version=python_minor(),
         train_fn=fn,
         train_loop_config=checks.check_json("train_loop_config", train_loop_config),
         datasets=dataset_refs,
@@ -306,7 +306,7 @@ def task_plan(
     spec = TaskSpec(
         submission_id=task_run.submission_id(1),
         storage_uri=task_run.storage_uri(root),
-        python_version=python_version(),
+        python_version=python_minor(),
         function=function,
         args=checks.check_args("op_args", op_args),
         kwargs=checks.check_json("op_kwargs", op_kwargs),
@@ -350,10 +350,6 @@ def tracking_settings(
             **({"airflow.try_number": str(try_number)} if try_number is not None else {}),
         },
     }
-
-
-def python_version() -> str:
-    return f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 def provider_folder() -> str:

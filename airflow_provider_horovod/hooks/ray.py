@@ -92,9 +92,8 @@ class RayHook(BaseHook):
         super().__init__(**kwargs)
         self.ray_conn_id = ray_conn_id
         self._async_endpoint: RayEndpoint | None = None
-        self._async_client = None
-        self._async_loop = None
-        self._async_key: tuple | None = None
+        # The aiohttp session of the async twins: (its event loop, its key in SESSIONS, the session).
+        self._async_session: tuple[asyncio.AbstractEventLoop, tuple, Any] | None = None
         self._cluster_checked = False
 
     # --- the connection -------------------------------------------------------------------------
@@ -199,16 +198,17 @@ class RayHook(BaseHook):
         self._check_auth(self.endpoint, status)
         return status, text
 
-    async def _a_client(self):
+    async def _a_session(self) -> tuple[tuple, Any]:
+        """(its key in ``SESSIONS``, the aiohttp session) for this event loop."""
         loop = asyncio.get_running_loop()
-        if self._async_client is None or self._async_loop is not loop:
+        if self._async_session is None or self._async_session[0] is not loop:
             # An aiohttp session serves the loop it was made in (the operator runs one loop per wait).
-            self._async_key, self._async_client = SESSIONS.acquire(loop, await self.a_endpoint())
-            self._async_loop = loop
-        return self._async_client
+            key, session = SESSIONS.acquire(loop, await self.a_endpoint())
+            self._async_session = (loop, key, session)
+        return self._async_session[1:]
 
     async def _a_request(self, method: str, path: str, **kwargs) -> tuple[int, str]:
-        endpoint, session = await self.a_endpoint(), await self._a_client()
+        endpoint, (_, session) = await self.a_endpoint(), await self._a_session()
         url = endpoint.url.rstrip("/") + path
         started = time.monotonic()
         try:
@@ -219,9 +219,10 @@ class RayHook(BaseHook):
         return status, text
 
     async def aclose(self) -> None:
-        if self._async_client is not None:
-            self._async_client = None
-            await SESSIONS.release(self._async_key)
+        if self._async_session is not None:
+            _, key, _ = self._async_session
+            self._async_session = None
+            await SESSIONS.release(key)
 
     async def __aenter__(self) -> RayHook:
         return self
@@ -362,9 +363,8 @@ class RayHook(BaseHook):
         """The job's info; with ``fresh_within_s``, where this event loop waits for many jobs, from a
         list of the cluster's unended jobs at most that old, read once for all of them."""
         if fresh_within_s is not None:
-            await self._a_client()
-            assert self._async_key is not None  # set by _a_client
-            info = await SESSIONS.board(self._async_key).info(submission_id, fresh_within_s, self._a_list_unended)
+            key, _ = await self._a_session()
+            info = await SESSIONS.board(key).info(submission_id, fresh_within_s, self._a_list_unended)
             if info is not None:
                 return info
         return self._parse(*await self._a_request("GET", f"/api/jobs/{submission_id}"), "job info", missing=None)

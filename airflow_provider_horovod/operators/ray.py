@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -187,19 +187,19 @@ class BaseRayJobOperator(BaseOperator):
             self.log.info("The job's log up to line %s is in the task log of an earlier try.", cursor.lines)
         if self.deferrable:
             return self.wait_deferred(context, sid, policy, cursor)
-        event = self.wait(context, sid, policy, cursor)
-        assert event is not None  # without a time limit the wait ends with the job
-        return self.complete(context, event)
+        return self.complete(context, self.wait(context, sid, policy, cursor))
 
     def wait_deferred(self, context: Context, sid: str, policy: WaitPolicy, cursor: LogCursor) -> Any:
         """Follow the job here for its first seconds, then defer to the triggerer."""
+        from airflow_provider_horovod.jobs.wait import StillRunning
         from airflow_provider_horovod.triggers.ray import RayJobTrigger
 
-        latest = [cursor]
-        event = self.wait(context, sid, policy, cursor, within_s=self.sync_wait_before_defer_s, seen=latest.append)
-        if event is not None:
+        try:
+            event = self.wait(context, sid, policy, cursor, within_s=self.sync_wait_before_defer_s)
+        except StillRunning as running:
+            cursor = running.cursor
+        else:
             return self.complete(context, event)
-        cursor = latest[-1]
         context["ti"].xcom_push(key=XCOM_LOG_CURSOR, value=cursor.to_dict())
         self.defer(
             trigger=RayJobTrigger(
@@ -221,14 +221,13 @@ class BaseRayJobOperator(BaseOperator):
         cursor: LogCursor,
         *,
         within_s: float | None = None,
-        seen: Callable[[LogCursor], None] = lambda c: None,
-    ) -> JobEvent | None:
-        """The synchronous wait, in the worker (the trigger's, in an event loop of its own)."""
+    ) -> JobEvent:
+        """The synchronous wait, in the worker (the trigger's, in an event loop of its own); with
+        ``within_s``, ``StillRunning`` when the job has not ended by then."""
         from airflow_provider_horovod.jobs.wait import wait
 
         def save(latest: LogCursor) -> None:
             compat.state_set(context, XCOM_LOG_CURSOR, latest.to_dict())
-            seen(latest)
 
         killed = self._killed
         return wait(

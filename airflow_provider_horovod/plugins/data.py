@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 
-from airflow_provider_horovod.contract import HISTORY_FILE, XCOM_JOB, attempt_uri, result_uri
+from airflow.sdk.bases.xcom import BaseXCom
+
+from airflow_provider_horovod.contract import HISTORY_FILE, XCOM_JOB, JobKind, attempt_uri, result_uri
 from airflow_provider_horovod.storage import Storage
 
-RETURN_KEY = "return_value"
+RETURN_KEY = BaseXCom.XCOM_RETURN_KEY
 JOB_KEY = XCOM_JOB  # {"submission_id", "storage_uri", "attempt", "dashboard_url", "kind", "trainer_api"}
-KIND_TRAIN = "train"
+KIND_TRAIN = JobKind.TRAIN.value
 # How a training task shows in the task_instance table (``operator``, ``custom_operator_name``) before
 # it has pushed anything: the operator's class name, or the decorator's name.
 TRAINING_OPERATORS = frozenset({"HorovodTrainOperator", "_HorovodDecoratedOperator", "@task.horovod"})

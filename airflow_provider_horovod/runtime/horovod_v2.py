@@ -38,6 +38,7 @@ from ray.train.v2._internal.execution.scaling_policy.elastic import ElasticScali
 from ray.train.v2._internal.util import time_monotonic
 
 from airflow_provider_horovod.contract import (
+    HOROVOD_TIMEOUT_S,
     SEGMENT_FAILURE,
     SEGMENT_GROW,
     SEGMENT_NODE_LOST,
@@ -76,7 +77,7 @@ class HorovodV2Config(BackendConfig):
     Tuning variables (``HOROVOD_FUSION_THRESHOLD``, ...) reach the workers through the job's runtime_env.
     """
 
-    timeout_s: int = 300
+    timeout_s: int = HOROVOD_TIMEOUT_S
     nics: Sequence[str] | None = None
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_horovod import compat, failures
-from airflow_provider_horovod.contract import XCOM_LOG_CURSOR
+from airflow_provider_horovod.contract import XCOM_LOG_CURSOR, TaskRun
 from airflow_provider_horovod.exceptions import HorovodProviderError, InvalidParameterError
 from airflow_provider_horovod.jobs.logs import LogCursor
 from airflow_provider_horovod.jobs.wait import JobEvent, WaitPolicy, follow
@@ -69,17 +70,10 @@ class RayJobTrigger(BaseTrigger):
 
         return RayHook(ray_conn_id=self.ray_conn_id)
 
-    def _task_ids(self) -> dict | None:
+    def _task_ids(self) -> dict[str, Any] | None:
+        """The task instance's dag_id, task_id, run_id and map_index, when a triggerer runs this trigger."""
         ti = self.task_instance
-        if ti is None:
-            return None
-        index = getattr(ti, "map_index", -1)
-        return {
-            "dag_id": ti.dag_id,
-            "task_id": ti.task_id,
-            "run_id": ti.run_id,
-            "map_index": -1 if index is None else index,
-        }
+        return None if ti is None else dataclasses.asdict(TaskRun.of(ti))
 
     async def _saved_cursor(self) -> LogCursor:
         """How far this trigger (an earlier run of it, before a triggerer restart) streamed the log."""

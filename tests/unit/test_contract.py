@@ -5,6 +5,8 @@ spec and the records as versioned JSON, read by a newer or older provider; the r
 
 import json
 import re
+import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -25,10 +27,12 @@ from airflow_provider_horovod.contract import (
     check_ray_version,
     consumed_uri,
     default_storage_path,
+    python_minor,
     required_positional,
     result_uri,
     safe_name,
     storage_root,
+    timings,
     training_result,
 )
 from airflow_provider_horovod.exceptions import UnknownJobStatusError
@@ -162,6 +166,13 @@ def test_job_status_is_a_string():
 
 def test_terminal_states():
     assert {s for s in JobStatus if s.is_terminal} == {JobStatus.STOPPED, JobStatus.SUCCEEDED, JobStatus.FAILED}
+    assert {s for s in JobStatus if s.ended_without_success} == {JobStatus.STOPPED, JobStatus.FAILED}
+
+
+@pytest.mark.parametrize("value", ["failed", "DELETED", None, 3])
+def test_a_state_this_provider_does_not_know_is_none_where_a_wait_asks_gently(value):
+    assert JobStatus.known(value) is None
+    assert JobStatus.known("RUNNING") is JobStatus.RUNNING
 
 
 @pytest.mark.parametrize("value", ["failed", "DELETED", None, 3])
@@ -169,6 +180,14 @@ def test_an_unknown_status_is_an_error_naming_it(value):
     with pytest.raises(UnknownJobStatusError, match=re.escape(repr(value))):
         JobStatus.of(value)
     assert JobStatus.of("FAILED") is JobStatus.FAILED and JobStatus.of(JobStatus.PENDING) is JobStatus.PENDING
+
+
+def test_the_python_minor_version_and_a_records_timings():
+    assert python_minor() == f"{sys.version_info.major}.{sys.version_info.minor}"
+    started = time.time() - 2.0
+    made = timings(started, fit_s=1.5)
+    assert list(made) == ["started_at", "finished_at", "fit_s", "total_s"] and made["fit_s"] == 1.5
+    assert made["started_at"] == started and made["total_s"] == round(made["finished_at"] - started, 3) >= 2.0
 
 
 def test_trainer_apis_and_job_kinds_are_strings():

@@ -238,9 +238,9 @@ def test_aclose_closes_the_async_client(hook, dashboard):
     async def use():
         async with hook:
             await hook.a_get_job_info("sid-a1")
-            client = await hook._a_client()
+            _, client = await hook._a_session()
             await hook.a_get_job_status("sid-a1")
-            assert await hook._a_client() is client and not client.closed
+            assert (await hook._a_session())[1] is client and not client.closed
         return client
 
     client = arun(use())
