@@ -8,7 +8,6 @@ import logging
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -28,12 +27,12 @@ from airflow_provider_horovod.contract import (
     SubmittedJob,
     TaskRun,
 )
+from airflow_provider_horovod.hooks.ray import WithRayHook
 from airflow_provider_horovod.links.ray import RayJobLink
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperatorLink, Context
 
-    from airflow_provider_horovod.hooks.ray import RayHook
     from airflow_provider_horovod.jobs.logs import LogCursor
     from airflow_provider_horovod.jobs.wait import JobEvent, WaitPolicy
     from airflow_provider_horovod.plan import JobPlan
@@ -42,7 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class BaseRayJobOperator(BaseOperator):
+class BaseRayJobOperator(WithRayHook, BaseOperator):
     """Base of the provider's operators: one Ray job per task run, waited for and finished.
 
     With the ``[openlineage]`` extra, the OpenLineage listener reads the task's lineage from it
@@ -136,12 +135,6 @@ class BaseRayJobOperator(BaseOperator):
         raise NotImplementedError
 
     # --- the flow -------------------------------------------------------------------------------
-
-    @cached_property
-    def hook(self) -> RayHook:
-        from airflow_provider_horovod.hooks.ray import RayHook
-
-        return RayHook(ray_conn_id=self.ray_conn_id)
 
     @property
     def storage(self) -> Storage:

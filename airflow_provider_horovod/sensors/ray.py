@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
@@ -20,6 +19,7 @@ from airflow_provider_horovod.contract import (
     JobStatus,
 )
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError
+from airflow_provider_horovod.hooks.ray import WithRayHook
 from airflow_provider_horovod.links.ray import RayJobLink
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from airflow_provider_horovod.jobs.wait import WaitPolicy
 
 
-class RayJobSensor(BaseSensorOperator):
+class RayJobSensor(WithRayHook, BaseSensorOperator):
     """Wait for a Ray job to end; fail when it ends FAILED or STOPPED.
 
     For a job started by ``HorovodTrainOperator`` (e.g. with ``wait_for_completion=False``) it
@@ -75,12 +75,6 @@ class RayJobSensor(BaseSensorOperator):
         self.pending_timeout_seconds = pending_timeout_seconds
         self.retry_on_user_error = retry_on_user_error
         self.dashboard_url: str | None = None  # the "Ray job" link, once known
-
-    @cached_property
-    def hook(self):
-        from airflow_provider_horovod.hooks.ray import RayHook
-
-        return RayHook(ray_conn_id=self.ray_conn_id)
 
     def wait_policy(self) -> WaitPolicy:
         """The poke interval is the triggerer's poll interval; no stall timeout (the job is not ours)."""

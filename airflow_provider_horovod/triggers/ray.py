@@ -13,11 +13,12 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_provider_horovod import compat, failures
 from airflow_provider_horovod.contract import XCOM_LOG_CURSOR, TaskRun
 from airflow_provider_horovod.exceptions import HorovodProviderError, InvalidParameterError
+from airflow_provider_horovod.hooks.ray import WithRayHook
 from airflow_provider_horovod.jobs.logs import LogCursor
 from airflow_provider_horovod.jobs.wait import JobEvent, WaitPolicy, follow
 
 
-class RayJobTrigger(BaseTrigger):
+class RayJobTrigger(WithRayHook, BaseTrigger):
     """Poll a Ray job until it ends; yield exactly one event (a ``JobEvent`` as a dict).
 
     :param submission_id: the Ray job's submission id.
@@ -64,11 +65,6 @@ class RayJobTrigger(BaseTrigger):
                 "not_before": self.not_before,
             },
         )
-
-    def _hook(self):
-        from airflow_provider_horovod.hooks.ray import RayHook
-
-        return RayHook(ray_conn_id=self.ray_conn_id)
 
     def _task_ids(self) -> dict[str, Any] | None:
         """The task instance's dag_id, task_id, run_id and map_index, when a triggerer runs this trigger."""
@@ -119,7 +115,7 @@ class RayJobTrigger(BaseTrigger):
             latest[0] = cursor
             await self._save_cursor(cursor)
 
-        async with self._hook() as hook:
+        async with self.hook as hook:
             try:
                 return await follow(
                     hook,
@@ -148,5 +144,5 @@ class RayJobTrigger(BaseTrigger):
     async def on_kill(self) -> None:
         # Only a user's kill lands here (not a triggerer restart): the job must not outlive the task.
         self.log.info("Task killed: stopping Ray job %s", self.submission_id)
-        async with self._hook() as hook:
+        async with self.hook as hook:
             await hook.a_stop_job(self.submission_id)
