@@ -251,6 +251,17 @@ def result_uri(storage_uri: str, attempt: int) -> str:
     return f"{attempt_uri(storage_uri, attempt)}/{RESULT_FILE}"
 
 
+def attempt_of_record(record_uri: str) -> tuple[str, int]:
+    """(the task run's storage folder, the attempt) of an attempt's ``result_uri``: the layout's inverse.
+    ValueError for a URI that is not one."""
+    folder, _, name = record_uri.rpartition("/")
+    storage_uri, _, part = folder.rpartition("/")
+    number = part[len(ATTEMPT_PREFIX) :]
+    if name != RESULT_FILE or not part.startswith(ATTEMPT_PREFIX) or not number.isdigit() or not storage_uri:
+        raise ValueError(f"{record_uri!r} is not the record of an attempt (<storage>/{ATTEMPT_PREFIX}N/{RESULT_FILE})")
+    return storage_uri, int(number)
+
+
 def worker_groups_uri(run_uri: str) -> str:
     return f"{run_uri.rstrip('/')}/{WORKER_GROUPS_FILE}"
 

@@ -23,6 +23,7 @@ from airflow_provider_horovod.contract import (
     TrainerApi,
     TrainingSpec,
     attempt_of,
+    attempt_of_record,
     attempt_uri,
     check_ray_version,
     consumed_uri,
@@ -131,6 +132,14 @@ def test_attempt_of(sid, attempt):
 def test_attempt_of_reads_back_submission_ids():
     run = TaskRun("a-a1", "t-a2", "r-a3")
     assert [attempt_of(run.submission_id(n)) for n in (1, 2, 10)] == [1, 2, 10]
+
+
+def test_an_attempts_record_uri_says_its_task_runs_folder_and_its_attempt():
+    folder = TaskRun("dag", "train", RUN, map_index=3).storage_uri("s3://bucket/prefix")
+    assert attempt_of_record(result_uri(folder, 12)) == (folder, 12)
+    for other in (f"{folder}/attempt-x/result.json", f"{folder}/attempt-2/other.json", "result.json"):
+        with pytest.raises(ValueError, match="is not the record of an attempt"):
+            attempt_of_record(other)
 
 
 def test_default_storage_path_is_under_airflow_home(monkeypatch, tmp_path):

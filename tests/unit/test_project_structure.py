@@ -39,6 +39,7 @@ LAYERS = [
         "build_horovod",
         "cost",
         "lineage",
+        "attempts",
     ],
     ["plan", "hooks/ray_connection", "hooks/ray_transport", "hooks/ray_packages", "hooks/ray"],
     ["jobs/api", "jobs/logs", "jobs/wait", "jobs/submit", "jobs/finish"],
