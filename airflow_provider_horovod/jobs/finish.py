@@ -57,7 +57,8 @@ def finish(event: JobEvent, *, dashboard_url: str, storage: Storage, try_number:
             "job_tags": job_tags_of(event.metadata),
         }
     files = read_task_run(storage, event)
-    return keep(storage, event, files, succeeded(event, files, dashboard_url=dashboard_url, try_number=try_number))
+    done = succeeded(event, files, dashboard_url=dashboard_url, try_number=try_number)
+    return keep(storage, files, done)
 
 
 def push_result(context: Any, result: dict[str, Any]) -> dict[str, Any]:
@@ -118,6 +119,7 @@ class Succeeded:
     """What a succeeded job's files decide: the task's ``result`` and what to keep (the attempt's
     ``record`` with its cost, the ``consumed`` marker); or a ``missing_checkpoint`` its record names."""
 
+    submission_id: str
     result: dict[str, Any] = dataclasses.field(default_factory=dict)
     record: dict[str, Any] = dataclasses.field(default_factory=dict)
     consumed: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -156,13 +158,14 @@ def succeeded(event: JobEvent, files: TaskRunFiles, *, dashboard_url: str, try_n
     else:
         training = ResultRecord.from_dict(this.record)
         if missing := missing_checkpoint(training, files.checkpoints):
-            return Succeeded(missing_checkpoint=missing)
+            return Succeeded(sid, missing_checkpoint=missing)
         spent = run_cost(event, files, this.record)
         attempts = earlier_attempts(files.earlier)
         result = dict(
             training_result(training, dashboard_url=dashboard_url, attempts=attempts, cost=spent, job_tags=tags)
         )
     return Succeeded(
+        sid,
         result=result,
         record={**this.record, "cost": spent},
         consumed={"submission_id": sid, "try_number": try_number},
@@ -259,11 +262,11 @@ def _json_metadata(metadata: dict[str, str], key: str) -> Any:
 # --- write ------------------------------------------------------------------------------------------
 
 
-def keep(storage: Storage, event: JobEvent, files: TaskRunFiles, done: Succeeded) -> dict[str, Any]:
+def keep(storage: Storage, files: TaskRunFiles, done: Succeeded) -> dict[str, Any]:
     """Write what the decision keeps, then return the task's result (or fail for a vanished checkpoint).
     The cost in the record is best effort; the consumed marker is not: without it a cleared task would
     reuse this job."""
-    sid, this = event.submission_id, files.this
+    sid, this = done.submission_id, files.this
     if done.missing_checkpoint is not None:
         raise TrainingResultError(
             f"Ray job {sid} succeeded and reported checkpoint {done.missing_checkpoint}, but it is missing or "
