@@ -19,7 +19,7 @@ from airflow_provider_horovod.contract import (
     JobStatus,
 )
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError
-from airflow_provider_horovod.hooks.ray import WithRayHook
+from airflow_provider_horovod.hooks.ray import RayHook, WithRayHook
 from airflow_provider_horovod.links.ray import RayJobLink
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class RayJobSensor(WithRayHook, BaseSensorOperator):
         self,
         *,
         submission_id: str,
-        ray_conn_id: str = "ray_default",
+        ray_conn_id: str = RayHook.default_conn_name,
         aws_conn_id: str | None = None,
         deferrable: bool = DEFERRABLE,
         pending_timeout_seconds: float | None = SENSOR_PENDING_TIMEOUT_S,
@@ -93,7 +93,7 @@ class RayJobSensor(WithRayHook, BaseSensorOperator):
         from airflow_provider_horovod.storage import check_aws_conn_id
 
         sid = checks.check_submission_id(self.submission_id)
-        checks.check_ray_conn_id(self.ray_conn_id)
+        checks.check_ray_conn_id("ray_conn_id", self.ray_conn_id)
         checks.check_bool("deferrable", self.deferrable)
         checks.check_bool("retry_on_user_error", self.retry_on_user_error)
         policy = self.wait_policy()

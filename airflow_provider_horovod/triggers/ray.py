@@ -13,7 +13,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_provider_horovod import compat, failures
 from airflow_provider_horovod.contract import XCOM_LOG_CURSOR, TaskRun
 from airflow_provider_horovod.exceptions import HorovodProviderError, InvalidParameterError
-from airflow_provider_horovod.hooks.ray import WithRayHook
+from airflow_provider_horovod.hooks.ray import RayHook, WithRayHook
 from airflow_provider_horovod.jobs.logs import LogCursor
 from airflow_provider_horovod.jobs.wait import JobEvent, WaitPolicy, follow
 
@@ -37,7 +37,7 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
         self,
         *,
         submission_id: str,
-        ray_conn_id: str = "ray_default",
+        ray_conn_id: str = RayHook.default_conn_name,
         policy: dict | None = None,
         log_cursor: dict | None = None,
         stream_logs: bool = True,

@@ -40,6 +40,7 @@ LAYERS = [
         "cost",
         "lineage",
         "attempts",
+        "parameters",
     ],
     ["plan", "hooks/ray_connection", "hooks/ray_transport", "hooks/ray_packages", "hooks/ray"],
     ["jobs/api", "jobs/logs", "jobs/wait", "jobs/submit", "jobs/finish"],
