@@ -141,12 +141,16 @@ class HorovodTrainOperator(BaseRayJobOperator):
         trainer_api: Annotated[
             str,
             Param(
-                "`v2`: Ray Train V2's `DataParallelTrainer` with the provider's own Horovod backend; `legacy`: "
-                "Ray's own `HorovodTrainer` (Train V1, run with `RAY_TRAIN_V2_ENABLED=0`; Ray plans to remove "
-                "it). The same training function runs on both, with the same result.",
+                "`auto`: the job chooses on the cluster, Train V2 where the cluster's Ray runs it (its default "
+                "from Ray 2.51, and needed for elastic `num_workers`), Ray's own `HorovodTrainer` where not; the "
+                "task log, the result record and XCom's `trainer_api` say which ran. `v2`: Ray Train V2's "
+                "`DataParallelTrainer` with the provider's own Horovod backend; `legacy`: Ray's own "
+                "`HorovodTrainer` (Train V1, run with `RAY_TRAIN_V2_ENABLED=0`; Ray plans to remove it). The same "
+                "training function runs on both, with the same result (docs/compatibility.md: which Ray minor "
+                "runs which).",
                 check=functools.partial(checks.check_choice, choices=tuple(api.value for api in TrainerApi)),
             ),
-        ] = TrainerApi.V2.value,
+        ] = TrainerApi.AUTO.value,
         forward_aws_credentials: Annotated[
             bool,
             Param(

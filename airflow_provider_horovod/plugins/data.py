@@ -12,6 +12,7 @@ from airflow.sdk.bases.xcom import BaseXCom
 
 from airflow_provider_horovod.attempts import AttemptFiles, read_attempt
 from airflow_provider_horovod.contract import XCOM_JOB, JobKind
+from airflow_provider_horovod.failures import stopped_by_request
 from airflow_provider_horovod.storage import Storage
 
 RETURN_KEY = BaseXCom.XCOM_RETURN_KEY
@@ -29,4 +30,5 @@ __all__ = [
     "AttemptFiles",
     "Storage",
     "read_attempt",
+    "stopped_by_request",
 ]

@@ -1,8 +1,8 @@
-"""The cluster's environment, as deployed apart from Airflow's: Ray, torch and the patched Horovod.
+"""Ray heads started from the cluster's environment, as deployed apart from Airflow's: Ray, torch and
+the patched Horovod (``AHP_CLUSTER_PYTHON``, else the checkout's ``.venv``).
 
-The tests run in Airflow's environment (the provider installed from its wheel, no training stack);
-the Ray head is started from the cluster's environment, and the tests reach it through a Ray
-connection, as a deployment does.
+The tests and benchmarks run in Airflow's environment (the provider installed from its wheel, no
+training stack) and reach the head through a Ray connection (``connection``), as a deployment does.
 """
 
 from __future__ import annotations
@@ -12,11 +12,20 @@ import os
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def cluster_python() -> str:
     return os.environ.get("AHP_CLUSTER_PYTHON") or str(REPO / ".venv" / "bin" / "python")
+
+
+def cluster_env(env: dict | None = None) -> dict:
+    """The environment of the cluster's processes: ours, with ``AHP_CLUSTER_PYTHONPATH`` first on their
+    path (another Ray minor laid over the cluster's environment, scripts/setup_ray_layer.sh), and ``env``."""
+    merged = {**os.environ, **(env or {})}
+    if layer := os.environ.get("AHP_CLUSTER_PYTHONPATH"):
+        merged["PYTHONPATH"] = os.pathsep.join(p for p in (layer, merged.get("PYTHONPATH")) if p)
+    return merged
 
 
 def run_in_cluster_env(code: str, *, env: dict | None = None, timeout: float = 300) -> str:
@@ -26,7 +35,7 @@ def run_in_cluster_env(code: str, *, env: dict | None = None, timeout: float = 3
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **(env or {})},
+        env=cluster_env(env),
     )
     if done.returncode != 0:
         raise RuntimeError(f"cluster-side code failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
