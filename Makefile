@@ -44,10 +44,10 @@ lint: setup-test ui-check
 	$(AIRFLOW_VENV)/bin/mypy
 
 # The development loop, in under a minute: the checks above and the unit tests of both sides (no Ray
-# head, no training), the Airflow side's in two workers. `make test` runs everything.
+# head, no training) side by side, the Airflow side's in two workers. `make test` runs everything.
 check: lint
-	$(AIRFLOW_VENV)/bin/pytest -p no:cacheprovider -q -n 2 tests/unit --ignore=tests/unit/runtime
-	$(CLUSTER_VENV)/bin/python -m pytest -p no:cacheprovider -q tests/unit/runtime
+	@scripts/run_parallel.sh "$(AIRFLOW_VENV)/bin/pytest -p no:cacheprovider -q -n 2 tests/unit --ignore=tests/unit/runtime" \
+	  "$(CLUSTER_VENV)/bin/python -m pytest -p no:cacheprovider -q tests/unit/runtime"
 
 # The runs side by side (scripts/run_tests.sh says which and why): the cluster side's own tests in its
 # environment; everything else from Airflow's environment (the provider from its wheel) against Ray

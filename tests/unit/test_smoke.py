@@ -117,16 +117,20 @@ def test_the_worker_count_fits_the_cluster(tmp_path, num_workers, cpus, expected
 def test_a_task_runs_as_it_is_on_cpu(tmp_path):
     plan = task_plan(
         RUN,
-        python_callable="json:dumps",
-        op_args=[1],
-        op_kwargs={},
-        num_cpus=4,
-        num_gpus=1,
-        memory=None,
-        resources={"GPU": 1, "special": 1},
-        runtime_env={"py_modules": ["gcs://_ray_pkg_user.zip"]},
-        storage_path=str(tmp_path),
-        ray_conn_id="ray_remote",
+        {
+            "python_callable": "json:dumps",
+            "op_args": [1],
+            "op_kwargs": {},
+            "num_cpus": 4,
+            "num_gpus": 1,
+            "memory": None,
+            "resources": {"GPU": 1, "special": 1},
+            "runtime_env": {"py_modules": ["gcs://_ray_pkg_user.zip"]},
+            "storage_path": str(tmp_path),
+            "ray_conn_id": "ray_remote",
+            "job_tags": None,
+            "prices": None,
+        },
     )
     marked = smoke.as_smoke(plan)
     assert isinstance(marked.spec, TaskSpec) and marked.spec.smoke_run is True
