@@ -151,12 +151,15 @@ os.execvp("ip", ["ip", "netns", "exec", netns, "unshare", "--uts", "sh", "-c",
 
 
 class Bench:
-    def __init__(self):
+    """Two namespaced hosts with a Ray node each, moto, a Ray connection and horovodrun's ssh stand-in."""
+
+    def __init__(self, subnet: str = SUBNET, bucket: str = BUCKET, conn_id: str = CONN_ID):
         sys.path.insert(0, str(REPO / "tests"))
         from support import hosts as testhosts
 
         self.testhosts = testhosts
-        self.hosts = testhosts.Hosts(2, ifaces=("eth0", "eth0"), etc_hosts=testhosts.DEBIAN, subnet=SUBNET)
+        self.hosts = testhosts.Hosts(2, ifaces=("eth0", "eth0"), etc_hosts=testhosts.DEBIAN, subnet=subnet)
+        self.bucket, self.conn_id = bucket, conn_id
         self.moto = None
 
     def __enter__(self):
@@ -178,12 +181,12 @@ class Bench:
                 "AWS_DEFAULT_REGION": "us-east-1",
                 "AWS_EC2_METADATA_DISABLED": "true",
             }
-            self.saved = {k: os.environ.get(k) for k in [*s3, f"AIRFLOW_CONN_{CONN_ID.upper()}"]}
+            self.saved = {k: os.environ.get(k) for k in [*s3, f"AIRFLOW_CONN_{self.conn_id.upper()}"]}
             hosts.extra_env.update(s3)
             os.environ.update(s3)
-            boto3.client("s3", endpoint_url=s3["AWS_ENDPOINT_URL"]).create_bucket(Bucket=BUCKET)
+            boto3.client("s3", endpoint_url=s3["AWS_ENDPOINT_URL"]).create_bucket(Bucket=self.bucket)
             hosts.start_cluster(num_cpus=2)
-            os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps(
+            os.environ[f"AIRFLOW_CONN_{self.conn_id.upper()}"] = json.dumps(
                 {
                     "conn_type": "ray",
                     "host": hosts[0].address,
