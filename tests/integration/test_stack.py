@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "docs" / "screenshots"
-TRAINING, QUICK, SHORT = "ahp_stack_training", "ahp_stack_quick", "ahp_stack_short"
+TRAINING, QUICK, SHORT, SLOT = "ahp_stack_training", "ahp_stack_quick", "ahp_stack_short", "ahp_stack_slot"
 DEFERRED = "Pausing task as DEFERRED"  # what Airflow's task runner logs when a task defers
 
 
@@ -81,6 +82,25 @@ def test_a_job_of_a_second_never_defers_and_succeeds_20_times_in_a_row(stack, ra
             took_s = (job["end_time"] - job["start_time"]) / 1000
             assert took_s > SYNC_WAIT_BEFORE_DEFER_S - 1, (run_id, took_s)
         assert stack.xcom(SHORT, run_id, "short") == 42
+
+
+def test_a_training_whose_job_ended_finishes_before_a_waiting_run_takes_its_slot(stack, ray_hook):
+    """Under max_active_tis_per_dag=1 a deferred training would need the slot again to finish, and a
+    waiting run of an earlier logical date would take it first: the finished one then waited for that
+    run's whole training (seen on a deployment: 73-83 s). It waits in its worker instead."""
+    later = stack.api("POST", f"/dags/{SLOT}/dagRuns", json={"logical_date": "2026-01-03T00:00:00Z"})["dag_run_id"]
+    stack.wait_for_state(SLOT, later, "train", {"running", "deferred"}, timeout=300)
+    earlier = stack.api("POST", f"/dags/{SLOT}/dagRuns", json={"logical_date": "2026-01-02T00:00:00Z"})["dag_run_id"]
+    first = stack.wait_for_state(SLOT, later, "train", {"success", "failed", "up_for_retry"}, timeout=600)
+    second = stack.wait_for_state(SLOT, earlier, "train", {"success", "failed", "up_for_retry"}, timeout=600)
+    assert first["state"] == second["state"] == "success", stack.log_tail("scheduler")
+    # The first finished when its job did, before the second's training began, not after it.
+    assert datetime.fromisoformat(first["end_date"]) <= datetime.fromisoformat(second["start_date"])
+    assert any(
+        "waiting for the job in this worker, not deferred" in str(r.get("event"))
+        for r in stack.task_log(SLOT, later, "train")
+    )
+    assert [j["status"] for j in jobs_of(ray_hook, later, dag_id=SLOT)] == ["SUCCEEDED"]
 
 
 def test_the_example_retraining_dag_triggered_without_a_logical_date_runs_on_the_day_it_was_asked(stack):
