@@ -305,4 +305,13 @@ def fixed_work(config: dict) -> dict:
     stamps = {"fn_start": started, "imported": imported, "hvd_ready": ready, "work_done": done, "size": hvd.size()}
     if hvd.rank() == 0:
         print(f"{STAMP} {json.dumps(stamps)}", flush=True)
+    if config.get("ray"):  # the operator's task needs a checkpoint: rank 0 reports the model's
+        import ray.train
+
+        with tempfile.TemporaryDirectory() as folder:
+            checkpoint = None
+            if hvd.rank() == 0:
+                torch.save(model.state_dict(), os.path.join(folder, "model.pt"))
+                checkpoint = ray.train.Checkpoint.from_directory(folder)
+            ray.train.report({"steps": config["steps"]}, checkpoint=checkpoint)
     return stamps

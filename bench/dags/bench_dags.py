@@ -95,7 +95,7 @@ def bench_fixedcost():
     TimedHorovodTrainOperator(
         task_id="train",
         train_fn=fixed_work,
-        train_loop_config=json.loads(os.environ.get("BENCH_FIXEDCOST_WORK") or "{}"),
+        train_loop_config={**json.loads(os.environ.get("BENCH_FIXEDCOST_WORK") or "{}"), "ray": True},
         num_workers=2,
         resources_per_worker={"CPU": 2},
         ray_conn_id=os.environ.get("BENCH_FIXEDCOST_CONN") or "ray_default",
