@@ -39,6 +39,7 @@ from airflow_provider_horovod.hooks.ray_transport import (
     a_send,
     client_args,
     fetch,
+    import_aiohttp,
     send,
 )
 
@@ -202,8 +203,10 @@ class RayHook(BaseHook):
     async def _a_client(self):
         loop = asyncio.get_running_loop()
         if self._async_client is None or self._async_loop is not loop:
+            endpoint = await self.a_endpoint()
+            await import_aiohttp()
             # An aiohttp session serves the loop it was made in (the operator runs one loop per wait).
-            self._async_key, self._async_client = SESSIONS.acquire(loop, await self.a_endpoint())
+            self._async_key, self._async_client = SESSIONS.acquire(loop, endpoint)
             self._async_loop = loop
         return self._async_client
 

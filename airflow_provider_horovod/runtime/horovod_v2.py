@@ -580,6 +580,25 @@ def with_initial_checkpoint(train_fn: Callable, checkpoint_uri: str | None, file
     return wrapped
 
 
+def _without_placement_group_cleaner(trainer):
+    """The trainer without Ray Train's placement-group cleaner: a detached actor per run that removes
+    the workers' placement group should the controller die while the driver lives on (a notebook).
+    A provider job's driver ends when ``fit()`` does, and Ray removes a job's placement groups when the
+    job ends; the cleaner is one more process to start (seconds of CPU for its imports), which the
+    controller waits for after the workers start and again at the end."""
+    try:
+        from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
+    except ImportError:  # a Ray without it
+        return trainer
+    made = trainer._create_default_callbacks
+
+    def callbacks():
+        return [c for c in made() if not isinstance(c, PlacementGroupCleanerCallback)]
+
+    trainer._create_default_callbacks = callbacks
+    return trainer
+
+
 def build_v2_trainer(
     train_fn: Callable,
     *,
@@ -594,7 +613,7 @@ def build_v2_trainer(
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     run_config.callbacks.append(ControllerChanges())
-    return _with_fresh_elastic_policy(
+    trainer = _with_fresh_elastic_policy(
         DataParallelTrainer(
             with_initial_checkpoint(train_fn, resume_from, run_config.storage_filesystem),
             train_loop_config=train_loop_config,
@@ -604,3 +623,4 @@ def build_v2_trainer(
             datasets=datasets,
         )
     )
+    return _without_placement_group_cleaner(trainer)

@@ -40,6 +40,10 @@ from airflow_provider_horovod.runtime.storage import (
 )
 
 WORKER_GROUP_START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
+# Train V2's controller polls its workers every 2 s by default: a training's end, and a report with its
+# checkpoint, are seen up to that late. A poll is a small call per worker; 0.5 s costs little.
+HEALTH_CHECK_INTERVAL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+HEALTH_CHECK_INTERVAL_S = 0.5
 # pending_timeout_seconds=None means no limit; a week stands for it.
 NO_LIMIT_S = 7 * 24 * 3600.0
 
@@ -303,6 +307,7 @@ def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, res
     # traceback each time: on a busy cluster (a backfill) waiting jobs churn and flood the task log.
     # Wait as long as the operator's pending timeout instead (the driver's value reaches the controller).
     os.environ.setdefault(WORKER_GROUP_START_TIMEOUT_ENV, str(worker_group_start_timeout_s(spec)))
+    os.environ.setdefault(HEALTH_CHECK_INTERVAL_ENV, str(HEALTH_CHECK_INTERVAL_S))
 
     trainer = build(
         train_fn,
@@ -397,15 +402,15 @@ def best_checkpoint(result, spec: TrainingSpec):
     return pick(scored, key=lambda sc: sc[0])[1]
 
 
-def process_started_at() -> float | None:
-    """When the driver's process started (``started_at`` is when the runtime's code began): the time
-    between is Python's start and its imports."""
+def process_started_at(started_at: float) -> float:
+    """When the driver's process started (``started_at``, when the runtime's code began, if that cannot
+    be told): the time between is Python's start and its imports."""
     try:
         import psutil
 
         return psutil.Process().create_time()
     except Exception:  # noqa: BLE001 - a timing only; Ray's own nodes have psutil
-        return None
+        return started_at
 
 
 def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
@@ -468,7 +473,7 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
         tracking=summary(spec) if spec.tracking else None,
         resumed_from=resume_from,
         timings={
-            "process_started_at": process_started_at(),
+            "process_started_at": process_started_at(started_at),
             "started_at": started_at,
             "fit_started_at": fit_started_at,
             "finished_at": time.time(),

@@ -193,3 +193,24 @@ def test_the_controller_callback_notes_only_what_replaces_a_worker_group():
     changes.after_controller_state_update(ResizingState(scaling_decision=None), SchedulingState(scaling_decision=None))
     assert _CHANGE == {"last": "resize"}
     _CHANGE.clear()
+
+
+def test_the_trainer_starts_no_placement_group_cleaner_and_keeps_rays_other_callbacks(tmp_path):
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
+
+    from airflow_provider_horovod.runtime.horovod_v2 import build_v2_trainer
+
+    trainer = build_v2_trainer(
+        lambda: None,
+        train_loop_config=None,
+        datasets=None,
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=str(tmp_path), name="run"),
+        resume_from=None,
+        timeout_s=30,
+        nics=None,
+    )
+    kinds = {type(c).__name__ for c in trainer._create_default_callbacks()}
+    assert PlacementGroupCleanerCallback.__name__ not in kinds
+    assert {"BackendSetupCallback", "DatasetsCallback", "ControllerChanges"} <= kinds

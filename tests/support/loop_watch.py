@@ -1,0 +1,82 @@
+"""Which callbacks of an asyncio event loop held its thread longer than a threshold, told apart from a
+machine too loaded to run them: for each callback, the thread's time on a CPU and its time waiting
+for one come from the kernel (``/proc/thread-self/schedstat``), so what is left of the wall time is
+time the thread slept inside the callback (a blocking call). A callback blocks the loop when it
+computes for longer than the threshold, or sleeps for longer; waiting for a CPU on a loaded machine
+is neither, whatever the wall time says (the triggerer's own check, ``block_watchdog``, counts it).
+
+    with watched(0.1) as slow:
+        asyncio.run(main())
+    assert not slow
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import threading
+import time
+from collections.abc import Iterator
+
+
+@dataclasses.dataclass(frozen=True)
+class Slow:
+    what: str  # the task (its name and coroutine) or the callback
+    wall_s: float
+    cpu_s: float
+    runnable_s: float  # waiting for a CPU: the machine's load, not the callback's doing
+    asleep_s: float  # blocked in a system call
+
+
+def _schedstat() -> tuple[int, int]:
+    with open("/proc/thread-self/schedstat") as f:
+        on_cpu, waiting, _ = f.read().split()
+    return int(on_cpu), int(waiting)
+
+
+def _what(handle: asyncio.Handle) -> str:
+    callback = getattr(handle, "_callback", None)
+    task = getattr(callback, "__self__", None)
+    if isinstance(task, asyncio.Task):
+        coro = task.get_coro()
+        return f"task {task.get_name()} ({getattr(coro, '__qualname__', coro)})"
+    return repr(handle)
+
+
+@contextlib.contextmanager
+def watched(threshold_s: float = 0.1) -> Iterator[list[Slow]]:
+    """Callbacks run by loops in this thread while the block runs that computed or slept longer than
+    ``threshold_s``."""
+    slow: list[Slow] = []
+    thread = threading.get_ident()
+    original = asyncio.events.Handle._run
+
+    def run(handle: asyncio.Handle) -> None:
+        if threading.get_ident() != thread:
+            return original(handle)
+        cpu0, wait0 = _schedstat()
+        started = time.monotonic()
+        try:
+            return original(handle)
+        finally:
+            wall = time.monotonic() - started
+            cpu1, wait1 = _schedstat()
+            cpu, runnable = (cpu1 - cpu0) / 1e9, (wait1 - wait0) / 1e9
+            asleep = max(0.0, wall - cpu - runnable)
+            if cpu > threshold_s or asleep > threshold_s:
+                slow.append(Slow(_what(handle), wall, cpu, runnable, asleep))
+
+    asyncio.events.Handle._run = run  # type: ignore[method-assign]
+    try:
+        yield slow
+    finally:
+        asyncio.events.Handle._run = original  # type: ignore[method-assign]
+
+
+def schedstat_available() -> bool:
+    try:
+        _schedstat()
+        return True
+    except OSError:
+        return False
