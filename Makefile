@@ -12,6 +12,11 @@ export AIRFLOW__CORE__UNIT_TEST_MODE := False
 # The tests reach the Ray head they start from the cluster's environment.
 export AHP_CLUSTER_PYTHON := $(CURDIR)/$(CLUSTER_VENV)/bin/python
 PYTEST := -p no:cacheprovider --durations=15
+# The venvs are installed --no-compile: Python writes the bytecode of what it imports on first use, unless
+# the environment says PYTHONDONTWRITEBYTECODE (as some machine images do). Then every process, each Ray
+# worker of every job included, compiles what it imports: about twice the CPU of each import (bench
+# figure 10). Written once, it serves every later process.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup setup-test demo lint test bench clean
 

@@ -52,6 +52,11 @@ DAG_ID = "bench_fixedcost"
 WORK = {"features": 256, "hidden": 1024, "batch": 64, "steps": 200}
 TIMINGS_FILE = OUT / "fixedcost-operator-timings.jsonl"
 SAMPLE_S = 0.2
+# "cached" (default): Python's bytecode cached as a pip install leaves it. This machine's environment sets
+# PYTHONDONTWRITEBYTECODE=1 and the project's venvs are installed with --no-compile, so otherwise every
+# process compiles what it imports, Ray's and torch's modules included (about twice the CPU of each
+# import). The cache goes under bench/out, not into the shared venvs. "off": as this machine has it.
+BYTECODE = os.environ.get("BENCH_BYTECODE", "cached")
 
 
 # --- the two ways ------------------------------------------------------------------------------------
@@ -254,6 +259,15 @@ class CpuSampler:
 # --- the figure ------------------------------------------------------------------------------------------
 
 
+BYTECODE_HOW = {
+    "cached": "cached, as a pip install leaves it (this machine's environment sets `PYTHONDONTWRITEBYTECODE=1` and "
+    "the project's venvs are installed `--no-compile`: the figure caches bytecode under `bench/out/pycache` for "
+    "every process on both paths, `PYTHONPYCACHEPREFIX`)",
+    "off": "not cached, as this machine's environment has it (`PYTHONDONTWRITEBYTECODE=1`, venvs installed "
+    "`--no-compile`): every process compiles the modules it imports",
+}
+
+
 def how(n: int) -> str:
     return f"""
 Figure 9's two hosts (network namespaces on one bridge, Debian's `/etc/hosts`, a Ray node of 2 CPUs
@@ -270,10 +284,13 @@ on each, the head with token auth on host 1, moto for S3 in the root namespace),
   `ssh` to host 2 a stand-in that runs the command in host 2's namespace; from the command's start
   to its exit.
 
-A and B alternate, {n} times each. Stages come from stamps: rank 0's own (function start, imports
-done, `hvd.init()` returned, steps done), the operator's (a timing subclass notes `execute`'s start
-and its result), the runtime's record (`timings`: the driver process's start, `fit()`'s start and
-length), Ray's (the job's start and end times). CPU seconds by process are sampled from /proc every
+A and B alternate, {n} times each, after one unmeasured run of each (its first job on a fresh cluster
+also starts Ray's once-per-cluster actors). Python's bytecode: {BYTECODE_HOW[BYTECODE]}.
+
+Stages come from stamps: rank 0's own (function start, imports done, `hvd.init()` returned, steps
+done), the operator's (a timing subclass notes `execute`'s start and its result), the runtime's
+record (`timings`: the driver process's start, `fit()`'s start and length), Ray's (the job's start
+and end times). CPU seconds by process are sampled from /proc every
 {SAMPLE_S:g} s (both hosts and Airflow share this machine's 2 cores, so CPU spent anywhere delays
 everything else); "machine" is the whole machine's busy time over the run.
 """
@@ -290,7 +307,10 @@ def figure() -> Figure:
     if reason := testhosts.unavailable_reason():
         fig.targets.append(Target("10. a training task's excess over horovodrun at most 10 s", None, reason))
         return fig
-    raw: dict = {"operator": [], "horovodrun": []}
+    raw: dict = {"operator": [], "horovodrun": [], "bytecode": BYTECODE}
+    if BYTECODE == "cached":  # inherited by the hosts' Ray nodes, so by every job's process
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        os.environ["PYTHONPYCACHEPREFIX"] = str(OUT / "pycache")
     with Bench(subnet=SUBNET, bucket=BUCKET, conn_id=CONN_ID) as bench:
         # One unmeasured run each: the first job on a fresh cluster also starts Ray's once-per-cluster actors.
         through_horovodrun(bench)
