@@ -18,14 +18,14 @@ PYTEST := -p no:cacheprovider --durations=15
 # figure 10). Written once, it serves every later process.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup setup-test demo lint test bench clean
+.PHONY: setup setup-test demo lint check test bench clean
 
 # Independent set-up steps run side by side (scripts/run_parallel.sh fails if any of them does).
 setup:
 	@scripts/run_parallel.sh scripts/setup_cluster_env.sh scripts/build_ui.sh
 
 setup-test: setup
-	@scripts/run_parallel.sh scripts/setup_browser.sh scripts/setup_mlflow_server.sh \
+	@scripts/run_parallel.sh scripts/setup_debian_packages.sh scripts/setup_mlflow_server.sh \
 	  "scripts/setup_airflow_env.sh $(AIRFLOW_VENV) $(PYTHON_AIRFLOW) $(AIRFLOW) amazon,openlineage,test" \
 	  "scripts/setup_airflow_env.sh $(OLDEST_VENV) $(PYTHON_AIRFLOW_OLDEST) $(AIRFLOW_OLDEST) test"
 
@@ -38,13 +38,18 @@ lint: setup-test
 	$(AIRFLOW_VENV)/bin/ruff format --check .
 	$(AIRFLOW_VENV)/bin/mypy
 
-# Three runs: the cluster side's own tests in its environment; everything else from Airflow's
-# environment (the provider from its wheel) against a Ray head started from the cluster's; and the
-# oldest supported Airflow's share. Test files stay in the checkout; the slowest tests are listed.
+# The development loop, in under a minute: the checks above and the unit tests of both sides (no Ray
+# head, no training), the Airflow side's in two workers. `make test` runs everything.
+check: lint
+	$(AIRFLOW_VENV)/bin/pytest -p no:cacheprovider -q -n 2 tests/unit --ignore=tests/unit/runtime
+	$(CLUSTER_VENV)/bin/python -m pytest -p no:cacheprovider -q tests/unit/runtime
+
+# The runs side by side (scripts/run_tests.sh says which and why): the cluster side's own tests in its
+# environment; everything else from Airflow's environment (the provider from its wheel) against Ray
+# heads started from the cluster's; the multi-host tests; and the oldest supported Airflow's share. Test
+# files stay in the checkout; each run's log is in .test-airflow/logs; the slowest tests are listed.
 test: lint
-	$(CLUSTER_VENV)/bin/python -m pytest $(PYTEST) --basetemp=.test-airflow/pytest-cluster tests/unit/runtime
-	$(AIRFLOW_VENV)/bin/pytest $(PYTEST) --basetemp=.test-airflow/pytest -m "not cross_python" tests --ignore=tests/unit/runtime
-	$(OLDEST_VENV)/bin/pytest $(PYTEST) --basetemp=.test-airflow/pytest-oldest -m "oldest_airflow or cross_python" tests/integration
+	@scripts/run_tests.sh
 
 # Benchmarks (not tests): writes bench/results.md, raw data in bench/out/.
 bench: setup

@@ -5,21 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
-import subprocess
 import time
-import urllib.request
-from pathlib import Path
 
-from bench.common import OUT, PY, RAY_ADDRESS_ENV, log
+from bench.common import OUT, RAY_ADDRESS_ENV, log
+from harness.s3 import MotoServer
 
 BUCKET = "ahp-bench"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager
@@ -27,45 +18,12 @@ def moto_server():
     """moto's S3 server in a process of its own (in this process it would share our GIL and skew
     both sides of the checkpoint comparison). Its address goes into the environment before the Ray
     head starts, so the cluster inherits it, as the test suite does."""
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
     (OUT / "logs").mkdir(parents=True, exist_ok=True)
-    with open(OUT / "logs" / "moto.log", "w") as out:
-        proc = subprocess.Popen(
-            [str(Path(PY).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(endpoint, timeout=1).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError(f"moto_server did not start; see {OUT / 'logs' / 'moto.log'}") from None
-                time.sleep(0.2)
-        os.environ.update(
-            {
-                "AWS_ENDPOINT_URL": endpoint,
-                "AWS_ACCESS_KEY_ID": "testing",
-                "AWS_SECRET_ACCESS_KEY": "testing",
-                "AWS_DEFAULT_REGION": "us-east-1",
-                "AWS_EC2_METADATA_DISABLED": "true",
-            }
-        )
-        import boto3
-
-        boto3.client("s3").create_bucket(Bucket=BUCKET)
-        log(f"moto S3 server on {endpoint}, bucket {BUCKET}")
-        yield endpoint
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with MotoServer(own_process=True, log=OUT / "logs" / "moto.log") as server:
+        os.environ.update(server.env())
+        server.make_bucket(BUCKET)
+        log(f"moto S3 server on {server.endpoint_url}, bucket {BUCKET}")
+        yield server.endpoint_url
 
 
 @contextlib.contextmanager

@@ -301,8 +301,7 @@ def figure() -> Figure:
 
     n = repeats(3)
     fig = Figure(10, "Fixed cost of a training task", how(n))
-    sys.path.insert(0, str(REPO / "tests"))
-    from support import hosts as testhosts
+    from harness import hosts as testhosts
 
     if reason := testhosts.unavailable_reason():
         fig.targets.append(Target("10. a training task's excess over horovodrun at most 10 s", None, reason))

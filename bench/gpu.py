@@ -42,6 +42,7 @@ from bench.common import (
     table,
     tagged_json,
 )
+from harness.ports import free_port
 
 RESULTS = BENCH / "results-gpu.md"
 CONFIG = {"features": 1024, "hidden": 4096, "batch_size": 512, "steps_per_epoch": 300, "num_epochs": 3}
@@ -119,14 +120,6 @@ def start_head(temp_dir: str, gpus: int) -> str:
         capture_output=True,
     )
     return f"127.0.0.1:{port}"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_entrypoint(

@@ -1,4 +1,4 @@
-"""Figure 9: across hosts. Two hosts made of network namespaces (``tests/support/hosts.py``: Debian's
+"""Figure 9: across hosts. Two hosts made of network namespaces (``harness/hosts.py``: Debian's
 /etc/hosts, eth0 on each, a Ray node of 2 CPUs on each, moto on the root namespace's address), one
 Horovod rank per host:
 
@@ -32,7 +32,7 @@ WORKLOAD = {"features": 256, "hidden": 1024, "batch": 64, "warmup": 20, "steps":
 
 def how(n: int) -> str:
     return f"""
-Two hosts made of Linux network namespaces on this machine (`tests/support/hosts.py`): each with its
+Two hosts made of Linux network namespaces on this machine (`harness/hosts.py`): each with its
 own address on a bridge, its own host name and Debian's `/etc/hosts` (the host's name on 127.0.1.1),
 interface `eth0`; a Ray node of 2 CPUs on each (head with token auth on host 1), moto (S3) on the root
 namespace's address. Both hosts share this machine's 2 cores, so the figures say what the launch paths
@@ -154,8 +154,7 @@ class Bench:
     """Two namespaced hosts with a Ray node each, moto, a Ray connection and horovodrun's ssh stand-in."""
 
     def __init__(self, subnet: str = SUBNET, bucket: str = BUCKET, conn_id: str = CONN_ID):
-        sys.path.insert(0, str(REPO / "tests"))
-        from support import hosts as testhosts
+        from harness import hosts as testhosts
 
         self.testhosts = testhosts
         self.hosts = testhosts.Hosts(2, ifaces=("eth0", "eth0"), etc_hosts=testhosts.DEBIAN, subnet=subnet)
@@ -163,28 +162,17 @@ class Bench:
         self.moto = None
 
     def __enter__(self):
-        import boto3
-        from moto.server import ThreadedMotoServer
+        from harness.s3 import MotoServer
 
         hosts = self.hosts
         hosts.up()
         try:
-            with __import__("socket").socket() as s:
-                s.bind((hosts.root_address, 0))
-                port = s.getsockname()[1]
-            self.moto = ThreadedMotoServer(ip_address=hosts.root_address, port=port, verbose=False)
-            self.moto.start()
-            s3 = {
-                "AWS_ENDPOINT_URL": f"http://{hosts.root_address}:{port}",
-                "AWS_ACCESS_KEY_ID": "testing",
-                "AWS_SECRET_ACCESS_KEY": "testing",
-                "AWS_DEFAULT_REGION": "us-east-1",
-                "AWS_EC2_METADATA_DISABLED": "true",
-            }
+            self.moto = MotoServer(hosts.root_address).start()
+            s3 = self.moto.env()
             self.saved = {k: os.environ.get(k) for k in [*s3, f"AIRFLOW_CONN_{self.conn_id.upper()}"]}
             hosts.extra_env.update(s3)
             os.environ.update(s3)
-            boto3.client("s3", endpoint_url=s3["AWS_ENDPOINT_URL"]).create_bucket(Bucket=self.bucket)
+            self.moto.make_bucket(self.bucket)
             hosts.start_cluster(num_cpus=2)
             os.environ[f"AIRFLOW_CONN_{self.conn_id.upper()}"] = json.dumps(
                 {
@@ -260,7 +248,7 @@ class Bench:
 
     def elastic(self) -> dict:
         """One elastic run: host 2 lost at 4 ranks, then back; the times of each step, in seconds."""
-        from support.tasks import run_in_thread
+        from harness.tasks import run_in_thread
 
         hosts = self.hosts
         ti = _ti(f"elastic-{uuid.uuid4().hex[:6]}")
@@ -301,7 +289,7 @@ class Bench:
 
 
 def _ti(run_id: str):
-    from support.tasks import FakeTI
+    from harness.tasks import FakeTI
 
     return FakeTI(run_id, dag_id="bench_multihost")
 
@@ -344,8 +332,7 @@ def _wait(predicate, timeout: float, what: str, outcome: dict):
 
 
 def figure() -> Figure:
-    sys.path.insert(0, str(REPO / "tests"))
-    from support import hosts as testhosts
+    from harness import hosts as testhosts
 
     n = repeats(3)
     fig = Figure(9, "Across hosts", how(n))

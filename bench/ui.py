@@ -16,8 +16,8 @@ import subprocess
 import time
 from datetime import datetime, timedelta, timezone
 
-from bench.cluster import free_port
 from bench.common import AIRFLOW_BIN, OUT, Figure, Row, Sample, Target, fmt, log, repeats, save_raw, table
+from harness.ports import free_port
 
 HISTORY_DAG, TRAINING_DAG = "bench_ui_history", "bench_ui_training"
 BUNDLE = "bench-ui"

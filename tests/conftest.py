@@ -2,7 +2,7 @@
 set before Airflow is imported.
 
 The tests run in Airflow's environment, where the provider is installed from its wheel with no
-training stack; the Ray head runs from the cluster's environment (``tests/support/cluster.py``) and
+training stack; the Ray head runs from the cluster's environment (``harness/cluster.py``) and
 is reached through the ``ray_default`` connection, as in a deployment.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# The harness package (clusters, stacks, hosts, S3) from the checkout, after the installed provider.
+sys.path.append(str(REPO))
 TEST_HOME = REPO / ".test-airflow" / f"home-{os.getpid()}"
 
 os.environ["AIRFLOW_HOME"] = str(TEST_HOME)
@@ -46,70 +47,24 @@ def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(TEST_HOME, ignore_errors=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-MIGRATED_DB = TEST_HOME / "migrated.db"
-
-
 @pytest.fixture(scope="session")
 def airflow_db():
-    """Airflow's metadata database (sqlite in the test home), migrated once. A copy of it as migrated,
-    before any test wrote to it, is kept in ``MIGRATED_DB`` for the real-stack tests' own database:
-    a second `airflow db migrate` costs a quarter of a minute of CPU."""
-    import sqlite3
-
+    """Airflow's metadata database for `airflow dags test` and in-process tasks, as CI runs them:
+    SQLite in the test home, migrated once. (The real-stack tests run on PostgreSQL.)"""
     airflow = str(Path(sys.executable).with_name("airflow"))
     subprocess.run([airflow, "db", "migrate"], check=True, capture_output=True, timeout=300)
-    # SQLite's own backup: consistent whatever is still in the write-ahead log.
-    with sqlite3.connect(TEST_HOME / "airflow.db") as source, sqlite3.connect(MIGRATED_DB) as copy:
-        source.backup(copy)
     return TEST_HOME
-
-
-class MotoServer:
-    def __init__(self, server, endpoint_url: str):
-        self.server = server
-        self.endpoint_url = endpoint_url
-
-    def client(self):
-        import boto3
-
-        return boto3.client("s3", endpoint_url=self.endpoint_url)
-
-    def make_bucket(self, name: str) -> str:
-        self.client().create_bucket(Bucket=name)
-        return name
 
 
 @pytest.fixture(scope="session")
 def moto_server():
     """A real S3-protocol server (moto's server mode) on 127.0.0.1. Its address and test
     credentials go into the environment, so the Ray head started afterwards inherits them."""
-    import logging
+    from harness.s3 import MotoServer
 
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per S3 request otherwise
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    os.environ.update(
-        {
-            "AWS_ENDPOINT_URL": endpoint,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }
-    )
-    yield MotoServer(server, endpoint)
-    server.stop()
+    with MotoServer() as server:
+        os.environ.update(server.env())
+        yield server
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +79,7 @@ class Cluster:
 def ray_cluster(moto_server):
     """A Ray head (token auth on) started from the cluster's environment, reached through the
     ``ray_default`` connection; its local storage is this machine's disk, shared with Airflow."""
-    from support import cluster
+    from harness import cluster
 
     state = str(TEST_HOME / "ray-cluster")
     # Ray sets up a failing runtime_env three times, a second apart (a pip install each); the tests of

@@ -13,7 +13,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from support.tasks import FakeTI
 from unit.operators.test_horovod import BAD_INPUTS, GOOD_FN
 
 from airflow_provider_horovod.exceptions import (
@@ -24,6 +23,7 @@ from airflow_provider_horovod.exceptions import (
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
 from airflow_provider_horovod.sensors.ray import RayJobSensor
 from airflow_provider_horovod.triggers.ray import RayJobTrigger
+from harness.tasks import FakeTI
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,9 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from support.tasks import FakeTI, StateStore, defer, jobs_of, wait_for_status
 
 from airflow_provider_horovod.exceptions import CapacityError, InfrastructureError
+from harness.tasks import FakeTI, StateStore, defer, jobs_of, wait_for_status
 
 from .test_operator import make_operator
 
@@ -137,7 +137,7 @@ def test_overlapping_retraining_runs_keep_a_consistent_log_of_champion_moves(whe
     from airflow_provider_horovod.examples.retraining import current_champion, with_move
     from airflow_provider_horovod.storage import Storage
 
-    bag = DagBag(dag_folder=str(importlib.import_module("support.cluster").REPO / "dags" / "horovod_retraining.py"))
+    bag = DagBag(dag_folder=str(importlib.import_module("harness.cluster").REPO / "dags" / "horovod_retraining.py"))
     promote = bag.dags["horovod_retraining"].get_task("promote").python_callable
     champion_uri = f"{storage}/horovod_retraining/champion.json"
     # Day 3 is the best; day 4 is worse than day 3; day 2 beats day 1. Run in a scrambled order, at once.

@@ -9,10 +9,10 @@ import uuid
 
 import pendulum
 import pytest
-from support.tasks import FakeTI, jobs_of, run_in_thread, wait_for_status
 
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError
 from airflow_provider_horovod.operators.ray import RayTaskOperator
+from harness.tasks import FakeTI, jobs_of, run_in_thread, wait_for_status
 
 pytestmark = pytest.mark.integration
 

@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.cluster import REPO, cluster_python
 
 import airflow_provider_horovod
 from airflow_provider_horovod.local import _cluster_pids
+from harness.cluster import REPO, cluster_python
 
 pytestmark = pytest.mark.integration
 
@@ -118,10 +118,9 @@ def pickled_train(config):
 def test_a_function_pickled_on_another_python_fails_at_the_jobs_start(ray_hook, tmp_path):
     """Airflow on another Python minor than the cluster (run from the oldest-Airflow environment):
     a callable travels pickled and cannot load there; the job says so at its start, and how to fix it."""
-    from support.tasks import FakeTI
-
     from airflow_provider_horovod.exceptions import RayJobError
     from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
+    from harness.tasks import FakeTI
 
     airflow_python = f"{sys.version_info[0]}.{sys.version_info[1]}"
     cluster = subprocess.run(

@@ -10,11 +10,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from support import cluster
 from support.airflow_cli import dags_test
-from support.tasks import FakeTI
 
 from airflow_provider_horovod.contract import ResultRecord, TaskRun, result_uri
+from harness import cluster
+from harness.tasks import FakeTI
 
 pytestmark = pytest.mark.integration
 

@@ -14,11 +14,11 @@ import time
 import uuid
 
 import pytest
-from support.tasks import FakeTI, jobs_of, run_deferred, run_in_thread, wait_for_status
 
 from airflow_provider_horovod.contract import XCOM_LOG_CURSOR
 from airflow_provider_horovod.exceptions import RayClusterUnreachableError
 from airflow_provider_horovod.triggers.ray import RayJobTrigger
+from harness.tasks import FakeTI, jobs_of, run_deferred, run_in_thread, wait_for_status
 
 from .test_operator import long_quick_job, make_operator
 

@@ -9,10 +9,10 @@ import time
 import uuid
 
 import pytest
-from conftest import free_port
 
 from airflow_provider_horovod.exceptions import RayAuthenticationError, RayClusterUnreachableError
 from airflow_provider_horovod.hooks.ray import RayHook
+from harness.ports import free_port
 
 pytestmark = pytest.mark.integration
 

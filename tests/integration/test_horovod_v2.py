@@ -10,8 +10,9 @@ import time
 import uuid
 
 import pytest
-from support import cluster
-from support.tasks import FakeTI, run_in_thread
+
+from harness import cluster
+from harness.tasks import FakeTI, run_in_thread
 
 from .test_operator import make_operator
 

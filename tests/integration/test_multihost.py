@@ -1,5 +1,5 @@
 """Horovod across hosts, through the operator: network namespaces made by the test
-(``support/hosts.py``), each with its own address, host name, Debian's /etc/hosts (its own name on
+(``harness/hosts.py``), each with its own address, host name, Debian's /etc/hosts (its own name on
 127.0.1.1) and its own interface names (eth0 on host 1, ens5 on host 2, and eth1 on a second network),
 a Ray node on each (head with token auth on host 1, 10.77.0.1), and an S3 server (moto) on the root
 namespace's address of the hosts' network. The operator runs in this process, as Airflow's worker
@@ -17,10 +17,10 @@ import time
 import uuid
 
 import pytest
-from support import hosts as testhosts
-from support.tasks import FakeTI, run_in_thread
 
 from airflow_provider_horovod.contract import attempt_uri, worker_groups_uri
+from harness import hosts as testhosts
+from harness.tasks import FakeTI, run_in_thread
 
 pytestmark = pytest.mark.integration
 
@@ -118,31 +118,19 @@ def cluster(monkeypatch_module):
     testhosts.skip_unless_available()
     if not os.path.exists(testhosts.cluster_python()):
         pytest.skip(f"no cluster environment at {testhosts.cluster_python()}")
-    import logging
+    from harness.cluster import connection
+    from harness.s3 import MotoServer
 
-    import boto3
-    from moto.server import ThreadedMotoServer
-    from support.cluster import connection
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     hosts = testhosts.Hosts(2, ifaces=("eth0", "ens5"), data_ifaces=("eth1", "eth1"), etc_hosts=testhosts.DEBIAN)
     moto = None
     try:
         hosts.up()
-        port = _free_port(hosts.root_address)
-        moto = ThreadedMotoServer(ip_address=hosts.root_address, port=port, verbose=False)
-        moto.start()
-        s3 = {
-            "AWS_ENDPOINT_URL": f"http://{hosts.root_address}:{port}",
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }
+        moto = MotoServer(hosts.root_address).start()
+        s3 = moto.env()
         hosts.extra_env.update(s3)  # the Ray nodes' own environment, as a cluster's instance role would give
         for key, value in s3.items():
             monkeypatch_module.setenv(key, value)
-        boto3.client("s3", endpoint_url=s3["AWS_ENDPOINT_URL"]).create_bucket(Bucket=BUCKET)
+        moto.make_bucket(BUCKET)
         hosts.start_cluster(num_cpus=2)
         head = {"dashboard_url": hosts.dashboard_url, "token": hosts.token}
         monkeypatch_module.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", connection(head, shared_storage=False))
@@ -157,14 +145,6 @@ def cluster(monkeypatch_module):
 def monkeypatch_module():
     with pytest.MonkeyPatch.context() as patch:
         yield patch
-
-
-def _free_port(address: str) -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 def ensure_nodes(hosts: testhosts.Hosts, count: int) -> None:

@@ -14,10 +14,10 @@ import uuid
 import pytest
 import structlog.testing
 from support.airflow_cli import dags_test, tagged_json
-from support.tasks import FakeTI, StateStore, jobs_of, run_in_thread, slow_train, wait_for_status
 
 from airflow_provider_horovod.exceptions import InfrastructureError, RayJobError
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
+from harness.tasks import FakeTI, StateStore, jobs_of, run_in_thread, slow_train, wait_for_status
 
 pytestmark = pytest.mark.integration
 

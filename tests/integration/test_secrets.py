@@ -9,10 +9,10 @@ import json
 import uuid
 
 import pytest
-from support.tasks import FakeTI
 
 from airflow_provider_horovod import credentials
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
+from harness.tasks import FakeTI
 
 pytestmark = pytest.mark.integration
 

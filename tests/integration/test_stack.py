@@ -1,5 +1,5 @@
 """Airflow as deployed: the api-server, scheduler, dag-processor and triggerer as separate processes
-(LocalExecutor on SQLite), driven through the REST API; and the UI in a real browser (Debian's
+(LocalExecutor on PostgreSQL), driven through the REST API; and the UI in a real browser (Debian's
 Chromium, headless, driven by Playwright). What `airflow dags test` cannot show: the real triggerer,
 its restart, a kill through the API, the connection form, the extra link, the training view."""
 
@@ -11,11 +11,12 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from support.tasks import jobs_of, wait_for_status
 
 from airflow_provider_horovod.contract import SYNC_WAIT_BEFORE_DEFER_S, TaskRun
+from harness.tasks import jobs_of, wait_for_status
 
-pytestmark = pytest.mark.integration
+# One Airflow deployment (the session's `stack`) serves these tests: they run on one pytest-xdist worker.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("stack")]
 
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "docs" / "screenshots"

@@ -26,11 +26,11 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from support.tasks import FakeTI, defer, jobs_of, trigger_event
 
 from airflow_provider_horovod.contract import META_RESULT_URI, XCOM_CHECKPOINT_URI, XCOM_SUBMISSION_ID
 from airflow_provider_horovod.exceptions import StorageError, TrainingResultError
 from airflow_provider_horovod.storage import Storage, StorageUnavailableError, split_uri
+from harness.tasks import FakeTI, defer, jobs_of, trigger_event
 
 from .test_operator import make_operator
 

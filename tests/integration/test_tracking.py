@@ -16,10 +16,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import free_port
-from support.tasks import FakeTI
 
 from airflow_provider_horovod.links.mlflow import MlflowRunLink
+from harness.ports import free_port
+from harness.tasks import FakeTI
 
 from .test_operator import make_operator
 

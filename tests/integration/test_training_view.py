@@ -13,11 +13,12 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from support.tasks import wait_for_status
 
 from airflow_provider_horovod.contract import TaskRun
+from harness.tasks import wait_for_status
 
-pytestmark = pytest.mark.integration
+# One Airflow deployment (the session's `stack`) serves these tests: they run on one pytest-xdist worker.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("stack")]
 
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "docs" / "screenshots"

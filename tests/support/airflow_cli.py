@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
+from harness.stack import airflow_bin
+
+__all__ = ["airflow_bin", "dags_test", "tagged_json"]
+
 TEST_DAGS = Path(__file__).resolve().parents[1] / "dags"
-
-
-def airflow_bin() -> str:
-    return str(Path(sys.executable).with_name("airflow"))
 
 
 def dags_test(

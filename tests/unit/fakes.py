@@ -18,27 +18,9 @@ from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-RUN_ID = "scheduled__2026-11-01T00:00:00+00:00"
+from harness.tasks import RUN_ID, FakeTI
 
-
-class FakeTI:
-    """What the provider reads of a task instance: its ids, its try number, and xcom_push."""
-
-    def __init__(
-        self,
-        run_id: str = RUN_ID,
-        *,
-        dag_id: str = "dag",
-        task_id: str = "train",
-        map_index: int = -1,
-        try_number: int = 1,
-    ):
-        self.dag_id, self.task_id, self.run_id, self.map_index = dag_id, task_id, run_id, map_index
-        self.try_number = try_number
-        self.xcoms: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.xcoms[key] = value
+__all__ = ["RUN_ID", "FakeTI"]
 
 
 def context(**ti) -> dict:

@@ -66,7 +66,7 @@ def test_the_cluster_extra_declares_the_ray_range_the_runtime_checks():
 
 
 def test_twine_check_passes_on_the_wheel_and_the_sdist():
-    from support.cluster import cluster_python
+    from harness.cluster import cluster_python
 
     done = subprocess.run(
         [cluster_python(), "-m", "twine", "check", str(built("*.whl")), str(built("*.tar.gz"))],

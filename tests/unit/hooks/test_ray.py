@@ -24,6 +24,7 @@ from airflow_provider_horovod.hooks import ray_transport
 from airflow_provider_horovod.hooks.ray import RayHook, total_resources
 from airflow_provider_horovod.hooks.ray_packages import package_folder
 from airflow_provider_horovod.hooks.ray_transport import RETRIES
+from harness.ports import free_port
 
 TOKEN = "tok-0d6b2a9c4e8f1357"
 NODES = {
@@ -308,12 +309,6 @@ def test_a_dashboard_that_stays_busy_is_unreachable_after_the_retries(hook, dash
     with pytest.raises(RayClusterUnreachableError, match=f"did not answer after {RETRIES} tries .*HTTP 503"):
         hook.get_job_info("sid-a1")
     assert len(dashboard.asked("GET", "/api/jobs/sid-a1")) == RETRIES
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_refused_connection_is_unreachable_after_the_retries(monkeypatch):

@@ -56,28 +56,13 @@ def test_an_attempt_without_checkpoints_has_none(tmp_path):
 
 @pytest.fixture
 def s3(monkeypatch):
-    import socket
+    from harness.s3 import MotoServer
 
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    for name, value in {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }.items():
-        monkeypatch.setenv(name, value)
-    boto3.client("s3").create_bucket(Bucket="ckpt")
-    yield endpoint
-    server.stop()
+    with MotoServer() as server:
+        for name, value in server.env().items():
+            monkeypatch.setenv(name, value)
+        server.make_bucket("ckpt")
+        yield server.endpoint_url
 
 
 def pyarrow_s3(endpoint):

@@ -1,8 +1,8 @@
-"""The cluster's environment, as deployed apart from Airflow's: Ray, torch and the patched Horovod.
+"""Ray heads started from the cluster's environment, as deployed apart from Airflow's: Ray, torch and
+the patched Horovod (``AHP_CLUSTER_PYTHON``, else the checkout's ``.venv``).
 
-The tests run in Airflow's environment (the provider installed from its wheel, no training stack);
-the Ray head is started from the cluster's environment, and the tests reach it through a Ray
-connection, as a deployment does.
+The tests and benchmarks run in Airflow's environment (the provider installed from its wheel, no
+training stack) and reach the head through a Ray connection (``connection``), as a deployment does.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def cluster_python() -> str:

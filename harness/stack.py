@@ -1,25 +1,34 @@
 """Airflow as deployed: the api-server, scheduler, dag-processor and triggerer as separate processes
-(LocalExecutor, SQLite, the simple auth manager), driven through the REST API."""
+(LocalExecutor, PostgreSQL, the simple auth manager), driven through the REST API.
+
+    stack = Stack(home, dags_folder, port, database_url=postgres.create_database("stack", template=...))
+    stack.start(); run_id = stack.trigger("my_dag"); stack.wait_for_state(...)
+
+The Airflow of the environment that runs this (``sys.executable``'s ``airflow``) is the deployment's.
+"""
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import httpx
 
-from support.airflow_cli import airflow_bin
-
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 
 
+def airflow_bin() -> str:
+    """The ``airflow`` command of the environment this runs in."""
+    return str(Path(sys.executable).with_name("airflow"))
+
+
 class Stack:
-    def __init__(self, home: Path, dags: Path, port: int, env: dict | None = None):
+    def __init__(self, home: Path, dags: Path, port: int, database_url: str, env: dict | None = None):
         self.home, self.port = home, port
         self.url = f"http://127.0.0.1:{port}"
         self.env = {
@@ -29,7 +38,7 @@ class Stack:
             "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_url,
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
             "AIRFLOW__API__BASE_URL": self.url,
             "AIRFLOW__API__PORT": str(port),
@@ -42,15 +51,16 @@ class Stack:
         self.processes: dict[str, subprocess.Popen] = {}
         self.logs = home / "component-logs"
 
-    def start(self, timeout: float = 180, migrated_db: Path | None = None) -> None:
-        """Start the components on a database of their own: a copy of ``migrated_db`` (a database
-        `airflow db migrate` made with this Airflow, never used) where given, else a fresh migration."""
+    def migrate(self) -> None:
+        """``airflow db migrate`` on the stack's database."""
+        subprocess.run([airflow_bin(), "db", "migrate"], env=self.env, check=True, capture_output=True, timeout=300)
+
+    def start(self, timeout: float = 180, migrated: bool = False) -> None:
+        """Start the components; ``migrated``: the database is already migrated (a copy of one that was)."""
         self.home.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
-        if migrated_db is not None:
-            shutil.copyfile(migrated_db, self.home / "airflow.db")
-        else:
-            subprocess.run([airflow_bin(), "db", "migrate"], env=self.env, check=True, capture_output=True, timeout=300)
+        if not migrated:
+            self.migrate()
         for name in COMPONENTS:
             self.launch(name)
         deadline = time.monotonic() + timeout
@@ -111,16 +121,11 @@ class Stack:
             time.sleep(2)
         raise RuntimeError(f"{dag_id} was never parsed: {self.log_tail('dag-processor')}")
 
-    def trigger(self, dag_id: str, tries: int = 5) -> str:
-        """A run without a logical date. SQLite under several writers can answer 500 (a locked
-        database): asked again then, since nothing was created."""
-        for attempt in range(tries):
-            response = self.client.post(f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None})
-            if response.status_code < 500 or attempt == tries - 1:
-                response.raise_for_status()
-                return response.json()["dag_run_id"]
-            time.sleep(1 + attempt)
-        raise AssertionError("unreachable")
+    def trigger(self, dag_id: str, conf: dict | None = None) -> str:
+        """A run without a logical date (as the UI's trigger button makes one)."""
+        return self.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf or {}})[
+            "dag_run_id"
+        ]
 
     def wait_for_trigger(self, dag_id: str, run_id: str, task_id: str, timeout: float = 120) -> None:
         """Until the triggerer runs the task's trigger (its start is in the task's log)."""

@@ -1,5 +1,6 @@
-"""Running a task's operator in the test process, against the real cluster: a task instance with
-enough for execute() (ids and an XCom store), a task_state_store, and waiting on Ray jobs."""
+"""Running a task's operator in this process (a test's, a benchmark's) against a real cluster: a
+task instance with enough for execute() (ids and an XCom store), a task_state_store, and waiting on
+Ray jobs."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from types import SimpleNamespace
 
 from airflow_provider_horovod.contract import TaskRun
 
-DAG_ID = "ahp_inproc"
+DAG_ID = "dag"
+RUN_ID = "scheduled__2026-11-01T00:00:00+00:00"
 
 
 class FakeTI(SimpleNamespace):
-    """A task instance as execute() sees it: ids and an XCom store."""
+    """A task instance as execute() sees it: its ids, its try number and an XCom store."""
 
-    def __init__(self, run_id, *, dag_id=DAG_ID, task_id="train", map_index=-1, try_number=1):
+    def __init__(self, run_id=RUN_ID, *, dag_id=DAG_ID, task_id="train", map_index=-1, try_number=1):
         super().__init__(
             dag_id=dag_id, task_id=task_id, run_id=run_id, map_index=map_index, try_number=try_number, xcoms={}
         )

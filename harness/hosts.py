@@ -15,7 +15,7 @@ touches the machine's own interfaces, ``/etc/hosts`` or host name.
 Needs root and ``ip netns`` (``unavailable_reason()`` says why not). One set of hosts per subnet at a
 time (a lock file). Cleaning up: ``down()`` (the context manager calls it); a watcher process does it
 if the process that made the hosts dies first; and what a killed run left under the same names goes
-before new hosts are made. ``python tests/support/hosts.py clean`` removes every set.
+before new hosts are made. ``python -m harness.hosts clean`` removes every set.
 """
 
 from __future__ import annotations
@@ -110,7 +110,8 @@ def etc_hosts(style: str, me: Host, hosts: Sequence[Host]) -> str:
 
 
 def cluster_python() -> str:
-    from support.cluster import cluster_python
+    # Imported here: the watcher runs this file as a script, where the harness package is not importable.
+    from harness.cluster import cluster_python
 
     return cluster_python()
 
@@ -531,4 +532,4 @@ if __name__ == "__main__":
     elif sys.argv[1:] == ["clean"]:
         clean_all()
     else:
-        sys.exit("usage: hosts.py clean")
+        sys.exit("usage: python -m harness.hosts clean")
