@@ -33,7 +33,7 @@ import socket
 from collections.abc import Callable, Mapping, Sequence
 
 from ray.train.backend import Backend, BackendConfig
-from ray.train.v2._internal.execution.callback import ControllerCallback
+from ray.train.v2._internal.execution.callback import ControllerCallback, WorkerGroupCallback
 from ray.train.v2._internal.execution.scaling_policy.elastic import ElasticScalingPolicy
 from ray.train.v2._internal.util import time_monotonic
 
@@ -580,20 +580,48 @@ def with_initial_checkpoint(train_fn: Callable, checkpoint_uri: str | None, file
     return wrapped
 
 
-def _without_placement_group_cleaner(trainer):
-    """The trainer without Ray Train's placement-group cleaner: a detached actor per run that removes
-    the workers' placement group should the controller die while the driver lives on (a notebook).
-    A provider job's driver ends when ``fit()`` does, and Ray removes a job's placement groups when the
-    job ends; the cleaner is one more process to start (seconds of CPU for its imports), which the
-    controller waits for after the workers start and again at the end."""
+class NoDatasets:
+    """Stands for Ray Train's dataset shard provider in the workers of a run given no datasets: asking
+    for a shard fails as with Ray's own provider, saying why."""
+
+    def get_dataset_shard(self, dataset_info):
+        raise KeyError(
+            f"Dataset shard for {dataset_info.dataset_name!r} not found: the training was given no datasets. "
+            "Pass them with the operator's `datasets`."
+        )
+
+
+class NoDatasetsCallback(WorkerGroupCallback):
+    """Ray Train's datasets callback for a run without datasets: it would start a DatasetManager actor
+    (one more process, seconds of CPU for its imports, beside the workers' own start) for nothing."""
+
+    def before_init_train_context(self, workers) -> dict:
+        return {"dataset_shard_provider": [NoDatasets()] * len(workers)}
+
+
+def _without_idle_actors(trainer, has_datasets: bool):
+    """The trainer without the actors a provider job does not use. Ray Train's placement-group cleaner,
+    a detached actor per run, removes the workers' placement group should the controller die while
+    the driver lives on (a notebook); a provider job's driver ends when ``fit()`` does, and Ray removes
+    a job's placement groups when the job ends. Its DatasetManager serves datasets the run may not
+    have. Each is one more process to start, and the controller waits for the cleaner after the
+    workers start and again at the end."""
     try:
+        from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
         from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
-    except ImportError:  # a Ray without it
+    except ImportError:  # a Ray without them
         return trainer
     made = trainer._create_default_callbacks
 
     def callbacks():
-        return [c for c in made() if not isinstance(c, PlacementGroupCleanerCallback)]
+        kept = []
+        for callback in made():
+            if isinstance(callback, PlacementGroupCleanerCallback):
+                continue
+            if isinstance(callback, DatasetsCallback) and not has_datasets:
+                callback = NoDatasetsCallback()
+            kept.append(callback)
+        return kept
 
     trainer._create_default_callbacks = callbacks
     return trainer
@@ -623,4 +651,4 @@ def build_v2_trainer(
             datasets=datasets,
         )
     )
-    return _without_placement_group_cleaner(trainer)
+    return _without_idle_actors(trainer, has_datasets=bool(datasets))

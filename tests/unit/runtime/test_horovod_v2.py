@@ -195,22 +195,33 @@ def test_the_controller_callback_notes_only_what_replaces_a_worker_group():
     _CHANGE.clear()
 
 
-def test_the_trainer_starts_no_placement_group_cleaner_and_keeps_rays_other_callbacks(tmp_path):
+@pytest.mark.parametrize("datasets", [None, {"train": [1, 2, 3]}])
+def test_the_trainer_starts_no_placement_group_cleaner_nor_a_dataset_manager_without_datasets(tmp_path, datasets):
     from ray.train import RunConfig, ScalingConfig
     from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
 
-    from airflow_provider_horovod.runtime.horovod_v2 import build_v2_trainer
+    from airflow_provider_horovod.runtime.horovod_v2 import NoDatasets, NoDatasetsCallback, build_v2_trainer
 
     trainer = build_v2_trainer(
         lambda: None,
         train_loop_config=None,
-        datasets=None,
+        datasets=datasets,
         scaling_config=ScalingConfig(num_workers=2),
         run_config=RunConfig(storage_path=str(tmp_path), name="run"),
         resume_from=None,
         timeout_s=30,
         nics=None,
     )
-    kinds = {type(c).__name__ for c in trainer._create_default_callbacks()}
+    callbacks = trainer._create_default_callbacks()
+    kinds = {type(c).__name__ for c in callbacks}
     assert PlacementGroupCleanerCallback.__name__ not in kinds
-    assert {"BackendSetupCallback", "DatasetsCallback", "ControllerChanges"} <= kinds
+    assert {"BackendSetupCallback", "ControllerChanges"} <= kinds
+    if datasets:
+        assert "DatasetsCallback" in kinds and "NoDatasetsCallback" not in kinds
+        return
+    assert "DatasetsCallback" not in kinds
+    (stand_in,) = [c for c in callbacks if isinstance(c, NoDatasetsCallback)]
+    providers = stand_in.before_init_train_context(["w0", "w1"])["dataset_shard_provider"]
+    assert len(providers) == 2 and all(isinstance(p, NoDatasets) for p in providers)
+    with pytest.raises(KeyError, match="given no datasets"):
+        providers[0].get_dataset_shard(dataclasses.make_dataclass("Info", ["dataset_name"])("train"))
