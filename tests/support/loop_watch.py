@@ -4,6 +4,8 @@ for one come from the kernel (``/proc/thread-self/schedstat``), so what is left 
 time the thread slept inside the callback (a blocking call). A callback blocks the loop when it
 computes for longer than the threshold, or sleeps for longer; waiting for a CPU on a loaded machine
 is neither, whatever the wall time says (the triggerer's own check, ``block_watchdog``, counts it).
+Python's garbage collector, which may run inside any callback of a process with a large heap (Airflow's),
+is timed apart (``gc_s``): its pauses are the interpreter's, not the callback's code.
 
     with watched(0.1) as slow:
         asyncio.run(main())
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +30,7 @@ class Slow:
     cpu_s: float
     runnable_s: float  # waiting for a CPU: the machine's load, not the callback's doing
     asleep_s: float  # blocked in a system call
+    gc_s: float = 0.0  # of the time on a CPU, Python's garbage collector's
 
 
 def _schedstat() -> tuple[int, int]:
@@ -51,11 +55,21 @@ def watched(threshold_s: float = 0.1) -> Iterator[list[Slow]]:
     slow: list[Slow] = []
     thread = threading.get_ident()
     original = asyncio.events.Handle._run
+    collecting = {"since": 0.0, "total": 0.0}
+
+    def collected(phase: str, info: dict) -> None:
+        if threading.get_ident() != thread:
+            return
+        if phase == "start":
+            collecting["since"] = time.thread_time()
+        else:
+            collecting["total"] += time.thread_time() - collecting["since"]
 
     def run(handle: asyncio.Handle) -> None:
         if threading.get_ident() != thread:
             return original(handle)
         cpu0, wait0 = _schedstat()
+        gc0 = collecting["total"]
         started = time.monotonic()
         try:
             return original(handle)
@@ -64,13 +78,16 @@ def watched(threshold_s: float = 0.1) -> Iterator[list[Slow]]:
             cpu1, wait1 = _schedstat()
             cpu, runnable = (cpu1 - cpu0) / 1e9, (wait1 - wait0) / 1e9
             asleep = max(0.0, wall - cpu - runnable)
-            if cpu > threshold_s or asleep > threshold_s:
-                slow.append(Slow(_what(handle), wall, cpu, runnable, asleep))
+            in_gc = collecting["total"] - gc0
+            if cpu - in_gc > threshold_s or asleep > threshold_s:
+                slow.append(Slow(_what(handle), wall, cpu, runnable, asleep, in_gc))
 
     asyncio.events.Handle._run = run  # type: ignore[method-assign]
+    gc.callbacks.append(collected)
     try:
         yield slow
     finally:
+        gc.callbacks.remove(collected)
         asyncio.events.Handle._run = original  # type: ignore[method-assign]
 
 
