@@ -169,7 +169,11 @@ def process_kind(cmdline: list[str]) -> str:
     if first.startswith("ray::"):
         return first[len("ray::") :].split(".", 1)[0].split(" ", 1)[0] or "ray worker"
     text = " ".join(cmdline)
+    if "pytest" in text or "::test_" in first:
+        return "other work on the machine (pytest)"
     for needle, kind in (
+        ("default_worker.py", "Ray worker, starting"),
+        ("ray.dashboard.subprocesses", "dashboard module"),
         ("dags test", "airflow dags test"),
         ("runtime.entrypoint", "job driver (runtime entrypoint)"),
         ("bench.fixedcost worker", "horovodrun rank"),
