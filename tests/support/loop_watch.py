@@ -7,9 +7,9 @@ is neither, whatever the wall time says (the triggerer's own check, ``block_watc
 Python's garbage collector, which may run inside any callback of a process with a large heap (Airflow's),
 is timed apart (``gc_s``): its pauses are the interpreter's, not the callback's code.
 
-    with watched(0.1) as slow:
+    with watched(0.1) as watch:
         asyncio.run(main())
-    assert not slow
+    assert not watch.slow, watch.longest
 """
 
 from __future__ import annotations
@@ -32,6 +32,17 @@ class Slow:
     asleep_s: float  # blocked in a system call
     gc_s: float = 0.0  # of the time on a CPU, Python's garbage collector's
 
+    @property
+    def held_s(self) -> float:
+        """How long the callback itself held the loop: computing (less the collector) or asleep."""
+        return max(self.cpu_s - self.gc_s, self.asleep_s)
+
+
+@dataclasses.dataclass
+class Watch:
+    slow: list[Slow] = dataclasses.field(default_factory=list)  # held the loop longer than the threshold
+    longest: Slow | None = None  # the callback that held it longest, whatever the threshold
+
 
 def _schedstat() -> tuple[int, int]:
     with open("/proc/thread-self/schedstat") as f:
@@ -49,10 +60,10 @@ def _what(handle: asyncio.Handle) -> str:
 
 
 @contextlib.contextmanager
-def watched(threshold_s: float = 0.1) -> Iterator[list[Slow]]:
+def watched(threshold_s: float = 0.1) -> Iterator[Watch]:
     """Callbacks run by loops in this thread while the block runs that computed or slept longer than
-    ``threshold_s``."""
-    slow: list[Slow] = []
+    ``threshold_s``, and the longest of all."""
+    watch = Watch()
     thread = threading.get_ident()
     original = asyncio.events.Handle._run
     collecting = {"since": 0.0, "total": 0.0}
@@ -78,14 +89,18 @@ def watched(threshold_s: float = 0.1) -> Iterator[list[Slow]]:
             cpu1, wait1 = _schedstat()
             cpu, runnable = (cpu1 - cpu0) / 1e9, (wait1 - wait0) / 1e9
             asleep = max(0.0, wall - cpu - runnable)
-            in_gc = collecting["total"] - gc0
-            if cpu - in_gc > threshold_s or asleep > threshold_s:
-                slow.append(Slow(_what(handle), wall, cpu, runnable, asleep, in_gc))
+            held = max(cpu - (collecting["total"] - gc0), asleep)
+            if held > threshold_s or watch.longest is None or held > watch.longest.held_s:
+                seen = Slow(_what(handle), wall, cpu, runnable, asleep, collecting["total"] - gc0)
+                if held > threshold_s:
+                    watch.slow.append(seen)
+                if watch.longest is None or held > watch.longest.held_s:
+                    watch.longest = seen
 
     asyncio.events.Handle._run = run  # type: ignore[method-assign]
     gc.callbacks.append(collected)
     try:
-        yield slow
+        yield watch
     finally:
         gc.callbacks.remove(collected)
         asyncio.events.Handle._run = original  # type: ignore[method-assign]
