@@ -2,7 +2,7 @@
 the evaluation (numbers the DAG's other tasks returned), whether the champion moved (a ``promoted``
 key in a task's return value), the duration, the cost and the state. A training's duration is its own:
 from its start to its end, less any wait for a worker slot to resume after its job ended
-(``slot_wait_s``, shown apart); the run's duration is the whole run's, waits included.
+(``slot_wait_s``, in the answer beside it); the run's duration is the whole run's, waits included.
 
 All of it comes from what Airflow already stores (dag runs, task instances, their return values and
 ``ray_job`` XComs) in ONE query; shaping the rows is pure, so it is tested without a database.
