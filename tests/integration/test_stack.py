@@ -113,7 +113,7 @@ def test_a_training_whose_job_ended_finishes_before_a_waiting_run_takes_its_slot
     print(f"training under a task-level limit: job end to task end {job_end_to_task_end_s(first, job):.2f} s")
 
 
-def test_the_example_retraining_dag_triggered_without_a_logical_date_runs_on_the_day_it_was_asked(stack):
+def test_the_example_retraining_dag_triggered_without_a_logical_date_runs_on_the_day_it_was_asked(stack, ray_hook):
     run_id = stack.trigger("horovod_retraining")  # "logical_date": null
     run = stack.api("GET", f"/dags/horovod_retraining/dagRuns/{run_id}")
     assert run["logical_date"] is None
@@ -123,6 +123,10 @@ def test_the_example_retraining_dag_triggered_without_a_logical_date_runs_on_the
     assert ti["state"] == "success", stack.log_tail("scheduler")
     summary = stack.xcom("horovod_retraining", run_id, "promote")
     assert summary["logical_date"] == run["run_after"][:10] and summary["checkpoint_uri"]
+    train = stack.api("GET", f"/dags/horovod_retraining/dagRuns/{run_id}/taskInstances/train")
+    (job,) = jobs_of(ray_hook, run_id, dag_id="horovod_retraining")
+    deferred = any(DEFERRED in str(r.get("event")) for r in stack.task_log("horovod_retraining", run_id, "train"))
+    print(f"example's training (deferred: {deferred}): job end to task end {job_end_to_task_end_s(train, job):.2f} s")
 
 
 def test_marking_a_deferred_task_failed_stops_its_job_within_15_s(stack, ray_hook):
