@@ -404,6 +404,10 @@ def _fresh_elastic_policy_class() -> type:
         comes back is seen up to 20 s late. Asking with ``recompute`` reads the nodes now (one
         ``ray.nodes()`` in the coordinator, at most once a second)."""
 
+        # Set by Ray's class; declared for mypy, which sees that class as Any.
+        _latest_reserved_resources_query_time: float
+        _latest_reserved_resources: Any
+
         def _get_reserved_resources(self):
             import ray
 
