@@ -151,11 +151,14 @@ os.execvp("ip", ["ip", "netns", "exec", netns, "unshare", "--uts", "sh", "-c",
 
 
 class Bench:
-    def __init__(self):
+    """Two namespaced hosts with a Ray node each, moto, a Ray connection and horovodrun's ssh stand-in."""
+
+    def __init__(self, subnet: str = SUBNET, bucket: str = BUCKET, conn_id: str = CONN_ID):
         from harness import hosts as testhosts
 
         self.testhosts = testhosts
-        self.hosts = testhosts.Hosts(2, ifaces=("eth0", "eth0"), etc_hosts=testhosts.DEBIAN, subnet=SUBNET)
+        self.hosts = testhosts.Hosts(2, ifaces=("eth0", "eth0"), etc_hosts=testhosts.DEBIAN, subnet=subnet)
+        self.bucket, self.conn_id = bucket, conn_id
         self.moto = None
 
     def __enter__(self):
@@ -166,12 +169,12 @@ class Bench:
         try:
             self.moto = MotoServer(hosts.root_address).start()
             s3 = self.moto.env()
-            self.saved = {k: os.environ.get(k) for k in [*s3, f"AIRFLOW_CONN_{CONN_ID.upper()}"]}
+            self.saved = {k: os.environ.get(k) for k in [*s3, f"AIRFLOW_CONN_{self.conn_id.upper()}"]}
             hosts.extra_env.update(s3)
             os.environ.update(s3)
-            self.moto.make_bucket(BUCKET)
+            self.moto.make_bucket(self.bucket)
             hosts.start_cluster(num_cpus=2)
-            os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps(
+            os.environ[f"AIRFLOW_CONN_{self.conn_id.upper()}"] = json.dumps(
                 {
                     "conn_type": "ray",
                     "host": hosts[0].address,

@@ -45,6 +45,7 @@ TITLES = {
     "7": "Install size of the Airflow side",
     "8": "Answer time of the Training views",
     "9": "Across hosts",
+    "10": "Fixed cost of a training task",
     "11": "Smoke run of a production DAG",
 }
 
@@ -241,6 +242,11 @@ def main() -> int:
         from bench import multihost
 
         figures.append(timed("9", multihost.figure))
+
+    if "10" in want:  # figure 9's hosts again, with airflow dags test against them
+        from bench import fixedcost
+
+        figures.append(timed("10", fixedcost.figure))
 
     if want & {"1", "2", "4", "4b", "5", "6"}:
         from bench.cluster import moto_server, ray_cluster

@@ -14,6 +14,8 @@ import os
 import tempfile
 import time
 
+# The line rank 0 of ``fixed_work`` prints its stamps on.
+STAMP = "AHP_BENCH_STAMPS"
 DEFAULT_CONFIG = {
     "framework": "horovod",  # or "ddp"
     "num_epochs": 3,  # the first is warm-up: steps/s count from the second on
@@ -272,3 +274,44 @@ def checkpoint_io(config: dict) -> None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print("AHP_BENCH_CKPT " + json.dumps(timings), flush=True)
+
+
+def fixed_work(config: dict) -> dict:
+    """Rank 0's stamps: the function's start, torch and Horovod imported, ``hvd.init()`` done, the
+    steps done. The same steps under both launchers."""
+    started = time.time()
+    import horovod.torch as hvd
+    import torch
+
+    imported = time.time()
+    hvd.init()
+    ready = time.time()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    f, h = config["features"], config["hidden"]
+    model = torch.nn.Sequential(
+        torch.nn.Linear(f, h), torch.nn.ReLU(), torch.nn.Linear(h, h), torch.nn.ReLU(), torch.nn.Linear(h, 1)
+    )
+    optimizer = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.001), named_parameters=model.named_parameters()
+    )
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    x, y = torch.randn(config["batch"], f), torch.randn(config["batch"], 1)
+    for _ in range(config["steps"]):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    done = time.time()
+    stamps = {"fn_start": started, "imported": imported, "hvd_ready": ready, "work_done": done, "size": hvd.size()}
+    if hvd.rank() == 0:
+        print(f"{STAMP} {json.dumps(stamps)}", flush=True)
+    if config.get("ray"):  # the operator's task needs a checkpoint: rank 0 reports the model's
+        import ray.train
+
+        with tempfile.TemporaryDirectory() as folder:
+            checkpoint = None
+            if hvd.rank() == 0:
+                torch.save(model.state_dict(), os.path.join(folder, "model.pt"))
+                checkpoint = ray.train.Checkpoint.from_directory(folder)
+            ray.train.report({"steps": config["steps"]}, checkpoint=checkpoint)
+    return stamps

@@ -23,9 +23,14 @@ older data, so a backfill never replaces it, and its Asset event is not emitted.
 retrained by a backfill of earlier ones: backfill them too if their models should learn from it.
 Run a backfill with ``--max-active-runs 1``, so each day sees the moves of the days before it.
 
-Runs of several days may also overlap with the daily run: ``train`` takes at most one training at a
-time in this DAG (``max_active_tis_per_dag``), so they queue in Airflow, where the waiting shows,
-rather than in Ray. Unpausing the DAG runs today's interval only (``catchup=False``).
+One run at a time (``max_active_runs=1``): the scheduled runs go day after day, each whole run
+before the next, so trainings never overlap and a run's training, once its job has ended, finishes at
+once. No limit sits on ``train`` itself: a deferred training whose job ends must be scheduled again to
+finish, and a task-level limit (``max_active_tis_per_dag``, or a pool counting deferred tasks) would
+hand that slot to a waiting training of another run first, so the finished one would wait a whole
+training. A backfill running beside the daily run (``--max-active-runs 1``) may bring a second
+training to the cluster: it waits there for its workers, deferred, holding no worker slot, for up to
+``pending_timeout_seconds``. Unpausing the DAG runs today's interval only (``catchup=False``).
 
 - ``prepare_data`` (``@task.ray``) writes the run's training and holdout data as parquet. Here it is a
   small synthetic regression problem generated from the logical date; a real pipeline reads the
@@ -84,6 +89,8 @@ DAY = "{{ (dag_run.logical_date or dag_run.run_after) | ds }}"
     schedule="@daily",
     start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
     catchup=False,  # a backfill is asked for (airflow backfill create), not started by unpausing
+    # One run at a time, each day after the one before: trainings queue as runs, never as task slots.
+    max_active_runs=1,
     tags=["horovod", "retraining", "example"],
 )
 def horovod_retraining():
@@ -117,9 +124,8 @@ def horovod_retraining():
         num_workers=2,
         storage_path=STORAGE,
         checkpoint_num_to_keep=2,
-        # One training at a time from this DAG: a backfill's runs queue here, visibly. Size it (or an
-        # Airflow pool, pool_slots per training) to what the Ray cluster fits.
-        max_active_tis_per_dag=1,
+        # No max_active_tis_per_dag (or pool) here: the runs are serialised above, and a task-level
+        # limit would make a finished training wait for another run's whole training to resume.
         # Who pays: Ray job metadata (the dashboard filters on it), returned in XCom with the cost.
         job_tags={"team": "forecasting", "model": "horovod_retraining", "cost_centre": "ml-platform"},
     )

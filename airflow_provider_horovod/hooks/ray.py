@@ -41,6 +41,7 @@ from airflow_provider_horovod.hooks.ray_transport import (
     a_send,
     client_args,
     fetch,
+    import_aiohttp,
     send,
 )
 
@@ -275,8 +276,10 @@ class RayHook(BaseHook):
         """(its key in ``SESSIONS``, the aiohttp session) for this event loop."""
         loop = asyncio.get_running_loop()
         if self._async_session is None or self._async_session[0] is not loop:
+            endpoint = await self.a_endpoint()
+            await import_aiohttp()
             # An aiohttp session serves the loop it was made in (the operator runs one loop per wait).
-            key, session = SESSIONS.acquire(loop, await self.a_endpoint())
+            key, session = SESSIONS.acquire(loop, endpoint)
             self._async_session = (loop, key, session)
         return self._async_session[1:]
 

@@ -4,6 +4,7 @@ async twins), their TLS, timeouts and keep-alive, and what is retried, how often
 from __future__ import annotations
 
 import asyncio
+import importlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -94,6 +95,12 @@ def client_args(endpoint: RayEndpoint) -> dict[str, Any]:
         "timeout": httpx.Timeout(TIMEOUT_S[1], connect=TIMEOUT_S[0]),
         "limits": httpx.Limits(max_connections=4, max_keepalive_connections=2, keepalive_expiry=KEEPALIVE_S),
     }
+
+
+async def import_aiohttp() -> None:
+    """Import aiohttp in a thread: its first import takes about 0.3 s of CPU, which would hold the event
+    loop (a triggerer's, its other triggers waiting) if made in it. Imported already, a thread hop."""
+    await asyncio.to_thread(importlib.import_module, "aiohttp")
 
 
 def async_session(endpoint: RayEndpoint):

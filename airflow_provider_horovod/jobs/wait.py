@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 # so the task ends about a tenth of a second after the job rather than up to a poll interval later.
 FINISHING_POLL_S = 0.1
 FINISHING_S = 10.0
+# Lines written to the task log between yields to the event loop: a triggerer's logging of a line costs
+# tens of microseconds, and a poll may bring thousands (a job's start, a chatty step).
+WRITE_BATCH = 200
 
 
 class StillRunning(Exception):
@@ -382,8 +385,10 @@ async def follow(
         result = step(policy, cursor, Poll(info, now, fresh, tail=reader.tail, reason=reason, failure=failure))
         if result.lines:
             await save_cursor(result.cursor)
-            for level, line in task_log(result.lines):
+            for i, (level, line) in enumerate(task_log(result.lines), 1):
                 write(level, line)
+                if i % WRITE_BATCH == 0:  # a long batch leaves the event loop to the other triggers between
+                    await asyncio.sleep(0)
         cursor = result.cursor
         if result.timeout is not None:
             await hook.a_stop_job(submission_id)

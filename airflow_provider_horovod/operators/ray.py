@@ -78,7 +78,9 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
             Param(
                 "Wait in the triggerer, freeing the worker slot (whatever Airflow's `[operators] "
                 "default_deferrable` says: a training waits for hours). A job that ends within its first "
-                "seconds is finished in the worker, without a deferral. False: wait in the worker.",
+                "seconds is finished in the worker, without a deferral; so is a task with a task-level limit "
+                "(`max_active_tis_per_dag`, `max_active_tis_per_dagrun`), whose resume would wait for a slot "
+                'behind other task instances (README, "Backfills and a busy cluster"). False: wait in the worker.',
                 check=checks.check_bool,
             ),
         ] = DEFERRABLE,
@@ -247,9 +249,25 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
         cursor = LogCursor.from_dict(compat.state_get(context, XCOM_LOG_CURSOR), sid)
         if cursor.lines:
             self.log.info("The job's log up to line %s is in the task log of an earlier try.", cursor.lines)
-        if self.deferrable:
+        if self.deferrable and (limit := self.slot_limit()):
+            self.log.info(
+                "%s: waiting for the job in this worker, not deferred. A deferred task must be scheduled again "
+                "to finish once its job ends, and under a task-level limit a waiting task instance may take "
+                "that slot first, so the finished one would wait for its whole job. To defer, limit the DAG's "
+                "runs (max_active_runs) instead; let trainings that do not fit queue on the cluster.",
+                limit,
+            )
+        elif self.deferrable:
             return self.wait_deferred(context, sid, policy, cursor)
         return self.complete(context, self.wait(context, sid, policy, cursor))
+
+    def slot_limit(self) -> str | None:
+        """The task-level concurrency limit set on this task (it counts deferred task instances, and a
+        resume must win a slot again), as ``name=value``; None without one."""
+        for name in ("max_active_tis_per_dag", "max_active_tis_per_dagrun"):
+            if (value := getattr(self, name, None)) is not None:
+                return f"{name}={value}"
+        return None
 
     def wait_deferred(self, context: Context, sid: str, policy: WaitPolicy, cursor: LogCursor) -> Any:
         """Follow the job here for its first seconds, then defer to the triggerer."""

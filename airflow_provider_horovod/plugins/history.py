@@ -1,6 +1,8 @@
 """A retraining DAG's history: for each run of its training tasks, by logical date, the final metrics,
 the evaluation (numbers the DAG's other tasks returned), whether the champion moved (a ``promoted``
-key in a task's return value), the duration, the cost and the state.
+key in a task's return value), the duration, the cost and the state. A training's duration is its own:
+from its start to its end, less any wait for a worker slot to resume after its job ended
+(``slot_wait_s``, in the answer beside it); the run's duration is the whole run's, waits included.
 
 All of it comes from what Airflow already stores (dag runs, task instances, their return values and
 ``ray_job`` XComs) in ONE query; shaping the rows is pure, so it is tested without a database.
@@ -54,6 +56,8 @@ def query(dag_id: str, limit: int):
             TI.start_date,
             TI.end_date,
             TI.duration,
+            TI.scheduled_dttm,
+            TI.queued_dttm,
             TI.operator,
             TI.custom_operator_name,
             XCom.key,
@@ -87,6 +91,16 @@ def fetch(session, dag_id: str, limit: int) -> list[dict]:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
+
+
+def slot_wait_s(row: dict) -> float | None:
+    """How long a task instance that resumed after a deferral waited to be queued again (its trigger
+    fired, it was scheduled, then queued once a slot was free): Airflow keeps the first start, so its
+    duration includes that wait. None when it did not resume."""
+    start, scheduled, queued, end = (row.get(k) for k in ("start_date", "scheduled_dttm", "queued_dttm", "end_date"))
+    if not (start and scheduled and queued and end) or not start < scheduled <= queued <= end:
+        return None
+    return (queued - scheduled).total_seconds()
 
 
 def is_training_result(value: Any) -> bool:
@@ -140,6 +154,7 @@ def shape(rows: list[dict], *, score_attribute: str | None = None) -> dict:
         )
         if row["task_id"] is None:
             continue
+        waited = slot_wait_s(row)
         ti = tasks.setdefault(
             (row["run_id"], row["task_id"], row["map_index"]),
             {
@@ -148,7 +163,8 @@ def shape(rows: list[dict], *, score_attribute: str | None = None) -> dict:
                 "map_index": row["map_index"],
                 "state": row["state"],
                 "try_number": row["try_number"],
-                "duration_s": row["duration"],
+                "duration_s": row["duration"] - waited if row["duration"] is not None and waited else row["duration"],
+                "slot_wait_s": waited,
                 "start_date": _iso(row["start_date"]),
                 "end_date": _iso(row["end_date"]),
                 "operator": row["custom_operator_name"] or row["operator"],
@@ -195,6 +211,7 @@ def shape(rows: list[dict], *, score_attribute: str | None = None) -> dict:
                 "state": ti["state"],
                 "try_number": ti["try_number"],
                 "duration_s": ti["duration_s"],
+                "slot_wait_s": ti["slot_wait_s"],
                 "start_date": ti["start_date"],
                 "end_date": ti["end_date"],
                 # What the training reported last; its counters (epoch, step) say how far, not how well.

@@ -296,7 +296,18 @@ def build_v2_trainer(
         run_config=run_config,
         datasets=datasets,
     )
-    return ray_compat.with_controller_args(trainer, functools.partial(_elastic_policy, trainer.scaling_config))
+    return ray_compat.with_controller_args(
+        trainer, functools.partial(_controller_args, trainer.scaling_config, has_datasets=bool(datasets))
+    )
+
+
+def _controller_args(scaling_config, controller_args: dict, *, has_datasets: bool) -> dict:
+    """What the controller gets besides Ray's own arguments: its callbacks without the actors the run
+    does not use (``ray_compat.lean_callbacks``), and an elastic run's scaling policy."""
+    extra = _elastic_policy(scaling_config, controller_args)
+    if "callbacks" in controller_args:
+        extra["callbacks"] = ray_compat.lean_callbacks(controller_args["callbacks"], has_datasets=has_datasets)
+    return extra
 
 
 def _elastic_policy(scaling_config, controller_args: dict) -> dict:

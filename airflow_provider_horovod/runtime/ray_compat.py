@@ -59,6 +59,12 @@ REPORT_METHODS = (
 )
 # How long V2 waits for a worker group's resources (the driver's value reaches the controller).
 WORKER_GROUP_START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
+# How often V2's controller polls its workers (the driver's value reaches the controller).
+HEALTH_CHECK_INTERVAL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+# V2's callbacks that start actors a provider job does without, where the Ray has them (lean_callbacks).
+PLACEMENT_GROUP_CLEANER = ("ray.train.v2._internal.callbacks.placement_group_callback", "PlacementGroupCleanerCallback")
+DATASETS_CALLBACK = ("ray.train.v2._internal.callbacks.datasets", "DatasetsCallback")
+WORKER_GROUP_CALLBACK = ("ray.train.v2._internal.execution.callback", "WorkerGroupCallback")
 V2_ENABLED_ENV = "RAY_TRAIN_V2_ENABLED"
 # The controller states that replace a running worker group, and why (runtime.horovod_backend's segments).
 # PreemptingState comes with 2.58; before it a preemption is a restart.
@@ -429,3 +435,46 @@ def elastic_scaling_policy(scaling_config: Any) -> Any | None:
     if not has("fresh_elastic_view"):
         return None
     return _fresh_elastic_policy_class()(scaling_config)
+
+
+class NoDatasets:
+    """Stands for Ray Train's dataset shard provider in the workers of a run given no datasets: asking
+    for a shard fails as with Ray's own provider, saying why."""
+
+    def get_dataset_shard(self, dataset_info: Any) -> Any:
+        raise KeyError(
+            f"Dataset shard for {dataset_info.dataset_name!r} not found: the training was given no datasets. "
+            "Pass them with the operator's `datasets`."
+        )
+
+
+@functools.cache
+def _no_datasets_callback_class() -> type:
+    base = _attr(*WORKER_GROUP_CALLBACK)
+
+    class NoDatasetsCallback(base):  # type: ignore[misc, valid-type]
+        """V2's datasets callback for a run without datasets, without its DatasetManager actor."""
+
+        def before_init_train_context(self, workers: Any) -> dict:
+            return {"dataset_shard_provider": [NoDatasets()] * len(workers)}
+
+    return NoDatasetsCallback
+
+
+def lean_callbacks(callbacks: list, *, has_datasets: bool) -> list:
+    """V2's callbacks without the actors a provider job does not use, each one more process to start
+    (seconds of CPU for its imports). The placement-group cleaner, a detached actor per run, removes the
+    workers' placement group should the controller die while the driver lives on (a notebook); a
+    provider job's driver ends when ``fit()`` does, and Ray removes a job's placement groups with the
+    job; the controller also waits for the cleaner after the workers start and at the end. The datasets
+    callback starts a DatasetManager actor whether or not the run has datasets. A Ray without these
+    callbacks keeps what it has."""
+    cleaner, datasets = _attr(*PLACEMENT_GROUP_CLEANER), _attr(*DATASETS_CALLBACK)
+    kept = []
+    for callback in callbacks:
+        if cleaner is not None and isinstance(callback, cleaner):
+            continue
+        if datasets is not None and not has_datasets and isinstance(callback, datasets):
+            callback = _no_datasets_callback_class()()
+        kept.append(callback)
+    return kept

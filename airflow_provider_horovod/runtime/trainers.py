@@ -41,6 +41,9 @@ from airflow_provider_horovod.runtime.storage import (
     write_text,
 )
 
+# Train V2's controller polls its workers every 2 s by default: a training's end, and a report with its
+# checkpoint, are seen up to that late. A poll is a small call per worker; 0.5 s costs little.
+HEALTH_CHECK_INTERVAL_S = 0.5
 # pending_timeout_seconds=None means no limit; a week stands for it.
 NO_LIMIT_S = 7 * 24 * 3600.0
 
@@ -287,6 +290,7 @@ def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, res
     # traceback each time: on a busy cluster (a backfill) waiting jobs churn and flood the task log.
     # Wait as long as the operator's pending timeout instead (the driver's value reaches the controller).
     os.environ.setdefault(ray_compat.WORKER_GROUP_START_TIMEOUT_ENV, str(worker_group_start_timeout_s(spec)))
+    os.environ.setdefault(ray_compat.HEALTH_CHECK_INTERVAL_ENV, str(HEALTH_CHECK_INTERVAL_S))
 
     trainer = build(
         train_fn,
@@ -381,6 +385,17 @@ def best_checkpoint(result, spec: TrainingSpec):
     return pick(scored, key=lambda sc: sc[0])[1]
 
 
+def process_started_at(started_at: float) -> float:
+    """When the driver's process started (``started_at``, when the runtime's code began, if that cannot
+    be told): the time between is Python's start and its imports."""
+    try:
+        import psutil
+
+        return psutil.Process().create_time()
+    except Exception:  # noqa: BLE001 - a timing only; Ray's own nodes have psutil
+        return started_at
+
+
 def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
     """Train, then write the attempt's result record. Raises when training fails."""
     train_fn = load_callable(spec.train_fn, folder)
@@ -410,6 +425,7 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
         print(f"Resuming from checkpoint {resume_from}", flush=True)
     storage_fs = s3_fs if spec.storage_uri.startswith("s3://") else None
     trainer = TRAINER_BUILDERS[spec.trainer_api](spec, train_fn, datasets, resume_from, storage_fs)
+    fit_started_at = time.time()
     fit_start = time.monotonic()
     try:
         result = trainer.fit()
@@ -439,7 +455,12 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
         checkpoint_score_attribute=spec.checkpoint_score_attribute,
         tracking=summary(spec) if spec.tracking else None,
         resumed_from=resume_from,
-        timings=timings(started_at, fit_s=round(fit_s, 3)),
+        timings=timings(
+            started_at,
+            process_started_at=process_started_at(started_at),
+            fit_started_at=fit_started_at,
+            fit_s=round(fit_s, 3),
+        ),
         return_value=read_json(spec.return_value_uri),
         history=read_json(spec.history_uri) or [],
         timeline_uri=spec.timeline_uri if spec.horovod_timeline and exists(spec.timeline_uri) else None,

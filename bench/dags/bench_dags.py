@@ -2,6 +2,7 @@
 
 - ``bench_train_<deferred|sync>_<legacy|v2>``: ``bench.workload.train_mlp`` on 2 Horovod workers
   through HorovodTrainOperator, at its default poll interval, on the embedded local cluster.
+- ``bench_fixedcost``: ``bench.workload.fixed_work`` through the operator with its defaults (figure 10).
 - ``bench_handwritten_poll``: what users write without the provider: a PythonOperator that submits
   a plain Ray job with ``JobSubmissionClient`` and polls it at a fixed interval (one mapped task
   instance per measurement).
@@ -18,7 +19,7 @@ from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import dag
 
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
-from bench.workload import train_mlp
+from bench.workload import fixed_work, train_mlp
 
 # Ray Train's actors find their own cluster through this, not the test suite's (see bench.common).
 RAY_ADDRESS = os.environ.get("BENCH_RAY_ADDRESS")
@@ -86,6 +87,27 @@ def _train_dag(deferrable: bool, trainer_api: str):
 for _deferrable in (True, False):
     for _api in ("legacy", "v2"):
         _train_dag(_deferrable, _api)
+
+
+@dag(dag_id="bench_fixedcost", schedule=None, start_date=START, catchup=False, tags=["bench"])
+def bench_fixedcost():
+    """Figure 10: the operator as users get it (its defaults), on figure 9's two hosts."""
+    TimedHorovodTrainOperator(
+        task_id="train",
+        train_fn=fixed_work,
+        train_loop_config={**json.loads(os.environ.get("BENCH_FIXEDCOST_WORK") or "{}"), "ray": True},
+        num_workers=2,
+        resources_per_worker={"CPU": 2},
+        ray_conn_id=os.environ.get("BENCH_FIXEDCOST_CONN") or "ray_default",
+        storage_path=os.environ.get("BENCH_FIXEDCOST_STORAGE"),
+        # Train V2's placement-group cleaner must find this cluster, not another on the machine.
+        runtime_env={"env_vars": {"RAY_ADDRESS": os.environ["BENCH_FIXEDCOST_RAY_ADDRESS"]}}
+        if os.environ.get("BENCH_FIXEDCOST_RAY_ADDRESS")
+        else None,
+    )
+
+
+bench_fixedcost()
 
 
 def handwritten_wait(interval_s: float, job_s: float, tag: str, ti=None) -> str:

@@ -19,6 +19,7 @@ STACK_DAGS = (
     "ahp_stack_training",
     "ahp_stack_quick",
     "ahp_stack_short",
+    "ahp_stack_slot",
     "ahp_stack_view_training",
     "ahp_stack_view_history",
     "horovod_retraining",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("stack")]
 
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "docs" / "screenshots"
-TRAINING, QUICK, SHORT = "ahp_stack_training", "ahp_stack_quick", "ahp_stack_short"
+TRAINING, QUICK, SHORT, SLOT = "ahp_stack_training", "ahp_stack_quick", "ahp_stack_short", "ahp_stack_slot"
 DEFERRED = "Pausing task as DEFERRED"  # what Airflow's task runner logs when a task defers
+
+
+def job_end_to_task_end_s(ti: dict, job: dict) -> float:
+    """From the Ray job's end to the task instance's (printed for the record: a figure, not a test)."""
+    return datetime.fromisoformat(ti["end_date"]).timestamp() - job["end_time"] / 1000
 
 
 def streamed(records: list[dict]) -> list[str]:
@@ -50,7 +56,9 @@ def trained(stack, ray_cluster):
 def test_a_training_runs_deferred_in_the_real_triggerer_and_a_restart_repeats_no_line(stack, trained, ray_hook):
     assert trained["ti"]["state"] == "success", stack.log_tail("triggerer")
     # One Ray job for the run, re-attached by the restarted trigger, not submitted again.
-    assert [j["submission_id"] for j in jobs_of(ray_hook, trained["run_id"], dag_id=TRAINING)] == [trained["sid"]]
+    (job,) = jobs_of(ray_hook, trained["run_id"], dag_id=TRAINING)
+    assert job["submission_id"] == trained["sid"]
+    print(f"deferred training: job end to task end {job_end_to_task_end_s(trained['ti'], job):.2f} s")
     records = stack.task_log(TRAINING, trained["run_id"], "train")
     # The job's log in the task log, each line once, in order, across the restart.
     assert streamed(records) == ray_hook.get_job_logs(trained["sid"]).splitlines()
@@ -84,7 +92,28 @@ def test_a_job_of_a_second_never_defers_and_succeeds_20_times_in_a_row(stack, ra
         assert stack.xcom(SHORT, run_id, "short") == 42
 
 
-def test_the_example_retraining_dag_triggered_without_a_logical_date_runs_on_the_day_it_was_asked(stack):
+def test_a_training_whose_job_ended_finishes_before_a_waiting_run_takes_its_slot(stack, ray_hook):
+    """Under max_active_tis_per_dag=1 a deferred training would need the slot again to finish, and a
+    waiting run of an earlier logical date would take it first: the finished one then waited for that
+    run's whole training (seen on a deployment: 73-83 s). It waits in its worker instead."""
+    later = stack.api("POST", f"/dags/{SLOT}/dagRuns", json={"logical_date": "2026-01-03T00:00:00Z"})["dag_run_id"]
+    stack.wait_for_state(SLOT, later, "train", {"running", "deferred"}, timeout=300)
+    earlier = stack.api("POST", f"/dags/{SLOT}/dagRuns", json={"logical_date": "2026-01-02T00:00:00Z"})["dag_run_id"]
+    first = stack.wait_for_state(SLOT, later, "train", {"success", "failed", "up_for_retry"}, timeout=600)
+    second = stack.wait_for_state(SLOT, earlier, "train", {"success", "failed", "up_for_retry"}, timeout=600)
+    assert first["state"] == second["state"] == "success", stack.log_tail("scheduler")
+    # The first finished when its job did, before the second's training began, not after it.
+    assert datetime.fromisoformat(first["end_date"]) <= datetime.fromisoformat(second["start_date"])
+    assert any(
+        "waiting for the job in this worker, not deferred" in str(r.get("event"))
+        for r in stack.task_log(SLOT, later, "train")
+    )
+    (job,) = jobs_of(ray_hook, later, dag_id=SLOT)
+    assert job["status"] == "SUCCEEDED"
+    print(f"training under a task-level limit: job end to task end {job_end_to_task_end_s(first, job):.2f} s")
+
+
+def test_the_example_retraining_dag_triggered_without_a_logical_date_runs_on_the_day_it_was_asked(stack, ray_hook):
     run_id = stack.trigger("horovod_retraining")  # "logical_date": null
     run = stack.api("GET", f"/dags/horovod_retraining/dagRuns/{run_id}")
     assert run["logical_date"] is None
@@ -94,6 +123,10 @@ def test_the_example_retraining_dag_triggered_without_a_logical_date_runs_on_the
     assert ti["state"] == "success", stack.log_tail("scheduler")
     summary = stack.xcom("horovod_retraining", run_id, "promote")
     assert summary["logical_date"] == run["run_after"][:10] and summary["checkpoint_uri"]
+    train = stack.api("GET", f"/dags/horovod_retraining/dagRuns/{run_id}/taskInstances/train")
+    (job,) = jobs_of(ray_hook, run_id, dag_id="horovod_retraining")
+    deferred = any(DEFERRED in str(r.get("event")) for r in stack.task_log("horovod_retraining", run_id, "train"))
+    print(f"example's training (deferred: {deferred}): job end to task end {job_end_to_task_end_s(train, job):.2f} s")
 
 
 def test_marking_a_deferred_task_failed_stops_its_job_within_15_s(stack, ray_hook):

@@ -18,6 +18,7 @@ from airflow_provider_horovod.jobs.logs import LogCursor
 from airflow_provider_horovod.jobs.wait import (
     FINISHING_POLL_S,
     FINISHING_S,
+    WRITE_BATCH,
     JobEvent,
     Outcome,
     Poll,
@@ -606,6 +607,45 @@ def test_the_synchronous_wait_runs_follow_and_closes_the_hook():
     )
     assert event.succeeded and written == ["[ray] a", "[ray] b"] and saved[-1].lines == 2
     assert ray.calls[-1] == "aclose"
+
+
+def test_a_poll_that_brings_many_lines_leaves_the_event_loop_to_others_between_batches():
+    text = numbered(5 * WRITE_BATCH)
+    ray = FakeRay({SID: [job("RUNNING"), job("SUCCEEDED")]}, logs={SID: [text, text]})
+    order: list[str] = []
+
+    async def other():  # another trigger of the same loop
+        while True:
+            order.append("other")
+            await asyncio.sleep(0)
+
+    async def both():
+        async def save(latest: LogCursor) -> None:
+            pass
+
+        neighbour = asyncio.create_task(other())
+        try:
+            return await follow(
+                ray,
+                SID,
+                policy=WaitPolicy(poll_interval_s=TINY),
+                cursor=LogCursor(SID),
+                write=lambda level, line: order.append("line"),
+                save_cursor=save,
+            )
+        finally:
+            neighbour.cancel()
+
+    assert asyncio.run(both()).succeeded
+    # The neighbour ran between the batches of the one poll's lines, never more than a batch apart.
+    runs, longest, current = 0, 0, 0
+    for item in order:
+        if item == "line":
+            current += 1
+            longest = max(longest, current)
+        else:
+            runs, current = runs + 1, 0
+    assert order.count("line") == 5 * WRITE_BATCH and longest <= WRITE_BATCH and runs > 5
 
 
 def test_a_wait_given_seconds_says_the_job_still_runs_with_how_far_its_log_is(monkeypatch):

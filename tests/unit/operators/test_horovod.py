@@ -615,6 +615,33 @@ def test_a_deferrable_task_whose_job_ends_in_its_first_seconds_never_defers(serv
     assert result["attempt"] == 1 and result["checkpoint_uri"].endswith("/attempt-1/checkpoint_000001")
 
 
+@pytest.mark.parametrize("limit", [{"max_active_tis_per_dag": 1}, {"max_active_tis_per_dagrun": 2}])
+def test_a_deferrable_task_under_a_task_level_limit_waits_in_its_worker(serve, tmp_path, monkeypatch, limit):
+    # A task-level limit counts deferred task instances, and a resume must win a slot again: a waiting
+    # task instance of another run could take it first, so the finished training would wait a whole one.
+    monkeypatch.setattr(BaseRayJobOperator, "sync_wait_before_defer_s", 0.0)  # else it defers at once
+    ray = FakeRay(on_submit=runs_until_told())
+    serve(ray, "my_ray")
+    op = train_op(tmp_path, deferrable=True, ray_conn_id="my_ray", **limit)
+    assert op.slot_limit() == "{}={}".format(*next(iter(limit.items())))
+
+    def job_ends():
+        while not ray.submitted:
+            time.sleep(0.01)
+        write_result(ray.submitted[0])
+        sid = ray.submitted[0]["submission_id"]
+        ray.set_job(sid, {"status": "SUCCEEDED", "metadata": ray.submitted[0]["metadata"]})
+
+    ender = threading.Timer(0.5, job_ends)
+    ender.start()
+    try:
+        result = op.execute(context())  # no TaskDeferred: the job's end is seen here
+    finally:
+        ender.join()
+    assert result["checkpoint_uri"].endswith("/attempt-1/checkpoint_000001")
+    assert train_op(tmp_path, deferrable=True).slot_limit() is None
+
+
 def test_the_link_of_a_task_that_failed_before_its_job_reads_no_xcom(monkeypatch):
     from airflow.sdk.bases.xcom import BaseXCom
 

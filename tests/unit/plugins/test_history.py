@@ -276,3 +276,25 @@ def test_the_newest_runs_come_from_one_query_and_their_xcoms_are_decoded(stored_
     assert [r["promoted"] for r in shaped["rows"]] == [True, False, True, False]
     assert shaped["rows"][-1]["metrics"] == {"loss": pytest.approx(1 / 6)}
     assert {r["key"] for r in rows} == {RETURN_KEY, JOB_KEY}  # other XComs are not read
+
+
+def test_a_training_that_waited_for_a_slot_to_resume_shows_its_own_duration_and_the_wait_apart():
+    # Deferred at once, its job ended at 75 s (the trigger fired: scheduled), queued for its resume only
+    # at 150 s (another training held the one slot), done at 152 s. Airflow keeps the first start.
+    waited = row(1, "train", RETURN_KEY, result(1), operator="HorovodTrainOperator", duration=152.0)
+    start = waited["start_date"]
+    waited.update(
+        scheduled_dttm=start + timedelta(seconds=75),
+        queued_dttm=start + timedelta(seconds=150),
+        end_date=start + timedelta(seconds=152),
+    )
+    # Never deferred: scheduled and queued before it started.
+    plain = row(2, "train", RETURN_KEY, result(2), operator="HorovodTrainOperator", duration=80.0)
+    plain.update(
+        scheduled_dttm=plain["start_date"] - timedelta(seconds=2),
+        queued_dttm=plain["start_date"] - timedelta(seconds=1),
+        end_date=plain["start_date"] + timedelta(seconds=80),
+    )
+    first, second = history.shape([waited, plain])["rows"]
+    assert (first["duration_s"], first["slot_wait_s"]) == (77.0, 75.0)
+    assert (second["duration_s"], second["slot_wait_s"]) == (80.0, None)

@@ -2,6 +2,7 @@
 bookkeeping, and why a worker group started (the run's segments). Pure, or a real rendezvous server on
 127.0.0.1."""
 
+import dataclasses
 import urllib.request
 
 import pytest
@@ -112,3 +113,38 @@ def test_the_controller_callback_notes_only_what_replaces_a_worker_group():
     changes.after_controller_state_update(ResizingState(scaling_decision=None), SchedulingState(scaling_decision=None))
     assert _CHANGE == {"last": "resize"}
     _CHANGE.clear()
+
+
+@pytest.mark.parametrize("datasets", [None, {"train": [1, 2, 3]}])
+def test_the_controller_starts_no_placement_group_cleaner_nor_a_dataset_manager_without_datasets(tmp_path, datasets):
+    from ray.train import RunConfig, ScalingConfig
+
+    from airflow_provider_horovod.runtime import ray_compat
+    from airflow_provider_horovod.runtime.horovod_backend import _controller_args, build_v2_trainer
+
+    trainer = build_v2_trainer(
+        lambda: None,
+        train_loop_config=None,
+        datasets=datasets,
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=str(tmp_path), name="run"),
+        resume_from=None,
+        timeout_s=30,
+        nics=None,
+    )
+    # What the wrapped controller start adds to Ray's arguments, given Ray's own callbacks.
+    seen = _controller_args(
+        trainer.scaling_config, {"callbacks": trainer._create_default_callbacks()}, has_datasets=bool(datasets)
+    )
+    kinds = {type(c).__name__ for c in seen["callbacks"]}
+    assert "PlacementGroupCleanerCallback" not in kinds
+    assert {"BackendSetupCallback", "ControllerChanges"} <= kinds
+    if datasets:
+        assert "DatasetsCallback" in kinds and "NoDatasetsCallback" not in kinds
+        return
+    assert "DatasetsCallback" not in kinds
+    (stand_in,) = [c for c in seen["callbacks"] if type(c).__name__ == "NoDatasetsCallback"]
+    providers = stand_in.before_init_train_context(["w0", "w1"])["dataset_shard_provider"]
+    assert len(providers) == 2 and all(isinstance(p, ray_compat.NoDatasets) for p in providers)
+    with pytest.raises(KeyError, match="given no datasets"):
+        providers[0].get_dataset_shard(dataclasses.make_dataclass("Info", ["dataset_name"])("train"))
