@@ -13,7 +13,7 @@ export AIRFLOW__CORE__UNIT_TEST_MODE := False
 export AHP_CLUSTER_PYTHON := $(CURDIR)/$(CLUSTER_VENV)/bin/python
 PYTEST := -p no:cacheprovider --durations=15
 
-.PHONY: setup setup-test demo lint check test bench clean
+.PHONY: setup setup-test demo lint check test bench chaos clean
 
 # Independent set-up steps run side by side (scripts/run_parallel.sh fails if any of them does).
 setup:
@@ -49,6 +49,12 @@ test: lint
 # Benchmarks (not tests): writes bench/results.md, raw data in bench/out/.
 bench: setup
 	$(CLUSTER_VENV)/bin/python -m bench.run
+
+# Faults at random under load, on a deployment as users run one (not part of `make test`; needs root):
+# CHAOS_MINUTES (20) of workload and faults from CHAOS_SEED (drawn and printed when not given), then the
+# invariants; bench/out/chaos.json and the figure in bench/results.md (bench/README.md, "Chaos").
+chaos: setup-test
+	$(AIRFLOW_VENV)/bin/python -m bench.chaos
 
 clean:
 	-$(CLUSTER_VENV)/bin/python -m airflow_provider_horovod.local down

@@ -254,6 +254,44 @@ def test_elastic_training_loses_a_host_and_finishes_smaller_from_its_checkpoint(
     assert 0 < value["resumed_at"] < steps, value  # from a checkpoint, not from scratch
 
 
+def test_a_fixed_size_training_that_loses_a_host_fails_as_infrastructure_and_its_retry_resumes(cluster):
+    """Two ranks of 2 CPUs, one per host, max_failures=0: host 2's machine goes away (SIGKILL, nothing
+    graceful); the attempt fails at once as infrastructure, not after a timeout; with host 2 back, the
+    task's retry runs attempt 2 from the last checkpoint and finishes with the right total."""
+    from airflow_provider_horovod.exceptions import InfrastructureError
+
+    ensure_nodes(cluster, 2)
+    ti = FakeTI(f"fixed-{uuid.uuid4().hex[:6]}")
+    steps = 12
+
+    def make():
+        return operator(
+            cluster,
+            elastic_train,
+            num_workers=2,
+            resources_per_worker={"CPU": 2},
+            max_failures=0,
+            train_loop_config={"steps": steps, "step_s": 0.5},
+        )
+
+    thread, outcome = run_in_thread(make(), {"ti": ti})
+    wait_until(lambda: groups_started(ti), 120, "the worker group", outcome)
+    wait_until(lambda: checkpoints_written(ti) >= 2, 60, "two checkpoints", outcome)
+    time.sleep(3)  # Ray Train registers a report once it has polled every rank's (every 2 s)
+    lost_at = time.monotonic()
+    cluster.stop_ray(cluster[1])
+    thread.join(120)
+    assert not thread.is_alive(), "the attempt did not fail"
+    assert isinstance(outcome.get("error"), InfrastructureError), outcome
+    assert time.monotonic() - lost_at < 90, "the loss was noticed only after a timeout"
+    ensure_nodes(cluster, 2)
+    retry = FakeTI(ti.run_id, try_number=2)
+    result = make().execute({"ti": retry})
+    assert result["attempt"] == 2 and [a["failure_class"] for a in result["attempts"]] == ["infrastructure"]
+    value = result["return_value"]
+    assert value["total"] == steps == value["steps"] and 0 < value["resumed_at"] < steps, value
+
+
 def test_elastic_training_grows_when_a_host_returns(cluster):
     """(2, 4) with host 2 gone: starts at 2 on host 1; host 2 comes back; at the next look (every 3 s
     here) Horovod restarts at 4 from the last checkpoint and finishes with the right total."""
