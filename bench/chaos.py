@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -174,14 +176,13 @@ def drain(deployment: Deployment) -> dict:
 
 
 def dag_timeout(stack, dag_id: str) -> float:
-    details = stack.api("GET", f"/dags/{dag_id}/details")
-    timeout = details.get("dag_run_timeout")
-    if isinstance(timeout, dict):  # {"__type": "TimeDelta", "days": ..., "seconds": ...}
-        return timeout.get("days", 0) * 86400 + timeout.get("seconds", 0)
-    if isinstance(timeout, str) and ":" in timeout:
-        hours, mins, secs = (float(p) for p in timeout.split(":")[-3:])
-        return hours * 3600 + mins * 60 + secs
-    return 3600.0
+    """The DAG's ``dagrun_timeout`` in seconds, as the REST API gives it (ISO 8601: ``PT25M``)."""
+    text = stack.api("GET", f"/dags/{dag_id}/details").get("dag_run_timeout") or ""
+    found = re.fullmatch(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:([\d.]+)S)?)?", str(text))
+    if not found or not any(found.groups()):
+        raise RuntimeError(f"{dag_id} has no dagrun_timeout the drain can wait for: {text!r}")
+    days, hours, minutes, seconds = (float(g or 0) for g in found.groups())
+    return days * 86400 + hours * 3600 + minutes * 60 + seconds
 
 
 # --- checkpoints ---------------------------------------------------------------------------------
@@ -221,8 +222,6 @@ def load_checkpoints(deployment: Deployment, collected: dict) -> dict[str, str |
     )
     if not uris:
         return {}
-    import subprocess
-
     done = subprocess.run(
         [cluster_python(), "-c", LOAD_SCRIPT, json.dumps(uris)],
         capture_output=True,

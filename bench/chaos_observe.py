@@ -161,7 +161,7 @@ class Observer:
 
 
 def collect(deployment: Deployment, observer: Observer, dag_ids: tuple[str, ...]) -> dict[str, Any]:
-    """Everything the checks read, from Airflow (runs, task instances, tries, logs, XComs), Ray (the jobs
+    """Everything the checks read, from Airflow (runs, task instances, their logs, XComs), Ray (the jobs
     of the head now, their logs) and S3 (every attempt's record)."""
     stack = deployment.stack
     assert stack is not None
@@ -169,17 +169,12 @@ def collect(deployment: Deployment, observer: Observer, dag_ids: tuple[str, ...]
     for dag_id in dag_ids:
         runs += stack.api("GET", f"/dags/{dag_id}/dagRuns", params={"limit": 1000})["dag_runs"]
     tis = observer.list_tis()
-    tries: dict[str, list[dict]] = {}
     logs: dict[str, list[list[dict]]] = {}
     xcoms: dict[str, dict[str, Any]] = {}
     for ti in tis:
         key = ti_key(ti["dag_id"], ti["task_id"], ti["dag_run_id"], ti.get("map_index"))
         base = f"/dags/{ti['dag_id']}/dagRuns/{ti['dag_run_id']}/taskInstances/{ti['task_id']}"
         index = ti.get("map_index", -1)
-        try:
-            tries[key] = stack.api("GET", f"{base}/tries", params={"map_index": index}).get("task_instances", [])
-        except httpx.HTTPError:
-            tries[key] = []
         logs[key] = [task_log(stack, ti, number) for number in range(1, int(ti.get("try_number") or 0) + 1)]
         xcoms[key] = ti_xcoms(stack, base, index)
     jobs_now = observer.list_jobs()
@@ -193,7 +188,6 @@ def collect(deployment: Deployment, observer: Observer, dag_ids: tuple[str, ...]
     return {
         "runs": runs,
         "tis": tis,
-        "tries": tries,
         "logs": logs,
         "xcoms": xcoms,
         "jobs_now": jobs_now,

@@ -37,7 +37,7 @@ TRAINING = {
     "pool": POOL,
     "retries": 4,
     "retry_delay": timedelta(seconds=10),
-    "execution_timeout": timedelta(minutes=15),
+    "execution_timeout": timedelta(minutes=12),
     "storage_path": STORAGE,
     "aws_conn_id": AWS,
     "pending_timeout_seconds": 600,
@@ -58,7 +58,7 @@ START = pendulum.datetime(2026, 11, 1, tz="UTC")
     start_date=START,
     catchup=False,
     max_active_runs=2,
-    dagrun_timeout=timedelta(minutes=40),
+    dagrun_timeout=timedelta(minutes=25),
     tags=["chaos"],
 )
 def chaos_retraining():
@@ -162,7 +162,7 @@ def paced_training(learning_rate: float, steps: int = 24, step_s: float = 1.0) -
     return {"learning_rate": learning_rate, "loss": float(loss), "resumed_at": resumed_at, "size": hvd.size()}
 
 
-@dag(schedule=None, start_date=START, catchup=False, dagrun_timeout=timedelta(minutes=40), tags=["chaos"])
+@dag(schedule=None, start_date=START, catchup=False, dagrun_timeout=timedelta(minutes=25), tags=["chaos"])
 def chaos_sweep():
     @task.horovod(num_workers=2, max_failures=1, deferrable=False, **TRAINING)
     def train(learning_rate: float) -> dict:
@@ -188,7 +188,7 @@ def elastic_training(config: dict) -> dict:
     return paced_training(config["learning_rate"], steps=config["steps"], step_s=config["step_s"])
 
 
-@dag(schedule=None, start_date=START, catchup=False, dagrun_timeout=timedelta(minutes=40), tags=["chaos"])
+@dag(schedule=None, start_date=START, catchup=False, dagrun_timeout=timedelta(minutes=25), tags=["chaos"])
 def chaos_elastic():
     HorovodTrainOperator(
         task_id="train",
