@@ -13,7 +13,7 @@ export AIRFLOW__CORE__UNIT_TEST_MODE := False
 export AHP_CLUSTER_PYTHON := $(CURDIR)/$(CLUSTER_VENV)/bin/python
 PYTEST := -p no:cacheprovider --durations=15
 
-.PHONY: setup setup-test demo lint check test bench chaos clean
+.PHONY: setup setup-test demo ui-check lint check test compat bench chaos clean
 
 # Independent set-up steps run side by side (scripts/run_parallel.sh fails if any of them does).
 setup:
@@ -22,13 +22,18 @@ setup:
 setup-test: setup
 	@scripts/run_parallel.sh scripts/setup_debian_packages.sh scripts/setup_mlflow_server.sh \
 	  "scripts/setup_airflow_env.sh $(AIRFLOW_VENV) $(PYTHON_AIRFLOW) $(AIRFLOW) amazon,openlineage,test" \
-	  "scripts/setup_airflow_env.sh $(OLDEST_VENV) $(PYTHON_AIRFLOW_OLDEST) $(AIRFLOW_OLDEST) test"
+	  "scripts/setup_airflow_env.sh $(OLDEST_VENV) $(PYTHON_AIRFLOW_OLDEST) $(AIRFLOW_OLDEST) test" \
+	  scripts/setup_ray_layer.sh
 
 demo: setup
 	@scripts/demo.sh
 
-# Lint, import order and the line length (ruff), and types (mypy) of the package.
-lint: setup-test
+# The Training views' JavaScript: ESLint, and node's own test runner over the charts' options.
+ui-check: setup
+	scripts/check_ui.sh
+
+# Lint, import order and the line length (ruff), and types (mypy) of the package; the views' JavaScript.
+lint: setup-test ui-check
 	$(AIRFLOW_VENV)/bin/ruff check .
 	$(AIRFLOW_VENV)/bin/ruff format --check .
 	$(AIRFLOW_VENV)/bin/mypy
@@ -45,6 +50,11 @@ check: lint
 # files stay in the checkout; each run's log is in .test-airflow/logs; the slowest tests are listed.
 test: lint
 	@scripts/run_tests.sh
+
+# Every tested Ray minor and the oldest and newest torch against the same checks (long: about 3 minutes a
+# minor, and a Horovod compile per torch and Python the first time); writes docs/compatibility.md.
+compat: setup-test
+	$(AIRFLOW_VENV)/bin/python scripts/compat.py
 
 # Benchmarks (not tests): writes bench/results.md, raw data in bench/out/.
 bench: setup

@@ -291,6 +291,10 @@ def build_wheel(py: str, torch_version: str, gpu_operations: str, out_dir: Path)
     _say(f"building horovod {HOROVOD_VERSION} against torch {torch_version} (a few minutes, once)")
     with tempfile.TemporaryDirectory(prefix="build-horovod-") as tmp:
         work = Path(tmp)
+        # First: without build isolation, reading the sdist's metadata already needs them (an older
+        # setuptools asks for `wheel`'s bdist_wheel), as a fresh environment with only torch lacks.
+        _say("  installing the build tools: " + " ".join(BUILD_DEPS))
+        _run([py, "-m", "pip", "install", "-q", *BUILD_DEPS], "installing the build tools")
         _say("  downloading the sdist")
         _run(
             [
@@ -334,8 +338,6 @@ def build_wheel(py: str, torch_version: str, gpu_operations: str, out_dir: Path)
                 nccl_include, nccl_lib = str(nccl_dir / "include"), str(lib)
                 _say(f"  using torch's NCCL: {nccl_dir}")
 
-        _say("  installing the build tools: " + " ".join(BUILD_DEPS))
-        _run([py, "-m", "pip", "install", "-q", *BUILD_DEPS], "installing the build tools")
         env = build_env(os.environ, gpu_operations, nccl_include, nccl_lib)
         dist = work / "dist"
         dist.mkdir()

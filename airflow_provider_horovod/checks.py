@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlparse
 
-from airflow_provider_horovod.contract import META_PREFIX, RESERVED_META_KEYS
+from airflow_provider_horovod.contract import META_PREFIX, RESERVED_META_KEYS, elastic_ray_problem
 from airflow_provider_horovod.exceptions import InvalidParameterError
 
 STORAGE_SCHEMES = ("", "file", "s3")
@@ -54,9 +54,16 @@ def check_num_workers(value: Any, trainer_api: Any = None) -> int | list[int]:
             "num_workers",
             value,
             "trainer_api='legacy' (Ray's HorovodTrainer) has no elastic "
-            "training: give a number of workers, or use trainer_api='v2' for a range.",
+            "training: give a number of workers, or use trainer_api='auto' or 'v2' for a range.",
         )
     return checked
+
+
+def check_ray_features(ray_version: str | None, spec: Any) -> None:
+    """Before submitting: what the job asks for that the cluster's Ray lacks (its dashboard's version; the
+    runtime probes again at the job's start). An elastic ``num_workers`` needs Ray Train's elastic scaling."""
+    if getattr(spec, "elastic", False) and (problem := elastic_ray_problem(ray_version)):
+        raise InvalidParameterError("num_workers", spec.num_workers, problem)
 
 
 def _num_workers(value: Any) -> int | list[int]:

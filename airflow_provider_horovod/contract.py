@@ -46,9 +46,13 @@ NUM_WORKERS = 2
 ELASTIC_RESIZE_MONITOR_INTERVAL_S = 60.0
 # How many of a failed job's last log lines its error shows.
 LOG_TAIL_LINES = 40
-# The Ray versions the runtime supports, [min, max): it uses Train V2's backend API, which moves
-# between releases. The [cluster] extra in pyproject.toml declares the same range.
-RAY_VERSIONS = ((2, 60), (2, 61))
+# The Ray minors the provider is tested with, [min, max) (docs/compatibility.md). The runtime reaches
+# into Ray Train's private modules, which move between minors (runtime/ray_compat.py probes them): an
+# older Ray is refused; a newer, untested one runs with a warning when every probe passes. The [cluster]
+# extra in pyproject.toml declares the same range.
+RAY_VERSIONS = ((2, 50), (2, 61))
+# The first Ray minor with Ray Train's elastic scaling (ScalingConfig(num_workers=(min, max))).
+RAY_ELASTIC_SINCE = (2, 55)
 
 
 class JobStatus(str, enum.Enum):
@@ -78,8 +82,11 @@ class JobStatus(str, enum.Enum):
 
 
 class TrainerApi(str, enum.Enum):
-    """``v2``: Ray Train V2 with the provider's Horovod backend; ``legacy``: Ray's HorovodTrainer (V1)."""
+    """``v2``: Ray Train V2 with the provider's Horovod backend; ``legacy``: Ray's HorovodTrainer (V1);
+    ``auto``: the runtime chooses on the cluster (``runtime.ray_compat.choose_trainer``) and the result
+    record says which it ran."""
 
+    AUTO = "auto"
     V2 = "v2"
     LEGACY = "legacy"
 
@@ -279,16 +286,57 @@ def required_positional(fn: Callable) -> int:
     )
 
 
+def ray_minor(version: str | None) -> tuple[int, int] | None:
+    """``(2, 55)`` of ``"2.55.1"``; None when the text is no Ray version."""
+    found = re.match(r"(\d+)\.(\d+)", version or "")
+    return (int(found[1]), int(found[2])) if found else None
+
+
+def minor_text(minor: tuple[int, int]) -> str:
+    return f"{minor[0]}.{minor[1]}"
+
+
+def tested_ray_range() -> str:
+    """The tested minors, for messages: ``2.50 to 2.60``."""
+    low, high = RAY_VERSIONS
+    return f"{minor_text(low)} to {minor_text((high[0], high[1] - 1))}"
+
+
 def check_ray_version(version: str | None) -> str | None:
-    """None when the runtime supports this Ray version; else what is wrong and the fix."""
-    (low, high), found = RAY_VERSIONS, re.match(r"(\d+)\.(\d+)", version or "")
-    if found and low <= (int(found[1]), int(found[2])) < high:
+    """None when the provider runs on this Ray version (the tested range, or a newer minor); else what is
+    wrong and the fix. A Ray older than the range is refused: its Train modules lack what the runtime uses."""
+    minor = ray_minor(version)
+    if minor is not None and minor >= RAY_VERSIONS[0]:
         return None
-    wanted = f">={low[0]}.{low[1]},<{high[0]}.{high[1]}"
+    low = minor_text(RAY_VERSIONS[0])
     return (
-        f"it runs Ray {version or 'of an unknown version'}, and airflow-provider-horovod's runtime supports "
-        f"Ray {wanted}. Install ray[default,train]{wanted} on the cluster (the provider's [cluster] extra "
-        f"does), or use a provider release that supports Ray {version or ''}."
+        f"it runs Ray {version or 'of an unknown version'}, and airflow-provider-horovod runs on Ray {low} or "
+        f"newer (tested: {tested_ray_range()}). Install ray[default,train]>={low} on the cluster (the provider's "
+        "[cluster] extra does)."
+    )
+
+
+def untested_ray_version(version: str | None) -> str | None:
+    """A warning for a Ray newer than the tested range (it runs when the runtime's probes pass); else None."""
+    minor = ray_minor(version)
+    if minor is None or minor < RAY_VERSIONS[1]:
+        return None
+    return (
+        f"Ray {version} is newer than the minors airflow-provider-horovod {VERSION} is tested with "
+        f"({tested_ray_range()}): it runs when the Ray Train internals it uses are there (the job checks them at "
+        "its start and fails naming any that are missing). See docs/compatibility.md."
+    )
+
+
+def elastic_ray_problem(version: str | None) -> str | None:
+    """What is wrong with an elastic ``num_workers`` on this Ray version; None when it has elastic scaling."""
+    minor = ray_minor(version)
+    if minor is not None and minor >= RAY_ELASTIC_SINCE:
+        return None
+    return (
+        f"elastic training (num_workers=(min, max)) needs Ray Train's elastic scaling, which the cluster's Ray "
+        f"{version or 'of an unknown version'} lacks: it first comes with Ray {minor_text(RAY_ELASTIC_SINCE)}. "
+        f"Give a number of workers, or run the cluster on Ray >={minor_text(RAY_ELASTIC_SINCE)}."
     )
 
 
@@ -353,7 +401,8 @@ class TrainingSpec(JobSpec):
     elastic_resize_monitor_interval_s: float = ELASTIC_RESIZE_MONITOR_INTERVAL_S
     use_gpu: bool = False
     resources_per_worker: dict[str, float] | None = None
-    trainer_api: str = TrainerApi.V2.value
+    # ``auto``: the runtime chooses; it runs the spec with the API it chose (``ResultRecord.trainer_api``).
+    trainer_api: str = TrainerApi.AUTO.value
     checkpoint_num_to_keep: int | None = None
     checkpoint_score_attribute: str | None = None
     checkpoint_score_order: str = "max"

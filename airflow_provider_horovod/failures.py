@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_provider_horovod import exceptions
-from airflow_provider_horovod.contract import FAILURE_MARK
+from airflow_provider_horovod.contract import FAILURE_MARK, JobStatus
 
 
 class FailureClass(str, enum.Enum):
@@ -308,6 +308,15 @@ JOB_ERRORS = {
     "JOB_SUPERVISOR_ACTOR_DIED": FailureClass.INFRASTRUCTURE,
     "JOB_SUPERVISOR_ACTOR_UNSCHEDULABLE": FailureClass.CAPACITY,
 }
+
+
+def stopped_by_request(failure: dict) -> bool:
+    """Whether a failure (as ``to_dict`` keeps it) is Ray's STOPPED status itself, as ``of_job`` sums it
+    up with no verdict of the runtime's: a stop request ended the job (a killed task's ``on_kill``, or
+    ``ray job stop``), not the training. The provider's own stops (its timeouts) give their reason."""
+    return not failure.get("error_type") and str(failure.get("summary") or "").startswith(
+        f"{JobStatus.STOPPED.value}: "
+    )
 
 
 def of_job(info: dict | None, runtime: Failure | None, *, provider_job: bool = True) -> Failure:

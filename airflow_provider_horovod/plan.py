@@ -251,10 +251,11 @@ def training_plan(
     if spec.horovod_timeline:
         # Every rank reads it; rank 0 writes there, and the runtime stores it beside the checkpoints.
         env_vars["HOROVOD_TIMELINE"] = spec.timeline_local_path
-    if spec.trainer_api == TrainerApi.LEGACY.value:
-        # Ray 2.60 refuses HorovodTrainer under Train V2; the driver and the workers need the flag
-        # before ray.train is imported.
-        env_vars["RAY_TRAIN_V2_ENABLED"] = "0"
+    # The Train version an explicit API needs, in the driver and the workers before ray.train is imported:
+    # Ray refuses HorovodTrainer under Train V2 (its default from 2.51), and 2.50 runs Train V1 by default.
+    # "auto" leaves Ray's default, which the runtime follows (runtime.ray_compat.choose_trainer).
+    if spec.trainer_api != TrainerApi.AUTO.value:
+        env_vars["RAY_TRAIN_V2_ENABLED"] = "1" if spec.trainer_api == TrainerApi.V2.value else "0"
     # An MLflow connection's credentials travel with the job's code, never in its runtime_env.
     tracking_files = {MLFLOW_AUTH_FILE: json.dumps(mlflow_auth).encode()} if spec.tracking and mlflow_auth else {}
     files = {**fn_files, **dataset_files, **tracking_files}

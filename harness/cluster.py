@@ -19,6 +19,15 @@ def cluster_python() -> str:
     return os.environ.get("AHP_CLUSTER_PYTHON") or str(REPO / ".venv" / "bin" / "python")
 
 
+def cluster_env(env: dict | None = None) -> dict:
+    """The environment of the cluster's processes: ours, with ``AHP_CLUSTER_PYTHONPATH`` first on their
+    path (another Ray minor laid over the cluster's environment, scripts/setup_ray_layer.sh), and ``env``."""
+    merged = {**os.environ, **(env or {})}
+    if layer := os.environ.get("AHP_CLUSTER_PYTHONPATH"):
+        merged["PYTHONPATH"] = os.pathsep.join(p for p in (layer, merged.get("PYTHONPATH")) if p)
+    return merged
+
+
 def run_in_cluster_env(code: str, *, env: dict | None = None, timeout: float = 300) -> str:
     """Run Python code in the cluster's environment; its stdout."""
     done = subprocess.run(
@@ -26,7 +35,7 @@ def run_in_cluster_env(code: str, *, env: dict | None = None, timeout: float = 3
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **(env or {})},
+        env=cluster_env(env),
     )
     if done.returncode != 0:
         raise RuntimeError(f"cluster-side code failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")

@@ -28,9 +28,14 @@ def airflow_bin() -> str:
 
 
 class Stack:
-    def __init__(self, home: Path, dags: Path, port: int, database_url: str, env: dict | None = None):
-        self.home, self.port = home, port
-        self.url = f"http://127.0.0.1:{port}"
+    """``path``: the sub-path the deployment is served under (``[api] base_url``), "" for none; a second
+    api-server of a deployment is a ``Stack`` on its ``database_url`` that only ``serve``s."""
+
+    def __init__(
+        self, home: Path, dags: Path, port: int, database_url: str, env: dict | None = None, *, path: str = ""
+    ):
+        self.home, self.port, self.database_url = home, port, database_url
+        self.url = f"http://127.0.0.1:{port}{path}"
         self.env = {
             **os.environ,
             **(env or {}),
@@ -43,7 +48,8 @@ class Stack:
             "AIRFLOW__API__BASE_URL": self.url,
             "AIRFLOW__API__PORT": str(port),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
-            "AIRFLOW__API_AUTH__JWT_SECRET": "ahp-stack-test-secret",
+            # HS512's 64 bytes at least: PyJWT warns below (InsecureKeyLengthWarning).
+            "AIRFLOW__API_AUTH__JWT_SECRET": "ahp-stack-test-secret-" * 3,
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
             "AIRFLOW__CORE__PARALLELISM": "4",
@@ -63,6 +69,16 @@ class Stack:
             self.migrate()
         for name in COMPONENTS:
             self.launch(name)
+        self.wait_until_served(timeout)
+
+    def serve(self, timeout: float = 180) -> None:
+        """Only an api-server, on a database that another stack runs."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(exist_ok=True)
+        self.launch("api-server")
+        self.wait_until_served(timeout)
+
+    def wait_until_served(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -126,6 +142,11 @@ class Stack:
         return self.api("POST", f"/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf or {}})[
             "dag_run_id"
         ]
+
+    def mark(self, dag_id: str, run_id: str, task_id: str, state: str) -> None:
+        """Set a task instance's state as a user does in the UI (a running one is killed)."""
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"
+        self.client.patch(path, json={"new_state": state}).raise_for_status()
 
     def wait_for_trigger(self, dag_id: str, run_id: str, task_id: str, timeout: float = 120) -> None:
         """Until the triggerer runs the task's trigger (its start is in the task's log)."""

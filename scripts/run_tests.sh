@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# `make test`'s runs, in two streams side by side: each run starts its own Ray head (or hosts, or
-# Airflow), so they share nothing but the machine. AHP_TEST_WORKERS=N splits the main run into N
-# pytest-xdist workers (the tests that share one Airflow deployment, the `stack` fixture, on one).
+# `make test`'s runs, in two streams side by side. Each run is a pytest session that starts its own Ray
+# head (or hosts, or Airflow deployment), so runs share nothing but the machine; the machine has two
+# cores and a training keeps about one busy, so two streams keep both at work without the timeouts that
+# more would bring. The streams are balanced by the runs' measured times.
 #
+#   main      most of the tests, from Airflow's environment (the provider installed from its wheel)
+#   stack     the tests of one Airflow deployment (api-server, scheduler, dag-processor, triggerer on
+#             PostgreSQL) and of the Ray Train paths across nodes, from Airflow's environment
 #   cluster   the cluster side's own tests, in its environment (Ray, torch, Horovod)
-#   airflow   everything else from Airflow's environment (the provider from its wheel)
+#   rayold    the oldest tested Ray minor (laid over the cluster's environment): its cluster-side probes
+#             and the operator's checks that depend on Ray's behaviour
 #   hosts     the multi-host tests (their own hosts, made of network namespaces, and their own cluster)
 #   oldest    the oldest supported Airflow's share
 #
@@ -12,25 +17,30 @@
 # each run's result, the total time and the slowest tests (wall, and the machine's CPU meanwhile).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-source scripts/versions.env
 
 logs=.test-airflow/logs
 export AHP_TIMINGS_DIR=.test-airflow/timings
 rm -rf "$logs" "$AHP_TIMINGS_DIR"
 mkdir -p "$logs"
-common=(-p no:cacheprovider -q -r fEs)
-workers=${AHP_TEST_WORKERS:-1}
+pytest_args="-p no:cacheprovider -q -r fEs"
+airflow=".venv-airflow/bin/pytest $pytest_args"
+stack_files="tests/integration/test_stack.py tests/integration/test_training_view.py tests/integration/test_horovod_v2.py"
+ray_layer=$(scripts/setup_ray_layer.sh) || exit 1
 
 declare -A commands=(
-  [cluster]=".venv/bin/python -m pytest ${common[*]} --basetemp=.test-airflow/pytest-cluster tests/unit/runtime"
-  [airflow]=".venv-airflow/bin/pytest ${common[*]} --basetemp=.test-airflow/pytest -n $workers --dist loadgroup -m 'not cross_python' tests --ignore=tests/unit/runtime --ignore=tests/integration/test_multihost.py"
-  [hosts]=".venv-airflow/bin/pytest ${common[*]} --basetemp=.test-airflow/pytest-hosts tests/integration/test_multihost.py"
-  [oldest]=".venv-airflow-oldest/bin/pytest ${common[*]} --basetemp=.test-airflow/pytest-oldest -m 'oldest_airflow or cross_python' tests/integration"
+  [main]="$airflow --basetemp=.test-airflow/pytest -m 'not cross_python' tests --ignore=tests/unit/runtime \
+    --ignore=tests/integration/test_multihost.py $(printf -- '--ignore=%s ' $stack_files)"
+  [stack]="$airflow --basetemp=.test-airflow/pytest-stack -m 'not cross_python' $stack_files"
+  [cluster]=".venv/bin/python -m pytest $pytest_args --basetemp=.test-airflow/pytest-cluster tests/unit/runtime"
+  [rayold]="PYTHONPATH=$ray_layer .venv/bin/python -m pytest $pytest_args --basetemp=.test-airflow/pytest-cluster-rayold \
+    tests/unit/runtime/test_ray_compat.py && AHP_RAY_VERSIONS=1 AHP_CLUSTER_PYTHONPATH=$ray_layer $airflow \
+    --basetemp=.test-airflow/pytest-rayold -m ray_oldest tests/integration/test_ray_versions.py"
+  [hosts]="$airflow --basetemp=.test-airflow/pytest-hosts tests/integration/test_multihost.py"
+  [oldest]=".venv-airflow-oldest/bin/pytest $pytest_args --basetemp=.test-airflow/pytest-oldest \
+    -m 'oldest_airflow or cross_python' tests/integration"
 )
-# Two streams (the machine has two cores, and a training keeps one busy): the main run, and beside it
-# the others one after another.
-streams=("airflow" "cluster hosts oldest")
-order=(airflow cluster hosts oldest)
+streams=("main" "cluster rayold oldest hosts stack")
+order=(main stack cluster rayold hosts oldest)
 
 started=$(date +%s)
 pids=()
@@ -52,8 +62,8 @@ for run in "${order[@]}"; do
 done
 for run in "${failed[@]}"; do
   printf '\n===== %s: the end of %s =====\n' "$run" "$logs/$run.log"
-  tail -n 120 "$logs/$run.log"
+  tail -n 150 "$logs/$run.log"
 done
-printf '\nmake test: the runs took %d s side by side.\n\n' "$(($(date +%s) - started))"
+printf '\nmake test: the runs took %d s in two streams.\n\n' "$(($(date +%s) - started))"
 .venv-airflow/bin/python tests/support/timing.py "$AHP_TIMINGS_DIR" 20 || true
 [ ${#failed[@]} -eq 0 ]

@@ -95,7 +95,7 @@ class RayHook(BaseHook):
         self._async_client = None
         self._async_loop = None
         self._async_key: tuple | None = None
-        self._cluster_checked = False
+        self._cluster_info: dict | None = None
 
     # --- the connection -------------------------------------------------------------------------
 
@@ -258,13 +258,21 @@ class RayHook(BaseHook):
 
     def check_connection(self) -> dict:
         """The cluster's version info; raises when unreachable, refused, or of a Ray version the
-        provider's runtime does not support."""
-        from airflow_provider_horovod.contract import check_ray_version
+        provider's runtime does not support (a newer, untested one is logged as a warning)."""
+        from airflow_provider_horovod.contract import check_ray_version, untested_ray_version
 
         info = self._parse(*self._request("GET", "/api/version"), "version check")
         if (problem := check_ray_version(info.get("ray_version"))) is not None:
             raise RayVersionMismatchError(f"The cluster of connection {self.ray_conn_id!r}: {problem}")
+        if warning := untested_ray_version(info.get("ray_version")):
+            self.log.warning("The cluster of connection %r: %s", self.ray_conn_id, warning)
+        self._cluster_info = info
         return info
+
+    def ray_version(self) -> str | None:
+        """The cluster's Ray version, as its dashboard reports it (checked once per hook)."""
+        info = self._cluster_info if self._cluster_info is not None else self.check_connection()
+        return info.get("ray_version")
 
     def test_connection(self) -> tuple[bool, str]:
         try:
@@ -299,9 +307,8 @@ class RayHook(BaseHook):
         return the id. Retried requests cannot double it: Ray refuses a second job of the same id."""
         from airflow_provider_horovod.hooks.ray_packages import with_uploaded_packages
 
-        if not self._cluster_checked:
+        if self._cluster_info is None:
             self.check_connection()
-            self._cluster_checked = True
         env, packages = with_uploaded_packages(merge_runtime_env(self.endpoint.runtime_env, runtime_env))
         for package in packages:
             if self.upload_package(package.uri, package.data):

@@ -34,6 +34,10 @@ class RayJobsApi(Protocol):
 
     def get_cluster_resources(self) -> dict[str, float]: ...
 
+    def ray_version(self) -> str | None:
+        """The cluster's Ray version (its dashboard's), read once."""
+        ...
+
     def submit_job(
         self,
         *,

@@ -232,8 +232,10 @@ class LogReader:
 
 # --- what of the job's log is the user's ---------------------------------------------------------------
 
-# The "(RayTrainWorker pid=123, ip=10.0.0.2)" Ray puts before the lines of an actor or a task.
-_SOURCE = re.compile(r"^\([\w.:-]+ pid=\d+(?:, ip=[\d.:a-f]+)?\) ")
+# The "(RayTrainWorker pid=123, ip=10.0.0.2)" Ray puts before the lines of an actor or a task, and
+# "(raylet)" before a node's own notices; in colour ("\x1b[36m(...)\x1b[0m"), which is matched without.
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_SOURCE = re.compile(r"^\((?:[\w.:-]+ pid=\d+|raylet)(?:, ip=[\d.:a-f]+)?\) ")
 _GLOG = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[,.]\d+ ([DIWEF]) \d+ \d+\] ")
 _RAY_PYTHON_LOG = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\t(DEBUG|INFO|WARNING|ERROR|CRITICAL) \S+\.py:\d+ -- "
@@ -255,7 +257,6 @@ _RAY_OWN = re.compile(
         [
             r"/site-packages/ray/.*: \w*Warning: ",
             r"^\s+warnings\.warn\(",
-            r"tqdm is not installed",
             r"ExecutionOptions\.\w+ is deprecated",
             r"^\*\*\* (SIG\w+ received|Aborted at|Check failure)",
             r"^PC: @ ",
@@ -270,13 +271,34 @@ _RAY_OWN = re.compile(
         ]
     )
 )
-# Ray's " [repeated 2x across cluster]" (coloured) after a line it deduplicated.
-_REPEATED = re.compile(r"(\x1b\[\d+m)? \[repeated \d+x across cluster\](\x1b\[0m)?$")
+# A warning of Ray's code; Python prints the line of code that warned below it, indented.
+_RAY_WARNING = re.compile(r"/site-packages/ray/.*: \w*Warning: ")
+# Ray's " [repeated 2x across cluster]" after a line it deduplicated (the first time with a note).
+_REPEATED = re.compile(r" \[repeated \d+x across cluster\]( \(Ray deduplicates logs [^)]*\))?$")
+# Ray's own notices that ask nothing of the user, at whatever level Ray prints them: folded at INFO, so
+# that a WARNING or an ERROR in the task log is one to act on (docs/reliability.md, "The job's log").
+# Each as Ray 2.60 prints it in a training's log (tests/unit/jobs/test_logs.py keeps the lines).
+_NOISE = re.compile(
+    "|".join(
+        [
+            # Ray's progress bars, off without tqdm (a WARNING of the driver's Ray Data).
+            r"\btqdm is not installed\b",
+            # Ray Train's own preemption watcher is a restartable actor with arguments in the object
+            # store, which the core worker reports as an E line at every training's start.
+            r"core_worker\.cc:\d+: Actor with class name: 'PreemptionWatcher' .*max_restarts > 0",
+            # The raylet counting worker processes started at once: Ray Train's actors for the controller,
+            # the workers and Ray Data's coordinators, on a node of few CPUs ("WARNING: 8 PYTHON ...").
+            r"worker processes have been started on node: .* the maximum expected startup concurrency",
+        ]
+    )
+)
 
 
 def ray_level(line: str) -> int | None:
     """The level of a line Ray's own code printed (folded in the task log); None for the user's."""
-    text = _REPEATED.sub("", _SOURCE.sub("", line))
+    text = _REPEATED.sub("", _SOURCE.sub("", _ANSI.sub("", line)))
+    if _NOISE.search(text):
+        return logging.INFO
     if found := _GLOG.match(text) or _HOROVOD_LOG.match(text):
         return _GLOG_LEVELS[found[1]]
     if found := _RAY_PYTHON_LOG.match(text):
@@ -286,15 +308,68 @@ def ray_level(line: str) -> int | None:
     return logging.INFO if _RAY_OWN.search(text) else None
 
 
+# Tracebacks of Ray's own code that ask nothing of the user, in a successful run too: the line before
+# each, and its last line (the exception). A frame of Ray's code must be in it.
+_NOISE_TRACEBACKS = [
+    # Python's report of a Ray Data thread that Ray interrupted (an iterator closed, a split finished).
+    (re.compile(r"^Exception in thread \S+:$"), re.compile(r"^InterruptedError\b")),
+    # Ray Train's autoscaling coordinator timing out on a busy node, which Ray itself calls safe to ignore.
+    (
+        re.compile(r"^Failed to send resource request for \S+\. .*safe to ignore"),
+        re.compile(r"^ray\.exceptions\.GetTimeoutError\b"),
+    ),
+]
+_RAY_FRAME = re.compile(r'^\s+File ".*/site-packages/ray/')
+
+
+def _source_and_text(line: str) -> tuple[str, str]:
+    plain = _ANSI.sub("", line)
+    found = _SOURCE.match(plain)
+    return (found[0], plain[found.end() :]) if found else ("", plain)
+
+
+def ray_noise_tracebacks(lines: Sequence[str]) -> set[int]:
+    """The positions of the lines of Ray's known noisy tracebacks (``_NOISE_TRACEBACKS``), the line
+    before each included. A traceback split between two reads of the log, or interleaved with another
+    process's lines, is left as it is."""
+    found: set[int] = set()
+    for start, line in enumerate(lines):
+        source, text = _source_and_text(line)
+        ends = [end for head, end in _NOISE_TRACEBACKS if head.match(text)]
+        if not ends:
+            continue
+        block, in_ray = [start], False
+        for position in range(start + 1, len(lines)):
+            other, text = _source_and_text(lines[position])
+            if other != source:
+                break
+            block.append(position)
+            if position == start + 1:
+                if text != "Traceback (most recent call last):":
+                    break
+                continue
+            in_ray = in_ray or bool(_RAY_FRAME.match(text))
+            if not text[:1].isspace():  # the exception's own line ends the traceback
+                if in_ray and ends[0].match(text):
+                    found.update(block)
+                break
+    return found
+
+
 def task_log(lines: Sequence[str]) -> list[tuple[int, str]]:
     """The job's lines as the task log gets them: the user's at INFO; runs of Ray's own lines in a
     group that Airflow's log view folds (``::group::``), each at its own level."""
     out: list[tuple[int, str]] = []
-    folded = False
-    for line in lines:
-        level = ray_level(line)
-        if level is None and folded and not _SOURCE.sub("", line).strip():
+    folded = warned = False
+    noisy = ray_noise_tracebacks(lines)
+    for position, line in enumerate(lines):
+        level = logging.INFO if position in noisy else ray_level(line)
+        text = _SOURCE.sub("", _ANSI.sub("", line))
+        if level is None and folded and not text.strip():
             level = logging.INFO  # a blank line inside a native stack dump
+        elif level is None and warned and text[:1].isspace():
+            level = logging.INFO  # the line of Ray's code that warned
+        warned = bool(_RAY_WARNING.search(text))
         if (level is not None) != folded:
             out.append((logging.INFO, "::group::Ray's own output" if not folded else "::endgroup::"))
             folded = not folded

@@ -9,6 +9,7 @@ import logging
 import tempfile
 from typing import TYPE_CHECKING, Any, Protocol
 
+from airflow_provider_horovod.checks import check_ray_features
 from airflow_provider_horovod.contract import SESSION_FILE, JobStatus, SubmittedJob, consumed_uri
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobPendingTimeoutError
 
@@ -55,6 +56,7 @@ def start(hook: RayJobsApi, plan: JobPlan, storage: Storage, *, logger: Logger =
         )
     else:
         check_cluster_resources(hook, plan)
+        check_ray_features(hook.ray_version(), plan.spec)
         storage.check_bucket(plan.storage_uri)
         request = plan.request(attempt.number, resume=attempt.resume, extra_files=forwarded_credentials(plan, logger))
         logger.info("Submitting Ray job %s (dry run of the request):\n%s", request.submission_id, request.dry_run())

@@ -59,10 +59,13 @@ class HorovodTrainOperator(BaseRayJobOperator):
         set in every worker (templated).
     :param runtime_env: extra Ray runtime env (pip, working_dir, env_vars), merged over the
         connection's default (templated). No secrets: Ray shows it to every dashboard reader.
-    :param trainer_api: ``"v2"`` (default): Ray Train V2's ``DataParallelTrainer`` with the
-        provider's own Horovod backend; ``"legacy"``: Ray's own ``HorovodTrainer`` (Train V1, run
-        with ``RAY_TRAIN_V2_ENABLED=0``; Ray plans to remove it). The same training function runs
-        on both, with the same result.
+    :param trainer_api: ``"auto"`` (default): the job chooses on the cluster, Train V2 where the
+        cluster's Ray runs it (its default from Ray 2.51, and needed for elastic ``num_workers``), Ray's
+        own ``HorovodTrainer`` where not; the task log, the result record and XCom's ``trainer_api`` say
+        which ran. ``"v2"``: Ray Train V2's ``DataParallelTrainer`` with the provider's own Horovod
+        backend; ``"legacy"``: Ray's own ``HorovodTrainer`` (Train V1, run with
+        ``RAY_TRAIN_V2_ENABLED=0``; Ray plans to remove it). The same training function runs on both,
+        with the same result (docs/compatibility.md: which Ray minor runs which).
     :param forward_aws_credentials: give the job short-lived AWS session credentials (STS
         ``GetSessionToken`` through ``aws_conn_id``) for its S3 storage and datasets, for clusters
         without S3 access of their own. Off by default; the long-lived keys never leave Airflow, and
@@ -134,7 +137,7 @@ class HorovodTrainOperator(BaseRayJobOperator):
         horovod_nics: list[str] | None = None,
         horovod_env: dict[str, str] | None = None,
         runtime_env: dict | None = None,
-        trainer_api: str = TrainerApi.V2.value,
+        trainer_api: str = TrainerApi.AUTO.value,
         forward_aws_credentials: bool = False,
         aws_credentials_ttl_seconds: int = 12 * 3600,
         check_cluster_resources: bool = True,

@@ -55,14 +55,16 @@ def numbers(metrics: dict | None) -> dict[str, float]:
     }
 
 
-def counter_axis(points: list[dict]) -> str | None:
-    """The first counter that every report carries and that never goes back."""
+def counter_axes(points: list[dict]) -> list[str]:
+    """The counters that every report carries and that never go back: the x axes they can be, the
+    first one the default; none of them is charted as a metric."""
+    found = []
     for name in COUNTERS:
-        found = [numbers(p.get("metrics")).get(name) for p in points]
-        column = [value for value in found if value is not None]
-        if column and len(column) == len(found) and all(a <= b for a, b in zip(column, column[1:])):
-            return name
-    return None
+        values = [numbers(p.get("metrics")).get(name) for p in points]
+        column = [value for value in values if value is not None]
+        if column and len(column) == len(values) and all(a <= b for a, b in zip(column, column[1:])):
+            found.append(name)
+    return found
 
 
 def checkpoint_name(point: dict) -> str | None:
@@ -83,22 +85,22 @@ def shape(
 ) -> dict:
     """The charts' data. ``kept``: checkpoint folders that still exist (None: unknown); ``latest`` and
     ``best``: checkpoint URIs of the result, to tell those checkpoints apart."""
-    counter = counter_axis(points)
+    counters = counter_axes(points)
     first_time = next((p["time"] for p in points if isinstance(p.get("time"), (int, float))), None)
     columns: dict[str, list] = {REPORT: [p.get("report", i + 1) for i, p in enumerate(points)]}
     if first_time is not None:
         columns[ELAPSED] = [
             round(p["time"] - first_time, 3) if isinstance(p.get("time"), (int, float)) else None for p in points
         ]
-    if counter:
+    for counter in counters:
         columns[counter] = [numbers(p.get("metrics"))[counter] for p in points]
-    axes = ([counter] if counter else []) + [REPORT] + ([ELAPSED] if ELAPSED in columns else [])
+    axes = [*counters, REPORT] + ([ELAPSED] if ELAPSED in columns else [])
 
     rows_of: dict[str, list[int]] = {}
     values_of: dict[str, list[float]] = {}
     for row, point in enumerate(points):
         for name, value in numbers(point.get("metrics")).items():
-            if name == counter:
+            if name in counters:
                 continue
             rows_of.setdefault(name, []).append(row)
             values_of.setdefault(name, []).append(value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from airflow_provider_horovod.contract import HISTORY_FILE, XCOM_JOB, attempt_uri, result_uri
+from airflow_provider_horovod.failures import stopped_by_request
 from airflow_provider_horovod.storage import Storage
 
 RETURN_KEY = "return_value"
@@ -28,6 +29,7 @@ __all__ = [
     "AttemptFiles",
     "attempt_uri",
     "result_uri",
+    "stopped_by_request",
 ]
 
 

@@ -1,6 +1,6 @@
 """A retraining DAG's history: for each run of its training tasks, by logical date, the final metrics,
 the evaluation (numbers the DAG's other tasks returned), whether the champion moved (a ``promoted``
-key in a task's return value), the duration and the state.
+key in a task's return value), the duration, the cost and the state.
 
 All of it comes from what Airflow already stores (dag runs, task instances, their return values and
 ``ray_job`` XComs) in ONE query; shaping the rows is pure, so it is tested without a database.
@@ -93,6 +93,25 @@ def is_training_result(value: Any) -> bool:
     return isinstance(value, dict) and bool(value.get("storage_uri")) and "attempt" in value and "metrics" in value
 
 
+def cost_summary(cost: Any) -> dict[str, Any] | None:
+    """What a task run cost, from the ``cost`` its result and its records keep (every attempt, failed
+    ones too): worker-seconds, the amount where prices were given, how many attempts failed; None where
+    nothing was counted."""
+    total = cost.get("total") if isinstance(cost, dict) else None
+    if not isinstance(total, dict) or not total.get("attempts"):
+        return None
+    return {
+        "worker_s": total.get("worker_s"),
+        "cpu_s": total.get("cpu_s"),
+        "gpu_s": total.get("gpu_s"),
+        "amount": total.get("amount"),
+        "currency": (cost.get("prices") or {}).get("currency") or "",
+        "attempts": total.get("attempts"),
+        "failed_attempts": total.get("failed_attempts") or 0,
+        "failed_worker_s": total.get("failed_worker_s") or 0,
+    }
+
+
 def evaluation_numbers(value: Any) -> dict[str, float]:
     """What a task's return value says in numbers: a number itself, or a dict's top-level numbers."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
@@ -178,7 +197,9 @@ def shape(rows: list[dict], *, score_attribute: str | None = None) -> dict:
                 "duration_s": ti["duration_s"],
                 "start_date": ti["start_date"],
                 "end_date": ti["end_date"],
-                "metrics": numbers(result.get("metrics")),
+                # What the training reported last; its counters (epoch, step) say how far, not how well.
+                "metrics": {k: v for k, v in numbers(result.get("metrics")).items() if k not in COUNTERS},
+                "cost": cost_summary(result.get("cost")),
                 "attempt": result.get("attempt") or job.get("attempt"),
                 "submission_id": result.get("submission_id") or job.get("submission_id"),
                 "dashboard_url": result.get("dashboard_url") or job.get("dashboard_url"),
@@ -196,8 +217,6 @@ def shape(rows: list[dict], *, score_attribute: str | None = None) -> dict:
         "rows": entries,
         "metrics": metric_names,
         "evaluation": evaluation_names,
-        # Final metrics that count (epoch, step): in the table, not charted over the dates.
-        "counters": [name for name in metric_names if name in COUNTERS],
         "score_attribute": score,
         "training_tasks": sorted(training_ids),
     }

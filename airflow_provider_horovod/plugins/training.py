@@ -9,19 +9,31 @@ Both are React app plugins (``react_apps``): Airflow's UI imports one bundle (``
 ``www/dist`` at set-up and shipped in the wheel) and renders its components inside its own React
 tree, in its own theme. This module's FastAPI app answers their JSON and serves the bundle.
 Registered as an ``airflow.plugins`` entry point (pyproject.toml).
+
+Every Airflow process loads plugins (the scheduler, the dag-processor, each task): the app and the
+views' entries are made only when Airflow reads them, which the api-server does. Their addresses carry
+the path of ``[api] base_url``, so a deployment under a sub-path (``http://host/airflow``) serves them.
 """
 
 from __future__ import annotations
 
 import json
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
 from airflow_provider_horovod.plugins import curves
-from airflow_provider_horovod.plugins.data import JOB_KEY, KIND_TRAIN, RETURN_KEY, TRAINING_OPERATORS, AttemptFiles
-from airflow_provider_horovod.plugins.history import is_training_result
+from airflow_provider_horovod.plugins.data import (
+    JOB_KEY,
+    KIND_TRAIN,
+    RETURN_KEY,
+    TRAINING_OPERATORS,
+    AttemptFiles,
+    stopped_by_request,
+)
+from airflow_provider_horovod.plugins.history import cost_summary, is_training_result
 
 ROUTE = "/horovod"
 DIST = Path(__file__).resolve().parent / "www" / "dist"
@@ -34,16 +46,48 @@ LIVE_STATES = frozenset(
     {"scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule", "restarting"}
 )
 REFRESH_S = 5
+# A task instance failed for good whose attempt left no result was killed when its on_kill stopped the
+# job: before the wait saw the job end (a deferred task), no record of the attempt; after, a post-mortem
+# that says only that Ray stopped the job (failures.stopped_by_request).
+KILLED_STATE = "failed"
 TRAINERS = {"v2": "Ray Train V2", "legacy": "Ray Train V1 (legacy)"}
 
 
-def bundle_url() -> str:
+def static_url(root_path: str, name: str) -> str:
+    """A file of the bundle's folder, under the UI's root path (``/`` or a sub-path, ``/airflow/``)."""
+    return f"{root_path.rstrip('/')}{ROUTE}/static/{name}"
+
+
+def bundle_url(root_path: str) -> str:
     """The bundle's address, with its build time in it: a browser never runs a stale copy after an upgrade."""
     try:
         stamp = int((DIST / BUNDLE).stat().st_mtime)
     except OSError:
         stamp = 0
-    return f"{ROUTE}/static/{BUNDLE}?v={stamp}"
+    return f"{static_url(root_path, BUNDLE)}?v={stamp}"
+
+
+def react_apps(root_path: str) -> list[dict[str, str]]:
+    """The two views as Airflow's UI takes them; their addresses under ``root_path``."""
+    views = ((TRAINING_VIEW, "task_instance", "horovod_training"), (HISTORY_VIEW, "dag", "horovod_history"))
+    return [
+        {
+            "name": name,
+            "bundle_url": bundle_url(root_path),
+            "destination": destination,
+            "url_route": route,
+            "icon": static_url(root_path, "chart.svg"),
+            "icon_dark_mode": static_url(root_path, "chart-dark.svg"),
+        }
+        for name, destination, route in views
+    ]
+
+
+def api_root_path() -> str:
+    """The path of ``[api] base_url``, as Airflow's api-server reads it (it serves everything under it)."""
+    from airflow.api_fastapi.app import API_ROOT_PATH
+
+    return API_ROOT_PATH
 
 
 # --- the Training view -------------------------------------------------------------------------------
@@ -85,17 +129,14 @@ def load_task(session, dag_id: str, run_id: str, task_id: str, map_index: int) -
 def cost_text(cost: Any) -> str | None:
     """What the run cost, as the facts show it: worker-seconds by kind (and the amount, with prices),
     failed attempts included and told apart; None when nothing was counted."""
-    total = cost.get("total") if isinstance(cost, dict) else None
-    if not isinstance(total, dict) or not total.get("attempts"):
+    total = cost_summary(cost)
+    if total is None:
         return None
-    text = (
-        f"{total.get('worker_s', 0):.1f} worker-s (CPU {total.get('cpu_s', 0):.1f} s, "
-        f"GPU {total.get('gpu_s', 0):.1f} s)"
-    )
-    if total.get("amount") is not None:
-        text += f", {total['amount']:.4f} {(cost.get('prices') or {}).get('currency') or ''}".rstrip()
-    if total.get("failed_attempts"):
-        text += f"; {total['failed_attempts']} failed attempt(s): {total.get('failed_worker_s', 0):.1f} worker-s"
+    text = f"{total['worker_s'] or 0:.1f} worker-s (CPU {total['cpu_s'] or 0:.1f} s, GPU {total['gpu_s'] or 0:.1f} s)"
+    if total["amount"] is not None:
+        text += f", {total['amount']:.4f} {total['currency']}".rstrip()
+    if total["failed_attempts"]:
+        text += f"; {total['failed_attempts']} failed attempt(s): {total['failed_worker_s']:.1f} worker-s"
     return text
 
 
@@ -214,7 +255,21 @@ def answer(ti: dict | None, xcoms: dict, files=AttemptFiles) -> dict:
     )
     for checkpoint in shaped["checkpoints"]:
         checkpoint["uri"] = attempt_files.checkpoint_uri(checkpoint["name"]) if checkpoint["name"] else None
-    if not points and not problem:
+    failure = record.get("failure")
+    killed = (
+        ti["state"] == KILLED_STATE
+        and not result
+        and not problem
+        and (not record or (isinstance(failure, dict) and stopped_by_request(failure)))
+    )
+    if killed:  # the message says why the attempt ended, not as a failure of the training's
+        failed = [f for f in failed if f["attempt"] != attempt]
+    if killed:
+        ray_job = " ".join(filter(None, ["its Ray job", job.get("submission_id")]))
+        message = f"Attempt {attempt} was killed before its training ended, and {ray_job} was stopped with it. " + (
+            "Its reports until then are below." if points else "It reported no metrics."
+        )
+    elif not points and not problem:
         message = "Waiting for the first report." if live else "This training reported no metrics."
     else:
         message = ""
@@ -231,6 +286,7 @@ def answer(ti: dict | None, xcoms: dict, files=AttemptFiles) -> dict:
         "trains": True,
         "message": message,
         "problem": problem,
+        "killed": killed,
         "attempt": attempt,
         "facts": facts(result, record, job),
         "uris": [{"label": k, "value": v} for k, v in uris if v],
@@ -295,23 +351,16 @@ def make_app():
 
 
 class HorovodTrainingPlugin(AirflowPlugin):
+    """The Training views. Airflow reads ``fastapi_apps`` and ``react_apps`` of the plugin's instance only
+    where it serves them (the api-server; ``airflow plugins`` lists them): each is made there, once."""
+
     name = "horovod_training"
-    fastapi_apps = [{"app": make_app(), "url_prefix": ROUTE, "name": "Horovod training"}]
-    react_apps = [
-        {
-            "name": TRAINING_VIEW,
-            "bundle_url": bundle_url(),
-            "destination": "task_instance",
-            "url_route": "horovod_training",
-            "icon": f"{ROUTE}/static/chart.svg",
-            "icon_dark_mode": f"{ROUTE}/static/chart-dark.svg",
-        },
-        {
-            "name": HISTORY_VIEW,
-            "bundle_url": bundle_url(),
-            "destination": "dag",
-            "url_route": "horovod_history",
-            "icon": f"{ROUTE}/static/chart.svg",
-            "icon_dark_mode": f"{ROUTE}/static/chart-dark.svg",
-        },
-    ]
+
+    # Read-only where the base class has plain lists: Airflow only reads them, from the instance.
+    @cached_property
+    def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        return [{"app": make_app(), "url_prefix": ROUTE, "name": "Horovod training"}]
+
+    @cached_property
+    def react_apps(self) -> list[dict[str, str]]:  # type: ignore[override]
+        return react_apps(api_root_path())

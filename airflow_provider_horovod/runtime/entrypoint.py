@@ -1,16 +1,18 @@
 """The entrypoint of every job the provider submits:
 ``python -m airflow_provider_horovod.runtime.entrypoint train|task <payload module>``.
 
-It reads the payload, checks that it can run here (the cluster's Ray, the Python of pickled code),
-runs the training (``trainers.run``) or the function (in the job's driver, with the resources the
-job asked for), writes the attempt's record and prints it as one ``AHP_RESULT`` line. On failure it
-classifies what it caught (``failures.of_error``), prints one ``AHP_ERROR`` line (the class and
-what failed) and its verdict as one ``AHP_FAILURE`` line, writes the failed attempt's record beside
-its checkpoints, and exits 1, so the job ends FAILED and the Airflow task says why.
+It reads the payload, checks that it can run here (the cluster's Ray and the trainer API a training runs
+with, ``ray_compat``; the Python of pickled code), runs the training (``trainers.run``) or the function
+(in the job's driver, with the resources the job asked for), writes the attempt's record and prints
+it as one ``AHP_RESULT`` line. On failure it classifies what it caught (``failures.of_error``), prints
+one ``AHP_ERROR`` line (the class and what failed) and its verdict as one ``AHP_FAILURE`` line, writes
+the failed attempt's record beside its checkpoints, and exits 1, so the job ends FAILED and the Airflow
+task says why.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -28,8 +30,11 @@ from airflow_provider_horovod.contract import (
     TaskSpec,
     TrainingSpec,
     check_ray_version,
+    untested_ray_version,
 )
 from airflow_provider_horovod.failures import Failure, FailureClass
+from airflow_provider_horovod.runtime import ray_compat
+from airflow_provider_horovod.runtime.ray_compat import RayIncompatibleError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     started_at = time.time()
     spec: JobSpec
     spec, folder = read_payload(argv[1], TrainingSpec if JobKind(argv[0]) is JobKind.TRAIN else TaskSpec)
-    if problem := preflight(spec):
+    spec, problem = preflight(spec)
+    if problem:
         report_failure(spec, Failure(FailureClass.CONFIGURATION, problem), started_at)
         return 1
     print(banner(spec), flush=True)
@@ -126,16 +132,34 @@ def run_task(spec: TaskSpec, folder: str, started_at: float) -> TaskRecord:
 # --- before anything runs --------------------------------------------------------------------------
 
 
-def preflight(spec: JobSpec) -> str | None:
-    """What keeps the job from running here, and the fix; None when nothing does."""
-    return ray_mismatch() or python_mismatch(spec.python_version, spec.pickled_files())
+def preflight(spec: JobSpec) -> tuple[JobSpec, str | None]:
+    """The spec to run here (a training's trainer API chosen for this Ray), and what keeps the job from
+    running here with the fix; None when nothing does."""
+    try:
+        spec = with_trainer(spec) if isinstance(spec, TrainingSpec) else checked_ray(spec)
+    except RayIncompatibleError as err:
+        return spec, str(err)
+    return spec, python_mismatch(spec.python_version, spec.pickled_files())
 
 
-def ray_mismatch() -> str | None:
-    import ray
+def checked_ray(spec: JobSpec) -> JobSpec:
+    """A job that runs a function: any Ray of the range, or newer (with a warning)."""
+    version = ray_compat.ray_version()
+    if problem := check_ray_version(version):
+        raise RayIncompatibleError(f"This Ray cluster cannot run the job: {problem}")
+    if warning := untested_ray_version(version):
+        print(f"WARNING: {warning}", flush=True)
+    return spec
 
-    problem = check_ray_version(ray.__version__)
-    return None if problem is None else f"This Ray cluster cannot run the job: {problem}"
+
+def with_trainer(spec: TrainingSpec) -> TrainingSpec:
+    """The training spec with the trainer API this Ray runs it with (``ray_compat.choose_trainer``), the
+    choice and any warning printed: the record and the XCom say the API that ran."""
+    choice = ray_compat.choose_trainer(spec.trainer_api, spec.elastic)
+    print(f"Trainer API: {choice.trainer_api} (trainer_api={spec.trainer_api!r}: {choice.why}).", flush=True)
+    for warning in choice.warnings:
+        print(f"WARNING: {warning}", flush=True)
+    return dataclasses.replace(spec, trainer_api=choice.trainer_api)
 
 
 def python_mismatch(airflow_python: str, pickled: dict[str, str]) -> str | None:

@@ -193,9 +193,7 @@ FILE_WORKERS = 8
 PART_WORKERS = 8
 PART_BYTES = 16 * 1024 * 1024
 
-_MODULES = ("ray.train._internal.storage", "ray.train.v2._internal.execution.storage")
 _ORIGINAL = "_ahp_original_copy"
-_COPY = "_pyarrow_fs_copy_files"  # Ray Train's one copy helper, in each of _MODULES
 
 
 def _s3_client():
@@ -267,13 +265,18 @@ def copy_files(original, source, destination, source_filesystem=None, destinatio
 
 def route_uploads() -> None:
     """Route Ray Train's checkpoint copies in this process through ``copy_files`` (once)."""
-    for name in _MODULES:
-        module = importlib.import_module(name)
-        if hasattr(module, _ORIGINAL) or not hasattr(module, _COPY):
+    from airflow_provider_horovod.runtime.ray_compat import COPY_HELPER, COPY_HELPER_MODULES
+
+    for name in COPY_HELPER_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # a Ray without it (ray_compat's probe says so in the job's log)
             continue
-        original = getattr(module, _COPY)
+        if hasattr(module, _ORIGINAL) or not hasattr(module, COPY_HELPER):
+            continue
+        original = getattr(module, COPY_HELPER)
         setattr(module, _ORIGINAL, original)
-        setattr(module, _COPY, functools.partial(copy_files, original))
+        setattr(module, COPY_HELPER, functools.partial(copy_files, original))
 
 
 # --- forwarded AWS credentials -------------------------------------------------------------
@@ -333,10 +336,6 @@ MAX_POINTS = 10_000
 # How often rank 0 rewrites the live history while it trains (and always after its last report):
 # often enough for a live chart, seldom enough that a long run does not rewrite it at every step.
 HISTORY_WRITE_S = 5.0
-_REPORTS = (
-    ("ray.train.v2._internal.execution.context", "TrainContext", "_sync_checkpoint_dir_name_across_ranks"),
-    ("ray.train._internal.session", "_TrainSession", None),
-)
 _RECORDED = "_ahp_recorded"
 
 
@@ -374,8 +373,10 @@ class History:
 
     def record(self, uri: str) -> None:
         """Wrap Ray Train's report (each API's that imports) so rank 0's reports land in ``uri``."""
+        from airflow_provider_horovod.runtime.ray_compat import REPORT_METHODS
+
         self.uri = uri
-        for module_name, class_name, sync in _REPORTS:
+        for module_name, class_name, sync in REPORT_METHODS:
             try:
                 cls = getattr(importlib.import_module(module_name), class_name)
             except (ImportError, AttributeError):

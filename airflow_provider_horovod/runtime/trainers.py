@@ -21,6 +21,7 @@ from airflow_provider_horovod.contract import (
     TrainingSpec,
     required_positional,
 )
+from airflow_provider_horovod.runtime import ray_compat
 from airflow_provider_horovod.runtime.storage import (
     HISTORY,
     exists,
@@ -39,7 +40,6 @@ from airflow_provider_horovod.runtime.storage import (
     write_text,
 )
 
-WORKER_GROUP_START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
 # pending_timeout_seconds=None means no limit; a week stands for it.
 NO_LIMIT_S = 7 * 24 * 3600.0
 
@@ -72,7 +72,7 @@ def worker_started(spec: TrainingSpec) -> None:
             from airflow_provider_horovod.runtime.tracking import TRACKER
 
             TRACKER.follow(spec, HISTORY.listeners)
-        # Why this group started: the V2 backend says (runtime.horovod_v2); segments() fills in the rest.
+        # Why this group started: the V2 backend says (runtime.horovod_backend); segments() fills in the rest.
         note_worker_group(spec.worker_groups_uri, context.get_world_size(), os.environ.get(WORKER_GROUP_REASON_ENV))
 
 
@@ -158,27 +158,19 @@ class FailFastOnUserErrors:
     go through Ray Train's own policy (``max_failures``; preemptions ``max_preemption_failures``)."""
 
     def __init__(self, failure_config: Any) -> None:
-        from ray.train.v2._internal.execution.failure_handling import create_failure_policy
-
-        self.default = create_failure_policy(failure_config)
+        self.default = ray_compat.default_failure_policy(failure_config)
 
     def make_decision(self, training_failed_error: BaseException) -> Any:
-        from ray.train.v2._internal.execution.failure_handling import FailureDecision
-
         if not failures.of_error(training_failed_error, user_code=False).failure_class.retryable:
-            return FailureDecision.RAISE
+            return ray_compat.failure_decision_raise()
         return self.default.make_decision(training_failed_error)
 
 
 def fail_fast_on_user_errors(trainer: Any) -> Any:
     """The V2 trainer, its controller given ``FailFastOnUserErrors`` instead of Ray Train's default."""
-    start = trainer._initialize_and_run_controller
-
-    def started(**kwargs: Any) -> Any:
-        return start(**{**kwargs, "failure_policy": FailFastOnUserErrors(trainer.run_config.failure_config)})
-
-    trainer._initialize_and_run_controller = started
-    return trainer
+    return ray_compat.with_controller_args(
+        trainer, lambda _: {"failure_policy": FailFastOnUserErrors(trainer.run_config.failure_config)}
+    )
 
 
 def load_datasets(spec: TrainingSpec, folder: str, s3_fs=None) -> dict:
@@ -227,19 +219,6 @@ def wait_for_resources(spec: TrainingSpec) -> None:
     remove_placement_group(group)
     if not ready:
         raise pending_timeout_error(spec)
-
-
-def startup_timed_out(err: BaseException | None) -> bool:
-    """Train V2 gave up waiting for its workers' resources (WorkerGroupStartupTimeoutError), in the
-    error or among its causes."""
-    seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        failure = getattr(err, "controller_failure", None)
-        if type(err).__name__ == "WorkerGroupStartupTimeoutError" or startup_timed_out(failure):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
 
 
 def materialized(datasets: dict) -> dict:
@@ -297,12 +276,12 @@ def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, res
     """Horovod on Ray Train V2, through the provider's own backend."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig
 
-    from airflow_provider_horovod.runtime.horovod_v2 import build_v2_trainer as build
+    from airflow_provider_horovod.runtime.horovod_backend import build_v2_trainer as build
 
     # V2 gives up on its workers' placement group after 60 s and asks again, for ever, logging a
     # traceback each time: on a busy cluster (a backfill) waiting jobs churn and flood the task log.
     # Wait as long as the operator's pending timeout instead (the driver's value reaches the controller).
-    os.environ.setdefault(WORKER_GROUP_START_TIMEOUT_ENV, str(worker_group_start_timeout_s(spec)))
+    os.environ.setdefault(ray_compat.WORKER_GROUP_START_TIMEOUT_ENV, str(worker_group_start_timeout_s(spec)))
 
     trainer = build(
         train_fn,
@@ -430,7 +409,7 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
     try:
         result = trainer.fit()
     except Exception as err:
-        if startup_timed_out(err):
+        if ray_compat.startup_timed_out(err):
             raise pending_timeout_error(spec) from err
         raise
     fit_s = time.monotonic() - fit_start

@@ -11,10 +11,14 @@ import re
 import time
 from importlib.metadata import version
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
 from airflow_provider_horovod.contract import TaskRun
+from harness.ports import free_port
+from harness.stack import Stack
 from harness.tasks import wait_for_status
 
 # One Airflow deployment (the session's `stack`) serves these tests: they run on one pytest-xdist worker.
@@ -70,13 +74,33 @@ def browser():
             launched.close()
 
 
-def open_page(browser, url: str, *, scheme: str = "light", height: int = 1000):
-    page = browser.new_context(viewport={"width": 1400, "height": height}, color_scheme=scheme).new_page()
+def open_page(browser, url: str, *, scheme: str = "light", height: int = 1000, only_under: str | None = None):
+    """``only_under``: a sub-path (``/airflow``); requests outside it are refused, as the proxy in front of
+    a deployment under it does (and listed in ``page.refused``)."""
+    context = browser.new_context(viewport={"width": 1400, "height": height}, color_scheme=scheme)
+    page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda err: errors.append(str(err)))
     page.errors = errors
-    # Airflow 3.1 sends a new session to its home page after the login: the page is opened after it.
-    page.goto(url.split("/dags/")[0], wait_until="networkidle")
+    page.refused = []
+    if only_under is not None:
+
+        def proxy(route):
+            path = urlsplit(route.request.url).path
+            if path == only_under or path.startswith(f"{only_under}/"):
+                route.continue_()
+            else:
+                page.refused.append(route.request.url)
+                route.abort()
+
+        context.route("**/*", proxy)
+    # Airflow 3.1 sends a new session to its home page after the login: the page is opened after it,
+    # once the login has set the session's token (a loaded machine reaches networkidle before).
+    page.goto(url.split("/dags/")[0] + "/", wait_until="networkidle")
+    deadline = time.monotonic() + 60
+    while not any(cookie["name"] == "_token" for cookie in context.cookies()):
+        assert time.monotonic() < deadline, "the UI never logged in"
+        page.wait_for_timeout(250)
     page.goto(url, wait_until="networkidle")
     return page
 
@@ -202,8 +226,13 @@ def test_the_history_of_a_dag_with_three_runs_shows_three_rows_and_its_charts(st
     assert rows.count() == 3
     assert [rows.nth(i).get_attribute("data-run") for i in range(3)] == [f"view_{d}" for d in reversed(HISTORY_DAYS)]
     header = [h.strip() for h in table.locator("thead th").all_inner_texts()]
-    assert header[header.index("duration") + 1] == "val_loss"  # the metric that ranks checkpoints leads
-    assert "holdout_mse" in header and header[-1] == "champion"
+    # Every run's cost after its duration; then the metric that ranks checkpoints leads; epoch, which
+    # counts rather than measures, is no column.
+    assert header[header.index("duration") + 1 :][:2] == ["cost", "val_loss"]
+    assert "holdout_mse" in header and header[-1] == "champion" and "epoch" not in header
+    costs = table.locator("tbody td[data-cost]")
+    assert [costs.nth(i).get_attribute("data-cost") for i in range(3)] == ["yes"] * 3
+    assert all(re.fullmatch(r"[\d.]+ worker-s", text) for text in costs.all_inner_texts()), costs.all_inner_texts()
     assert [rows.nth(i).locator("td").last.inner_text() for i in range(3)] == ["moved", "kept", "moved"]
     charts = [c.get_attribute("data-chart") for c in page.locator("[data-testid=history-view] .ahp-chart").all()]
     assert charts[:1] == ["m-val_loss"] and {"e-holdout_mse", "duration", "compare"} <= set(charts)
@@ -212,3 +241,60 @@ def test_the_history_of_a_dag_with_three_runs_shows_three_rows_and_its_charts(st
     assert compare.get_attribute("data-series") == "2"  # two runs' curves on one chart
     page.screenshot(path=str(SCREENSHOTS / f"training-history{AIRFLOW_SUFFIX}.png"))
     assert page.errors == []
+
+
+def test_a_killed_training_says_it_was_killed_and_its_job_stopped(stack, browser, ray_hook):
+    run_id = stack.trigger(TRAINING)
+    stack.wait_for_state(TRAINING, run_id, "train", {"deferred", "running"}, timeout=300)
+    sid = TaskRun(TRAINING, "train", run_id).submission_id(1)
+    wait_for_status(ray_hook, sid, {"RUNNING"}, timeout=120)
+    # A user marks the running task failed: Airflow kills it, and the provider stops its job.
+    stack.mark(TRAINING, run_id, "train", "failed")
+    wait_for_status(ray_hook, sid, {"STOPPED"}, timeout=60)
+    page = open_page(browser, training_tab(stack, TRAINING, run_id, "train"))
+    message = page.get_by_test_id("message")
+    message.wait_for(timeout=60_000)
+    assert message.get_attribute("data-killed") == "yes"
+    assert message.inner_text().startswith(
+        f"Attempt 1 was killed before its training ended, and its Ray job {sid} was stopped with it."
+    )
+    assert page.locator(VIEW).get_attribute("data-live") == "no"
+    page.screenshot(path=str(SCREENSHOTS / "training-view-killed.png"))
+    assert page.errors == []
+
+
+@pytest.fixture(scope="module")
+def sub_path(stack, tmp_path_factory):
+    """A second api-server of the deployment, under ``[api] base_url = http://host:port/airflow``."""
+    server = Stack(
+        tmp_path_factory.mktemp("sub-path"),
+        REPO / "tests" / "dags_stack",
+        free_port(),
+        path="/airflow",
+        database_url=stack.database_url,
+    )
+    try:
+        server.serve()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.oldest_airflow
+def test_under_a_sub_path_both_views_load_their_bundle_and_icons_from_under_it(stack, history_runs, sub_path, browser):
+    run_id = history_runs[0]
+    stack.wait_for_state(HISTORY, run_id, "promote", {"success"}, timeout=300)
+    for url, ready in (
+        (training_tab(sub_path, HISTORY, run_id, "train"), "[data-testid=checkpoints]"),
+        (f"{sub_path.url}/dags/{HISTORY}/plugin/horovod_history", '[data-chart="compare"]'),
+    ):
+        page = open_page(browser, url, only_under="/airflow", height=1200)
+        page.locator(ready).wait_for(timeout=60_000)
+        assert page.refused == [] and page.errors == [], (page.refused, page.errors)
+    # The views' entries as the UI gets them: the bundle and the icons under the sub-path, served there.
+    (plugin,) = [p for p in sub_path.api("GET", "/plugins")["plugins"] if p["name"] == "horovod_training"]
+    for app in plugin["react_apps"]:
+        for key in ("bundle_url", "icon", "icon_dark_mode"):
+            assert app[key].startswith("/airflow/horovod/static/"), (key, app[key])
+            served = httpx.get(f"http://127.0.0.1:{sub_path.port}{app[key]}", timeout=30)
+            assert served.status_code == 200 and served.content, (key, served.status_code)

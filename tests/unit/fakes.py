@@ -73,6 +73,7 @@ class FakeRay:
     the log between two polls sees the same text. A job that is not PENDING has its driver on
     ``NODE`` unless its info says otherwise; a job without a log has no log file yet.
     ``on_submit(fake, call)`` plays the cluster after a submission (by default the job is PENDING).
+    ``version``: the cluster's Ray version, as its dashboard reports it.
     """
 
     def __init__(
@@ -83,10 +84,12 @@ class FakeRay:
         cluster: dict | None = None,
         shared_storage: bool = True,
         on_submit=None,
+        version: str = "2.60.0",
     ):
         self.jobs = {sid: list(v) if isinstance(v, list) else [v] for sid, v in (jobs or {}).items()}
         self.logs = {sid: list(v) if isinstance(v, list) else [v] for sid, v in (logs or {}).items()}
         self.cluster = {"CPU": 4.0} if cluster is None else cluster
+        self.version = version
         self.endpoint = SimpleNamespace(
             url="http://ray-head:8265", shared_storage=shared_storage, embedded=False, prices=None
         )
@@ -139,6 +142,9 @@ class FakeRay:
     def get_cluster_resources(self) -> dict:
         self.calls.append("get_cluster_resources")
         return dict(self.cluster)
+
+    def ray_version(self) -> str | None:
+        return self.version
 
     def get_job_url(self, submission_id: str) -> str:
         return f"{self.endpoint.url}/#/jobs/{submission_id}"

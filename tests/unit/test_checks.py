@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 
 from airflow_provider_horovod import checks
+from airflow_provider_horovod.contract import TrainingSpec
 from airflow_provider_horovod.exceptions import InvalidParameterError
 
 SECRET = "s3cr3t-value-0123"
@@ -61,7 +62,14 @@ def test_num_workers_bad_ranges_name_the_parameter(bad, fix):
 def test_num_workers_range_only_on_train_v2():
     assert checks.check_num_workers([2, 4], trainer_api="v2") == [2, 4]
     assert checks.check_num_workers(4, trainer_api="legacy") == 4
-    fails(checks.check_num_workers, (2, 4), trainer_api="legacy", parameter="num_workers", fix="trainer_api='v2'")
+    fails(checks.check_num_workers, (2, 4), trainer_api="legacy", parameter="num_workers", fix="'auto' or 'v2'")
+
+
+def test_elastic_workers_need_ray_2_55_numbers_any_ray():
+    elastic, fixed = TrainingSpec(submission_id="s", storage_uri="/x", num_workers=[2, 4]), TrainingSpec("s", "/x")
+    checks.check_ray_features("2.55.0", elastic)
+    checks.check_ray_features("2.50.1", fixed)
+    fails(checks.check_ray_features, "2.54.1", elastic, parameter="num_workers", fix="first comes with Ray 2.55")
 
 
 @pytest.mark.parametrize("bad", [0, -1, math.inf, math.nan, "1", True, None])

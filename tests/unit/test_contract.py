@@ -25,11 +25,13 @@ from airflow_provider_horovod.contract import (
     check_ray_version,
     consumed_uri,
     default_storage_path,
+    elastic_ray_problem,
     required_positional,
     result_uri,
     safe_name,
     storage_root,
     training_result,
+    untested_ray_version,
 )
 from airflow_provider_horovod.exceptions import UnknownJobStatusError
 
@@ -172,7 +174,7 @@ def test_an_unknown_status_is_an_error_naming_it(value):
 
 
 def test_trainer_apis_and_job_kinds_are_strings():
-    assert [api.value for api in TrainerApi] == ["v2", "legacy"] and TrainerApi.V2 == "v2"
+    assert [api.value for api in TrainerApi] == ["auto", "v2", "legacy"] and TrainerApi.V2 == "v2"
     assert [kind.value for kind in JobKind] == ["train", "task"]
 
 
@@ -336,19 +338,33 @@ def test_task_spec_and_record():
     assert TaskRecord.from_json(json.dumps(data)) == record
 
 
-@pytest.mark.parametrize("version", ["2.60.0", "2.60.1", "2.60.0rc1", "2.60"])
-def test_supported_ray_versions(version):
+@pytest.mark.parametrize("version", ["2.50.0", "2.50.1", "2.55.1", "2.60.0", "2.60.0rc1", "2.60"])
+def test_tested_ray_versions_run_without_a_warning(version):
+    assert check_ray_version(version) is None and untested_ray_version(version) is None
+
+
+@pytest.mark.parametrize("version", ["2.61.0", "2.70.1", "3.0.0"])
+def test_newer_ray_versions_run_with_a_warning_naming_the_tested_range(version):
     assert check_ray_version(version) is None
+    warning = untested_ray_version(version)
+    assert f"Ray {version} is newer" in warning and "(2.50 to 2.60)" in warning and "docs/compatibility.md" in warning
 
 
-@pytest.mark.parametrize("version", ["2.59.0", "2.61.0", "3.0.0", "1.60.0", None, "", "nightly"])
-def test_other_ray_versions_are_refused_with_the_range_and_the_fix(version):
+@pytest.mark.parametrize("version", ["2.49.2", "2.9.3", "1.60.0", None, "", "nightly"])
+def test_older_ray_versions_are_refused_with_the_range_and_the_fix(version):
     problem = check_ray_version(version)
-    (low, high) = RAY_VERSIONS
-    wanted = f">={low[0]}.{low[1]},<{high[0]}.{high[1]}"
-    assert problem is not None and f"supports Ray {wanted}" in problem
-    assert f"ray[default,train]{wanted}" in problem
+    (low, _) = RAY_VERSIONS
+    assert problem is not None and f"runs on Ray {low[0]}.{low[1]} or newer (tested: 2.50 to 2.60)" in problem
+    assert f"ray[default,train]>={low[0]}.{low[1]}" in problem
     assert (f"it runs Ray {version}," if version else "of an unknown version") in problem
+
+
+@pytest.mark.parametrize("version, refused", [("2.50.1", True), ("2.54.1", True), ("2.55.0", False), ("2.61.0", False)])
+def test_elastic_training_needs_ray_2_55(version, refused):
+    problem = elastic_ray_problem(version)
+    assert (problem is not None) == refused
+    if refused:
+        assert f"the cluster's Ray {version} lacks" in problem and "first comes with Ray 2.55" in problem
 
 
 def test_a_training_result_is_built_from_its_record():

@@ -392,3 +392,38 @@ def test_the_ray_token_is_a_secret_and_never_written_down(compose):
         words = re.findall(r"[A-Za-z0-9_-]{32,}", text)
         assert not [w for w in words if re.search(r"\d", w) and re.search(r"[a-z]", w)], name
     assert "docker/secrets/" in (DOCKER.parent / ".gitignore").read_text().splitlines()
+
+
+def test_the_jwt_secret_recipe_makes_a_secret_airflow_signs_with_and_no_key_length_warning(compose):
+    import warnings
+
+    from airflow.api_fastapi.auth.tokens import JWTGenerator
+    from jwt import InsecureKeyLengthWarning
+
+    recipe = re.compile(r'python3? -c "(import secrets; [^"]+)" > docker/secrets/airflow_jwt_secret')
+    codes = {recipe.search((DOCKER / name).read_text())[1] for name in ("README.md", "compose.yaml")}
+    assert len(codes) == 1, codes  # the README and the compose file give the same recipe
+    assert compose["services"]["airflow-apiserver"]["environment"]["AIRFLOW__API_AUTH__JWT_SECRET_CMD"] == (
+        "cat /run/secrets/airflow_jwt_secret"
+    )
+
+    def sign(secret: str) -> str:
+        generator = JWTGenerator(secret_key=secret, valid_for=60, audience="apache-airflow")
+        return generator.generate({"sub": "admin"})
+
+    # What `cat` gives Airflow: the printed secret, its newline too.
+    secret = subprocess.run([sys.executable, "-c", codes.pop()], capture_output=True, text=True, check=True).stdout
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InsecureKeyLengthWarning)
+        assert sign(secret).count(".") == 2
+        assert sign(secret.strip()).count(".") == 2
+        # The check can fail: the old recipe's 43 characters are under HS512's 64 bytes.
+        with pytest.raises(InsecureKeyLengthWarning):
+            sign(
+                subprocess.run(
+                    [sys.executable, "-c", "import secrets; print(secrets.token_urlsafe(32))"],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout.strip()
+            )

@@ -216,3 +216,19 @@ def test_a_worker_dead_of_a_gloo_abort_says_why_and_not_memory():
     assert failures.with_network_reason(died, ["epoch 1"]) is died
     users = Failure(FailureClass.USER_CODE, "ZeroDivisionError: division by zero")
     assert failures.with_network_reason(users, ABORT_TAIL) is users
+
+
+def test_a_job_ray_stopped_on_request_is_told_from_every_other_failure():
+    # As a killed task's post-mortem keeps it: Ray's status and message, no verdict of the runtime's.
+    stopped = failures.of_job({"status": "STOPPED", "message": "Job was intentionally stopped."}, None).to_dict()
+    assert stopped["summary"] == "STOPPED: Job was intentionally stopped."
+    assert failures.stopped_by_request(stopped)
+    # Anything else that ended a job is not a stop request: Ray's own failure, a driver killed by a signal,
+    # the runtime's verdict, the provider's stop of a job that waited too long.
+    others = [
+        failures.of_job({"status": "FAILED", "message": "the driver failed"}, None),
+        failures.of_job({"status": "FAILED", "driver_exit_code": -9, "message": ""}, None),
+        failures.of_job({"status": "STOPPED"}, failures.Failure(failures.FailureClass.USER_CODE, "ValueError: x")),
+        failures.Failure(failures.FailureClass.CAPACITY, "the 2 workers found no room within 8 s"),
+    ]
+    assert [failures.stopped_by_request(f.to_dict()) for f in others] == [False] * 4

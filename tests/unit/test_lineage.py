@@ -81,7 +81,8 @@ def test_on_start_a_training_names_what_it_reads_and_how_it_trains():
     assert pairs(start.inputs) == [("s3://data", "train"), ("file", "/d/holdout.parquet")]
     assert pairs(start.outputs) == [("s3://models", "champion.json")]  # the declared outlet; no checkpoint yet
     facet = start.run_facets["horovod"]
-    assert (facet.jobKind, facet.worldSize, facet.trainer, facet.trainFunction) == ("train", 3, "v2", "pkg.train:fit")
+    # The job chooses the trainer API on the cluster (the default "auto"); the completed run's facet names it.
+    assert (facet.jobKind, facet.worldSize, facet.trainer, facet.trainFunction) == ("train", 3, "auto", "pkg.train:fit")
     assert facet.hyperparameters == {"lr": 0.1} and facet.metrics is None
 
 

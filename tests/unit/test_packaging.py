@@ -33,7 +33,7 @@ def test_the_wheel_holds_the_package_runtime_and_examples_but_no_tests_or_benchm
         names = wheel.namelist()
     for module in (
         "airflow_provider_horovod/runtime/entrypoint.py",
-        "airflow_provider_horovod/runtime/horovod_v2.py",
+        "airflow_provider_horovod/runtime/horovod_backend.py",
         "airflow_provider_horovod/examples/quickstart.py",
         "airflow_provider_horovod/build_horovod.py",
         "airflow_provider_horovod/py.typed",
@@ -88,3 +88,4 @@ def test_the_readme_table_shows_the_tested_versions():
     assert f"| {versions['PYTHON_AIRFLOW']} | {versions['AIRFLOW']} (with the Amazon and OpenLineage" in table
     assert f"| {versions['PYTHON_AIRFLOW_OLDEST']} | {versions['AIRFLOW_OLDEST']} |" in table
     assert f"| {versions['RAY']} | {versions['TORCH']} (CPU) | {versions['HOROVOD']}, built here |" in table
+    assert f"| {versions['RAY_OLDEST']} | {versions['TORCH']} (CPU) | {versions['HOROVOD']}, built here |" in table

@@ -46,7 +46,7 @@ TRAINING = {
     "horovod_nics": None,
     "horovod_env": {"HOROVOD_CYCLE_TIME": "1"},
     "runtime_env": None,
-    "trainer_api": "v2",
+    "trainer_api": "auto",
     "forward_aws_credentials": False,
     "aws_conn_id": None,
     "aws_credentials_ttl_seconds": 3600,
@@ -141,8 +141,10 @@ def test_the_provider_folder_is_this_package():
     assert os.path.samefile(os.path.join(folder, "__init__.py"), airflow_provider_horovod.__file__)
 
 
-@pytest.mark.parametrize("api, flag", [("legacy", {"RAY_TRAIN_V2_ENABLED": "0"}), ("v2", {})])
-def test_horovod_env_and_the_legacy_flag(api, flag):
+@pytest.mark.parametrize(
+    "api, flag", [("legacy", {"RAY_TRAIN_V2_ENABLED": "0"}), ("v2", {"RAY_TRAIN_V2_ENABLED": "1"}), ("auto", {})]
+)
+def test_horovod_env_and_the_train_version_an_explicit_api_needs(api, flag):
     made = request(trainer_api=api)
     # Train V2's print patch would put every line a worker prints in the job's log twice.
     assert made.runtime_env["env_vars"] == {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "HOROVOD_CYCLE_TIME": "1", **flag}

@@ -410,17 +410,36 @@ def test_check_connection(hook, dashboard):
     assert hook.test_connection() == (True, f"Connected to Ray 2.60.0 at {dashboard.url}")
 
 
-@pytest.mark.parametrize("version", ["2.59.0", "2.61.0", None])
-def test_another_ray_version_is_refused_naming_both(hook, dashboard, version):
+@pytest.mark.parametrize("version", ["2.49.2", None])
+def test_an_older_ray_version_is_refused_naming_both(hook, dashboard, version):
     dashboard.answer("GET", "/api/version", 200, {"ray_version": version} if version else {})
-    (low, high) = RAY_VERSIONS
+    (low, _) = RAY_VERSIONS
     with pytest.raises(RayVersionMismatchError) as err:
         hook.check_connection()
     message = str(err.value)
-    assert "connection 'ray_test'" in message and f">={low[0]}.{low[1]},<{high[0]}.{high[1]}" in message
+    assert "connection 'ray_test'" in message and f"ray[default,train]>={low[0]}.{low[1]}" in message
     assert (version or "of an unknown version") in message
     ok, text = hook.test_connection()
     assert not ok and text == message
+
+
+@pytest.mark.parametrize("version", ["2.50.1", "2.55.0"])
+def test_the_oldest_tested_ray_is_accepted_and_its_version_read_once(hook, dashboard, version):
+    dashboard.answer("GET", "/api/version", 200, {"ray_version": version})
+    assert hook.ray_version() == version
+    dashboard.answer("GET", "/api/version", 200, {"ray_version": "2.60.0"})
+    assert hook.ray_version() == version  # the hook's first answer
+
+
+def test_a_newer_untested_ray_is_accepted_with_a_warning(hook, dashboard):
+    import structlog.testing
+
+    dashboard.answer("GET", "/api/version", 200, {"ray_version": "2.61.0"})
+    with structlog.testing.capture_logs() as logged:
+        assert hook.check_connection()["ray_version"] == "2.61.0"
+    (warning,) = [e for e in logged if e.get("log_level") == "warning"]
+    text = warning["event"] % warning.get("positional_args", ())
+    assert "Ray 2.61.0 is newer than the minors" in text and "connection 'ray_test'" in text
 
 
 # --- submitting -----------------------------------------------------------------------------------
@@ -492,7 +511,7 @@ def test_submit_uploads_local_packages_and_posts_the_job(hook, dashboard, tmp_pa
 
 
 def test_submit_on_a_cluster_of_another_version_submits_nothing(hook, dashboard):
-    dashboard.answer("GET", "/api/version", 200, {"ray_version": "2.59.0"})
+    dashboard.answer("GET", "/api/version", 200, {"ray_version": "2.49.2"})
     with pytest.raises(RayVersionMismatchError):
         hook.submit_job(entrypoint="python -m x", submission_id="sid-a1")
     assert dashboard.asked("POST", "/api/jobs/") == []

@@ -28,6 +28,7 @@ def test_the_protocol_names_the_calls_the_steps_make():
         "get_cluster_resources",
         "get_job_info",
         "get_job_url",
+        "ray_version",
         "stop_job",
         "submit_job",
     ]

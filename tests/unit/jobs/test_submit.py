@@ -131,6 +131,22 @@ def test_resources_no_node_has_are_refused_before_submitting(tmp_path):
     assert len(ray.submitted) == 1
 
 
+@pytest.mark.parametrize("version, refused", [("2.54.1", True), ("2.55.1", False)])
+def test_elastic_workers_on_a_ray_without_elastic_scaling_are_refused_before_submitting(tmp_path, version, refused):
+    ray = FakeRay(version=version)
+    plan = make_plan(tmp_path, num_workers=[2, 4], trainer_api="auto")
+    if not refused:
+        start(ray, plan, Storage())
+        assert len(ray.submitted) == 1
+        return
+    with pytest.raises(InvalidParameterError) as err:
+        start(ray, plan, Storage())
+    assert err.value.parameter == "num_workers" and "the cluster's Ray 2.54.1 lacks" in str(err.value)
+    assert "first comes with Ray 2.55" in str(err.value) and ray.submitted == []
+    start(ray, make_plan(tmp_path, num_workers=2, trainer_api="auto"), Storage())  # a number of workers runs
+    assert len(ray.submitted) == 1
+
+
 @pytest.mark.parametrize("storage_path", ["{tmp}/checkpoints", None])
 def test_a_local_path_needs_a_shared_filesystem_and_the_error_names_the_storage_root(
     tmp_path, monkeypatch, storage_path

@@ -1,6 +1,6 @@
 """A training's reports shaped for its charts: metric order, x axis, sparse metrics, checkpoints."""
 
-from airflow_provider_horovod.plugins.curves import chosen_metric, counter_axis, metric_order, shape
+from airflow_provider_horovod.plugins.curves import chosen_metric, counter_axes, metric_order, shape
 
 
 def point(report: int, checkpoint=None, **metrics) -> dict:
@@ -41,9 +41,18 @@ def test_a_counter_every_report_carries_is_the_x_axis_not_a_chart():
     assert shaped["columns"]["elapsed_s"] == [0, 2, 4, 6, 8, 10]
     assert "epoch" not in by_name(shaped)
     # Not on every report, or going back: no counter axis, and the counter is charted like a metric.
-    assert counter_axis([point(1, epoch=0), point(2, loss=1.0)]) is None
-    assert counter_axis([point(1, step=5), point(2, step=3)]) is None
+    assert counter_axes([point(1, epoch=0), point(2, loss=1.0)]) == []
+    assert counter_axes([point(1, step=5), point(2, step=3)]) == []
     assert shape([point(1, epoch=0, loss=1.0), point(2, loss=0.5)])["axes"] == ["report", "elapsed_s"]
+
+
+def test_every_counter_that_can_be_the_x_axis_is_one_and_none_is_charted():
+    reports = [point(n, epoch=n // 2, global_step=10 * n, step=n % 2, loss=1.0 / n) for n in range(1, 5)]
+    shaped = shape(reports)
+    # step goes back (it counts within an epoch): charted; epoch and global_step: axes, epoch first.
+    assert shaped["axes"] == ["epoch", "global_step", "report", "elapsed_s"]
+    assert shaped["columns"]["global_step"] == [10.0, 20.0, 30.0, 40.0]
+    assert [m["name"] for m in shaped["metrics"]] == ["loss", "step"]
 
 
 def test_a_sparse_metric_is_drawn_on_its_own_reports_and_marked_where_they_saved_a_checkpoint():

@@ -79,13 +79,46 @@ def test_each_run_of_the_training_task_gets_its_metrics_evaluation_champion_dura
     assert shaped["runs"] == 3 and shaped["training_tasks"] == ["train"]
     assert [r["date"] for r in shaped["rows"]] == [(DAY + timedelta(days=d)).isoformat() for d in range(3)]
     first = shaped["rows"][0]
-    assert first["metrics"] == {"loss": 1.0, "epoch": 4.0} and first["state"] == "success"
+    # epoch counts how far the training went, not how well: no metric column of its own.
+    assert first["metrics"] == {"loss": 1.0} and first["state"] == "success"
     assert first["duration_s"] == 10.0 and first["run_duration_s"] == 60.0 and first["attempt"] == 1
     # evaluate and promote both say holdout_mse, with the same value: one number. rows (of prepare_data) too.
     assert first["evaluation"] == {"holdout_mse": 0.5, "baseline_mse": 2.0, "rows": 1000.0}
     assert [r["promoted"] for r in shaped["rows"]] == [True, True, False]
-    assert shaped["metrics"] == ["loss", "epoch"] and shaped["counters"] == ["epoch"]
+    assert shaped["metrics"] == ["loss"]
     assert shaped["evaluation"] == ["holdout_mse", "baseline_mse", "rows"]  # the held-out loss first
+
+
+def cost(worker_s: float, *, failed: int = 0, prices: dict | None = None) -> dict:
+    """A task run's cost as the finish step keeps it (cost.task_run_cost's shape)."""
+    amount = round(worker_s / 3600 * prices["cpu_hour"], 6) if prices else None
+    total = {"wall_s": 30.0, "queued_s": 1.0, "held_s": worker_s / 2, "worker_s": worker_s, "cpu_s": worker_s}
+    total |= {"gpu_s": 0.0, "attempts": 1 + failed, "failed_attempts": failed, "failed_worker_s": 4.0 * failed}
+    total |= {"amount": amount, "failed_amount": None}
+    return {"attempts": [], "total": total, "resources_per_worker": {"CPU": 1.0}, "prices": prices}
+
+
+def test_each_run_shows_what_it_cost_failed_attempts_included():
+    rows = [
+        row(1, "train", RETURN_KEY, result(1, cost=cost(48.0)), operator="@task.horovod"),
+        row(2, "train", RETURN_KEY, result(2, cost=cost(60.0, failed=1, prices={"cpu_hour": 3.6, "currency": "EUR"}))),
+        row(3, "train", RETURN_KEY, result(3), operator="@task.horovod"),  # a result from before costs were kept
+        row(4, "train", operator="@task.horovod", state="failed"),
+    ]
+    costs = [r["cost"] for r in history.shape(rows)["rows"]]
+    assert costs[0] == {
+        "worker_s": 48.0,
+        "cpu_s": 48.0,
+        "gpu_s": 0.0,
+        "amount": None,
+        "currency": "",
+        "attempts": 1,
+        "failed_attempts": 0,
+        "failed_worker_s": 0,
+    }
+    assert costs[1]["amount"] == 0.06 and costs[1]["currency"] == "EUR"
+    assert (costs[1]["failed_attempts"], costs[1]["failed_worker_s"]) == (1, 4.0)
+    assert costs[2:] == [None, None]
 
 
 def test_a_number_two_tasks_report_differently_is_named_after_each_task():
@@ -116,7 +149,7 @@ def test_a_training_that_failed_before_it_pushed_anything_still_has_its_row():
     ]
     shaped = history.shape(rows)
     assert [(r["state"], r["metrics"], r["promoted"], r["attempt"]) for r in shaped["rows"]] == [
-        ("success", {"loss": 1.0, "epoch": 4.0}, True, 1),
+        ("success", {"loss": 1.0}, True, 1),
         ("failed", {}, None, None),
         ("running", {}, None, 2),
     ]
@@ -241,5 +274,5 @@ def test_the_newest_runs_come_from_one_query_and_their_xcoms_are_decoded(stored_
     assert [r["date"][:10] for r in shaped["rows"]] == ["2026-11-03", "2026-11-04", "2026-11-05", "2026-11-06"]
     assert [r["evaluation"] for r in shaped["rows"]] == [{"holdout_mse": pytest.approx(0.1 * d)} for d in (3, 4, 5, 6)]
     assert [r["promoted"] for r in shaped["rows"]] == [True, False, True, False]
-    assert shaped["rows"][-1]["metrics"] == {"loss": pytest.approx(1 / 6), "epoch": 4.0}
+    assert shaped["rows"][-1]["metrics"] == {"loss": pytest.approx(1 / 6)}
     assert {r["key"] for r in rows} == {RETURN_KEY, JOB_KEY}  # other XComs are not read

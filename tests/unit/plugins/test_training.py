@@ -4,7 +4,10 @@ what the view answers for each kind of task instance, and its routes behind Airf
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import zipfile
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -25,16 +28,55 @@ def test_the_plugin_is_an_airflow_plugins_entry_point_of_the_installed_provider(
     assert [e.load() for e in found] == [HorovodTrainingPlugin]
 
 
-def test_airflow_finds_each_view_under_the_name_the_bundle_registers_it_by():
-    apps = {app["destination"]: app for app in HorovodTrainingPlugin.react_apps}
+@pytest.mark.parametrize("root_path", ["/", "/airflow/"])
+def test_airflow_finds_each_view_under_the_name_the_bundle_registers_it_by(monkeypatch, root_path):
+    monkeypatch.setattr(training, "api_root_path", lambda: root_path)
+    plugin = HorovodTrainingPlugin()
+    apps = {app["destination"]: app for app in plugin.react_apps}
     assert set(apps) == {"task_instance", "dag"}
     entry = (WWW / "src" / "main.jsx").read_text()
+    prefix = root_path.rstrip("/")
     for app in apps.values():
         # Airflow's UI renders globalThis[<the app's name>] once it has imported the bundle.
         assert f'globalThis["{app["name"]}"] = ' in entry, app["name"]
-        assert app["bundle_url"].startswith(f"{training.ROUTE}/static/{training.BUNDLE}?v=")
+        # Under the UI's root path: a deployment under a sub-path serves nothing outside it.
+        assert app["bundle_url"].startswith(f"{prefix}{training.ROUTE}/static/{training.BUNDLE}?v=")
+        assert app["icon"] == f"{prefix}{training.ROUTE}/static/chart.svg"
+        assert app["icon_dark_mode"] == f"{prefix}{training.ROUTE}/static/chart-dark.svg"
     assert apps["task_instance"]["url_route"] == "horovod_training"
-    assert HorovodTrainingPlugin.external_views == []  # no iframe of its own any more
+    assert plugin.external_views == []  # no iframe of its own any more
+
+
+def test_the_root_path_is_the_one_airflow_serves_under(monkeypatch):
+    import airflow.api_fastapi.app as api_app
+
+    monkeypatch.setattr(api_app, "API_ROOT_PATH", "/airflow/")
+    assert training.api_root_path() == "/airflow/"
+
+
+def test_the_app_is_made_where_airflow_reads_it_once_not_where_the_plugin_loads(monkeypatch):
+    made = []
+    monkeypatch.setattr(training, "make_app", lambda: made.append(1) or object())
+    plugin = HorovodTrainingPlugin()
+    assert plugin.name == "horovod_training" and made == []
+    (app,) = plugin.fastapi_apps
+    assert app["url_prefix"] == training.ROUTE and made == [1]
+    assert plugin.fastapi_apps[0]["app"] is app["app"] and made == [1]
+
+
+def test_loading_plugins_as_every_airflow_process_does_imports_no_web_framework(tmp_path):
+    # The scheduler, the dag-processor and each task load every plugin; only the api-server serves them.
+    code = (
+        "import sys\n"
+        "from airflow import plugins_manager\n"
+        "plugins, _ = plugins_manager._get_plugins()\n"
+        "assert 'horovod_training' in [p.name for p in plugins]\n"
+        "print(sorted(m for m in ('fastapi', 'starlette') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_the_wheel_carries_the_built_bundle_and_not_its_sources():
@@ -43,7 +85,8 @@ def test_the_wheel_carries_the_built_bundle_and_not_its_sources():
         pytest.fail("no wheel in .build/dist: `make setup-test` builds it (scripts/build_ui.sh first)")
     names = zipfile.ZipFile(wheels[-1]).namelist()
     assert "airflow_provider_horovod/plugins/www/dist/training.js" in names
-    assert not [n for n in names if "/www/src/" in n or "node_modules" in n or n.endswith("package.json")]
+    sources = ("/www/src/", "/www/test/", "node_modules", "package.json", "eslint.config.js")
+    assert not [n for n in names if any(part in n for part in sources)]
 
 
 # --- what the view answers -----------------------------------------------------------------------
@@ -243,3 +286,40 @@ def test_why_each_attempt_failed_is_shown_from_the_records_they_left(tmp_path):
     assert failed["failures"][1]["traceback"].endswith("1 / 0") and failed["curves"]["reports"] == 2
     # A training that never failed lists none.
     assert answer(ti("running", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path / "fine")})["failures"] == []
+
+
+def test_a_killed_attempt_says_it_was_killed_and_its_job_stopped(tmp_path):
+    # Killed before its first report: no history, no record (the wait never saw the job end).
+    (tmp_path / "attempt-2").mkdir()
+    killed = answer(ti("failed", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path)})
+    assert killed["trains"] and killed["killed"] and killed["curves"]["reports"] == 0
+    assert killed["message"] == (
+        "Attempt 2 was killed before its training ended, and its Ray job ahp-d-train-x-a2 was stopped with it. "
+        "It reported no metrics."
+    )
+    # Killed after some reports: they are drawn, and the message says where they end.
+    write_attempt(tmp_path / "later", history=HISTORY[:3], record=None, kept=[])
+    later = answer(ti("failed", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path / "later")})
+    assert later["killed"] and later["message"].endswith("Its reports until then are below.")
+    assert later["curves"]["reports"] == 3
+    # Killed while the task still followed the job in the worker: the wait saw Ray stop it and kept a
+    # post-mortem (as a real kill left it): the message tells the kill, not a failure of the training's.
+    stopped = {
+        "error_type": None,
+        "failure_class": "infrastructure",
+        "hint": "nothing in the task: a worker, a node or the network failed.",
+        "message": "Job was intentionally stopped.",
+        "rank": None,
+        "summary": "STOPPED: Job was intentionally stopped.",
+        "traceback": "",
+    }
+    write_attempt(tmp_path / "seen", history=None, record={"attempt": 2, "failure": stopped}, kept=[])
+    seen = answer(ti("failed", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path / "seen")})
+    assert seen["killed"] and seen["message"] == killed["message"] and seen["failures"] == []
+    # An attempt whose job ended as the provider saw it left a record: its failure says why, not a kill.
+    write_attempt(tmp_path / "failed", history=[], record={"failure": {"failure_class": "user_code"}}, kept=[])
+    failed = answer(ti("failed", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path / "failed")})
+    assert not failed["killed"] and failed["message"] == "This training reported no metrics."
+    # Still running, waiting for its retry (whose view is live), or done: no kill.
+    for state in ("running", "up_for_retry", "success"):
+        assert not answer(ti(state, "HorovodTrainOperator"), {JOB_KEY: job(tmp_path)})["killed"], state

@@ -82,18 +82,36 @@ def test_a_wrong_command_line_says_how_to_call_it(capsys):
 # --- before anything runs ---------------------------------------------------------------------------
 
 
-def test_this_clusters_ray_is_supported():
-    assert entrypoint.ray_mismatch() is None
+def test_this_clusters_ray_runs_a_task_and_a_training_with_the_api_it_chose(capsys):
+    task = TaskSpec(submission_id="s", function={"import": "m:f"}, storage_uri="/x", python_version=HERE)
+    assert entrypoint.preflight(task) == (task, None)
+    training = TrainingSpec(submission_id="s", train_fn={"import": "m:f"}, storage_uri="/x", python_version=HERE)
+    chosen, problem = entrypoint.preflight(training)
+    assert problem is None and training.trainer_api == "auto" and chosen.trainer_api in ("v2", "legacy")
+    assert f"Trainer API: {chosen.trainer_api} (trainer_api='auto': " in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("version", ["2.59.0", "2.61.0", "3.0.0"])
-def test_a_ray_outside_the_supported_range_fails_naming_both_and_the_fix(monkeypatch, version):
+@pytest.mark.parametrize("version", ["2.49.2", "1.13.0"])
+def test_a_ray_older_than_the_range_fails_naming_it_the_range_and_the_fix(monkeypatch, version):
     import ray
 
     monkeypatch.setattr(ray, "__version__", version)
-    message = entrypoint.ray_mismatch()
-    assert message and f"Ray {version}" in message and ">=2.60,<2.61" in message
-    assert "ray[default,train]>=2.60,<2.61" in message
+    for spec in (
+        TaskSpec(submission_id="s", function={"import": "m:f"}, storage_uri="/x", python_version=HERE),
+        TrainingSpec(submission_id="s", train_fn={"import": "m:f"}, storage_uri="/x", python_version=HERE),
+    ):
+        _, message = entrypoint.preflight(spec)
+        assert message and f"Ray {version}" in message and "tested: 2.50 to 2.60" in message
+        assert "ray[default,train]>=2.50" in message
+
+
+def test_a_newer_ray_runs_a_task_with_a_warning(monkeypatch, capsys):
+    import ray
+
+    monkeypatch.setattr(ray, "__version__", "2.61.0")
+    spec = TaskSpec(submission_id="s", function={"import": "m:f"}, storage_uri="/x", python_version=HERE)
+    assert entrypoint.preflight(spec) == (spec, None)
+    assert "WARNING: Ray 2.61.0 is newer than the minors" in capsys.readouterr().out
 
 
 def test_pickled_code_from_another_python_fails_naming_the_parameter_both_versions_and_the_fix():
@@ -120,12 +138,12 @@ def test_pickled_code_from_another_python_fails_naming_the_parameter_both_versio
     ids=["same-python", "import-path", "task-import-path"],
 )
 def test_the_same_python_or_import_paths_pass(spec):
-    assert entrypoint.preflight(spec) is None
+    assert entrypoint.preflight(spec)[1] is None
 
 
 def test_a_task_job_names_its_callable():
     spec = TaskSpec(submission_id="s", function={"pickle": "function.pkl"}, storage_uri="/x", python_version="3.9")
-    assert "python_callable travelled pickled" in entrypoint.preflight(spec)
+    assert "python_callable travelled pickled" in entrypoint.preflight(spec)[1]
 
 
 # --- what a failure was: Ray's own errors, as the runtime catches them -----------------------------------

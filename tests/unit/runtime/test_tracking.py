@@ -26,6 +26,7 @@ def spec(**changes) -> TrainingSpec:
         storage_uri="/s",
         attempt=2,
         num_workers=4,
+        trainer_api="v2",  # the runtime chose it (entrypoint.with_trainer) before tracking starts
         train_loop_config={"lr": 0.1, "model": {"layers": [64, 32], "act": "relu"}, "tag": None},
         tracking={
             "tracking_uri": URI,

@@ -6,9 +6,9 @@ import os
 import pytest
 
 from airflow_provider_horovod.contract import TrainingSpec
+from airflow_provider_horovod.runtime.ray_compat import WORKER_GROUP_START_TIMEOUT_ENV
 from airflow_provider_horovod.runtime.trainers import (
     NO_LIMIT_S,
-    WORKER_GROUP_START_TIMEOUT_ENV,
     build_v2_trainer,
     worker_group_start_timeout_s,
 )

@@ -1,10 +1,11 @@
 import { BarChart, LineChart, ScatterChart } from "echarts/charts";
 import { DataZoomComponent, GridComponent, LegendComponent, ToolboxComponent, TooltipComponent } from "echarts/components";
-import { init, use } from "echarts/core";
+// ECharts' ``use`` registers its parts; named apart from React's hooks.
+import { init, use as register } from "echarts/core";
 import { CanvasRenderer } from "echarts/renderers";
 import { useEffect, useRef } from "react";
 
-use([BarChart, LineChart, ScatterChart, DataZoomComponent, GridComponent, LegendComponent, ToolboxComponent,
+register([BarChart, LineChart, ScatterChart, DataZoomComponent, GridComponent, LegendComponent, ToolboxComponent,
   TooltipComponent, CanvasRenderer]);
 
 // One ECharts chart. ``option`` is rebuilt by the caller on new data or a new color mode; the zoom the

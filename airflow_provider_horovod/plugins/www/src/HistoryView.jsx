@@ -1,12 +1,13 @@
 // The "Training history" tab of a DAG: every run of its training tasks by logical date, with the
 // final metrics, the evaluation (numbers its other tasks returned), whether the champion moved, the
-// duration and the state; as a table and as charts over the dates; and two runs' curves on one chart.
-import { useEffect, useMemo, useState } from "react";
+// duration, the cost and the state; as a table and as charts over the dates; and two runs' curves on one chart.
+import { useEffect, useMemo, useRef, useState } from "react";
 
 import { getJson, taskHref, uiHref } from "./api.js";
 import { Chart } from "./Chart.jsx";
-import { date, num, seconds } from "./format.js";
+import { cost, costDetails, date, num, seconds } from "./format.js";
 import { compareOption, datesOption } from "./options.js";
+import { firstCompared } from "./runs.js";
 import { useChartTheme } from "./theme.js";
 import { StateBadge, View } from "./ui.jsx";
 
@@ -16,22 +17,30 @@ const CHARTED = 4; // final metrics and evaluation numbers charted over the date
 const rowKey = (r) => `${r.run_id}\u0000${r.task_id}\u0000${r.map_index}`;
 const rowLabel = (r) => `${date(r.date)}${r.map_index >= 0 ? ` [${r.map_index}]` : ""}`;
 
+// What a run's curves are when they cannot be read: none.
+const NO_CURVES = { metrics: [], axes: ["report"], columns: { report: [] } };
+
 function Compare({ dagId, rows, theme }) {
-  const candidates = rows.filter((r) => r.attempt).slice().reverse(); // newest first
-  const [picked, setPicked] = useState([candidates[0], candidates[1]].filter(Boolean).map(rowKey));
+  const candidates = useMemo(() => rows.filter((r) => r.attempt).slice().reverse(), [rows]); // newest first
+  const [picked, setPicked] = useState(() => firstCompared(candidates).map(rowKey));
   const [metricName, setMetricName] = useState(null);
   const [loaded, setLoaded] = useState({});
-  const chosen = picked.map((key) => candidates.find((r) => rowKey(r) === key)).filter(Boolean);
+  const requested = useRef(new Set());
+  const chosen = useMemo(
+    () => picked.map((key) => candidates.find((r) => rowKey(r) === key)).filter(Boolean),
+    [picked, candidates],
+  );
   useEffect(() => {
     for (const r of chosen) {
       const key = rowKey(r);
-      if (loaded[key]) continue;
+      if (requested.current.has(key)) continue;
+      requested.current.add(key);
       getJson("training", { dag_id: dagId, run_id: r.run_id, task_id: r.task_id, map_index: r.map_index })
-        .then((answer) => setLoaded((now) => ({ ...now, [key]: answer.curves ?? { metrics: [], axes: ["report"] } })))
-        .catch(() => setLoaded((now) => ({ ...now, [key]: { metrics: [], axes: ["report"] } })));
+        .then((answer) => setLoaded((now) => ({ ...now, [key]: answer.curves ?? NO_CURVES })))
+        .catch(() => setLoaded((now) => ({ ...now, [key]: NO_CURVES })));
     }
-  }, [picked.join("|")]);
-  const curves = chosen.map((r) => loaded[rowKey(r)]);
+  }, [chosen, dagId]);
+  const curves = useMemo(() => chosen.map((r) => loaded[rowKey(r)]), [chosen, loaded]);
   const ready = curves.length > 0 && curves.every(Boolean);
   const names = ready ? [...new Set(curves.flatMap((c) => c.metrics.map((m) => m.name)))] : [];
   const metric = names.includes(metricName) ? metricName : (curves.find((c) => c?.chosen)?.chosen ?? names[0]);
@@ -43,7 +52,7 @@ function Compare({ dagId, rows, theme }) {
       label: `${rowLabel(r)} · ${r.task_id}`, column: curves[i].columns[axisKey],
       metric: curves[i].metrics.find((m) => m.name === metric),
     })), axisKey);
-  }, [ready, metric, axisKey, theme, picked.join("|")]);
+  }, [ready, metric, axisKey, theme, chosen, curves]);
   if (candidates.length < 2) return null;
   const select = (i) => (
     <select value={picked[i] ?? ""} data-testid={`compare-${i}`}
@@ -84,7 +93,7 @@ function Table({ dagId, data }) {
       <thead>
         <tr>
           <th>logical date</th><th>run</th>{several || mapped ? <th>task</th> : null}<th>state</th>
-          <th className="num">duration</th>
+          <th className="num">duration</th><th className="num">cost</th>
           {metrics.map((m) => <th key={`m-${m}`} className="num">{m}</th>)}
           {evaluation.map((m) => <th key={`e-${m}`} className="num">{m}</th>)}
           <th>champion</th>
@@ -104,6 +113,7 @@ function Table({ dagId, data }) {
             <td><a href={taskHref(dagId, r.run_id, r.task_id, r.map_index, "plugin/horovod_training")}>
               <StateBadge state={r.state} /></a></td>
             <td className="num">{seconds(r.duration_s)}</td>
+            <td className="num" title={costDetails(r.cost)} data-cost={r.cost ? "yes" : "no"}>{cost(r.cost)}</td>
             {metrics.map((m) => <td key={`m-${m}`} className="num">{num(r.metrics[m])}</td>)}
             {evaluation.map((m) => <td key={`e-${m}`} className="num">{num(r.evaluation[m])}</td>)}
             <td>{r.promoted === true ? "moved" : r.promoted === false ? "kept" : "–"}</td>
@@ -116,21 +126,22 @@ function Table({ dagId, data }) {
 
 export function HistoryView({ dagId }) {
   const theme = useChartTheme();
-  const [data, setData] = useState(null);
-  const [error, setError] = useState("");
+  // The answer with the DAG it is for: another DAG's shows as loading, not as this one's.
+  const [answer, setAnswer] = useState({ dagId: null, data: null, error: "" });
   useEffect(() => {
     let stopped = false;
-    setData(null);
     getJson("history", { dag_id: dagId, runs: RUNS })
-      .then((answer) => !stopped && setData(answer))
-      .catch((err) => !stopped && setError(String(err.message ?? err)));
+      .then((data) => !stopped && setAnswer({ dagId, data, error: "" }))
+      .catch((err) => !stopped && setAnswer({ dagId, data: null, error: String(err.message ?? err) }));
     return () => {
       stopped = true;
     };
   }, [dagId]);
+  const data = answer.dagId === dagId ? answer.data : null;
+  const error = answer.dagId === dagId ? answer.error : "";
   const charts = useMemo(() => {
     if (!data) return [];
-    const out = data.metrics.filter((m) => !data.counters.includes(m)).slice(0, CHARTED)
+    const out = data.metrics.slice(0, CHARTED)
       .map((m, i) => ({ key: `m-${m}`, title: `final ${m}`,
         option: datesOption(theme, m, data.rows, (r) => r.metrics[m], { color: theme.series[i % 6] }) }));
     out.push(...data.evaluation.slice(0, CHARTED).map((m, i) => ({ key: `e-${m}`, title: `evaluation: ${m}`,

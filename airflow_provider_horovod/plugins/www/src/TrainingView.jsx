@@ -12,9 +12,9 @@ import { Facts, View } from "./ui.jsx";
 
 // Fetches the training view's data; again every ``refresh_s`` while the task instance may still report.
 export function useTraining(dagId, runId, taskId, mapIndex) {
-  const [data, setData] = useState(null);
-  const [error, setError] = useState("");
-  const [updated, setUpdated] = useState(null);
+  // The answers with the task instance they are for: another one's show as loading, not as this one's.
+  const key = [dagId, runId, taskId, mapIndex ?? -1].join("\u0000");
+  const [state, setState] = useState({ key: null, data: null, error: "", updated: null });
   useEffect(() => {
     let timer;
     let stopped = false;
@@ -30,24 +30,22 @@ export function useTraining(dagId, runId, taskId, mapIndex) {
           map_index: mapIndex ?? -1 });
         if (stopped) return;
         loaded = true;
-        setData(answer);
-        setError("");
-        setUpdated(new Date());
+        setState({ key, data: answer, error: "", updated: new Date() });
         if (answer.live) timer = setTimeout(load, answer.refresh_s * 1000);
       } catch (err) {
         if (stopped) return;
-        setError(String(err.message ?? err));
+        const error = String(err.message ?? err);
+        setState((now) => (now.key === key ? { ...now, error } : { key, data: null, error, updated: null }));
         timer = setTimeout(load, 10_000);
       }
     }
-    setData(null);
     load();
     return () => {
       stopped = true;
       clearTimeout(timer);
     };
-  }, [dagId, runId, taskId, mapIndex]);
-  return { data, error, updated };
+  }, [key, dagId, runId, taskId, mapIndex]);
+  return state.key === key ? state : { data: null, error: "", updated: null };
 }
 
 function Header({ data, updated }) {
@@ -175,7 +173,8 @@ export function TrainingView({ dagId, runId, taskId, mapIndex }) {
       {data.trains ? <Header data={data} updated={updated} /> : null}
       {error ? <p className="ahp-problem">The last refresh failed: {error}</p> : null}
       {data.problem ? <p className="ahp-problem" data-testid="problem">{data.problem}</p> : null}
-      {data.message ? <p className="ahp-note" data-testid="message">{data.message}</p> : null}
+      {data.message ? <p className={data.killed ? "ahp-problem" : "ahp-note"} data-testid="message"
+        data-killed={data.killed ? "yes" : "no"}>{data.message}</p> : null}
       <Facts items={data.facts} />
       <Failures failures={data.failures} />
       {data.curves ? <Charts curves={data.curves} theme={theme} /> : null}

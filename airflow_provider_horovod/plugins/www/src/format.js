@@ -23,3 +23,22 @@ export function date(iso) {
 
 export const AXIS_NAMES = { report: "report", elapsed_s: "time since the first report (s)" };
 export const axisName = (axis) => AXIS_NAMES[axis] ?? axis;
+
+// What a run cost (a history row's ``cost``): the amount where prices were given, else worker-seconds.
+export function cost(value) {
+  if (!value) return "–";
+  if (value.amount !== null && value.amount !== undefined) {
+    return `${value.amount.toFixed(4)}${value.currency ? ` ${value.currency}` : ""}`;
+  }
+  return `${num(value.worker_s)} worker-s`;
+}
+
+// The cost's details, for a tooltip: by kind, and the failed attempts' share.
+export function costDetails(value) {
+  if (!value) return undefined;
+  const failed = value.failed_attempts
+    ? `; ${value.failed_attempts} failed attempt${value.failed_attempts > 1 ? "s" : ""}: ${num(value.failed_worker_s)} worker-s`
+    : "";
+  return `${num(value.worker_s)} worker-s (CPU ${num(value.cpu_s)} s, GPU ${num(value.gpu_s)} s) over ` +
+    `${value.attempts} attempt${value.attempts > 1 ? "s" : ""}${failed}`;
+}

@@ -55,9 +55,26 @@ function yAxis(theme, name, logY) {
   });
 }
 
-function xAxis(theme, name, extra = {}) {
-  return axis(theme, name, { type: "value", nameLocation: "middle", nameGap: 26, min: "dataMin", max: "dataMax",
-    ...extra });
+// The x axis's range and ticks over its values: whole numbers (a report, an epoch) tick on whole
+// numbers; a single value (one report) gets a unit of room after it, and before it above zero, where
+// ECharts would stretch it over 0 to 1 in steps of 0.2.
+export function xRange(values) {
+  let low = Infinity;
+  let high = -Infinity;
+  let whole = true;
+  for (const value of values) {
+    if (typeof value !== "number" || !Number.isFinite(value)) continue;
+    low = Math.min(low, value);
+    high = Math.max(high, value);
+    whole &&= Number.isInteger(value);
+  }
+  if (low > high) return { min: "dataMin", max: "dataMax" };
+  const range = low === high ? { min: low >= 1 ? low - 1 : low, max: high + 1 } : { min: "dataMin", max: "dataMax" };
+  return whole ? { ...range, minInterval: 1 } : range;
+}
+
+function xAxis(theme, name, values) {
+  return axis(theme, name, { type: "value", nameLocation: "middle", nameGap: 26, ...xRange(values) });
 }
 
 // A metric's points as [x, y]: its own rows of the x column (a sparse metric has fewer rows).
@@ -84,7 +101,7 @@ export function metricOption(theme, metric, column, axisKey, { logY = false, col
   const line = color ?? theme.series[0];
   const option = frame(theme, { legend: kept.length + deleted.length > 0 });
   option.tooltip.formatter = tooltip(axisName(axisKey));
-  option.xAxis = xAxis(theme, axisName(axisKey));
+  option.xAxis = xAxis(theme, axisName(axisKey), points.map(([x]) => x));
   option.yAxis = yAxis(theme, metric.name, logY && metric.min > 0);
   option.series = [
     {
@@ -109,11 +126,13 @@ export function metricOption(theme, metric, column, axisKey, { logY = false, col
 export function compareOption(theme, metricName, runs, axisKey, { logY = false } = {}) {
   const option = frame(theme, { legend: true });
   option.tooltip.formatter = tooltip(axisName(axisKey));
-  option.xAxis = xAxis(theme, axisName(axisKey));
+  const drawn = runs.filter(({ metric }) => metric);
+  const points = drawn.map(({ metric, column }) => metricPoints(metric, column));
+  option.xAxis = xAxis(theme, axisName(axisKey), points.flat().map(([x]) => x));
   const positive = runs.every(({ metric }) => !metric || metric.min > 0);
   option.yAxis = yAxis(theme, metricName, logY && positive);
-  option.series = runs.filter(({ metric }) => metric).map(({ label, metric, column }, i) => ({
-    name: label, type: "line", data: metricPoints(metric, column), color: theme.series[i % theme.series.length],
+  option.series = drawn.map(({ label, metric }, i) => ({
+    name: label, type: "line", data: points[i], color: theme.series[i % theme.series.length],
     lineStyle: { width: 2 }, showSymbol: metric.values.length <= 60, symbolSize: 5, sampling: "lttb",
   }));
   return option;
