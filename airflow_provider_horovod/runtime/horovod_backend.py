@@ -273,6 +273,16 @@ def with_initial_checkpoint(train_fn: Callable, checkpoint_uri: str | None, file
     return wrapped
 
 
+class KeepHistoryAtShutdown(ray_compat.worker_callback_base()):  # type: ignore[misc]
+    """In each worker, when Ray Train stops the worker group (a rank failed, a resize, the end): rank 0's
+    reports not written yet go to the attempt's history first (``runtime.storage.History``)."""
+
+    def before_worker_shutdown(self) -> None:
+        from airflow_provider_horovod.runtime.storage import HISTORY
+
+        HISTORY.write()
+
+
 def build_v2_trainer(
     train_fn: Callable,
     *,
@@ -286,7 +296,7 @@ def build_v2_trainer(
 ):
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
-    run_config.callbacks.append(ControllerChanges())
+    run_config.callbacks += [ControllerChanges(), KeepHistoryAtShutdown()]
     trainer = DataParallelTrainer(
         with_initial_checkpoint(train_fn, resume_from, run_config.storage_filesystem),
         train_loop_config=train_loop_config,

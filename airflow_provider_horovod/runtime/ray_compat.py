@@ -116,7 +116,9 @@ def _v2_train_context_checkpoint() -> bool:
 
 
 def _v2_controller_callback() -> bool:
-    return callable(_attr(V2_CALLBACKS, "ControllerCallback", "after_controller_state_update"))
+    return callable(_attr(V2_CALLBACKS, "ControllerCallback", "after_controller_state_update")) and callable(
+        _attr(V2_CALLBACKS, "WorkerCallback", "before_worker_shutdown")
+    )
 
 
 def _v2_worker_group_start_timeout() -> bool:
@@ -176,7 +178,12 @@ PROBES = (
     Probe("v2_controller", "V2 trainer whose controller takes policies", "v2", _v2_controller_takes_policies),
     Probe("v2_failure_policy", "V2 failure policy (create_failure_policy, FailureDecision)", "v2", _v2_failure_policy),
     Probe("v2_context", "V2 train context with a checkpoint field", "v2", _v2_train_context_checkpoint),
-    Probe("v2_callback", "V2 controller callback (after_controller_state_update)", "v2", _v2_controller_callback),
+    Probe(
+        "v2_callback",
+        "V2 controller and worker callbacks (after_controller_state_update, before_worker_shutdown)",
+        "v2",
+        _v2_controller_callback,
+    ),
     Probe("v2_start_timeout", "V2 worker-group start timeout variable", "v2", _v2_worker_group_start_timeout),
     Probe("legacy_trainer", "Train V1 HorovodTrainer and HorovodConfig", TrainerApi.LEGACY.value, _legacy_trainer),
     Probe("elastic_policy", "V2 elastic scaling policy", ELASTIC, _elastic_policy),
@@ -329,6 +336,12 @@ def choose_trainer(requested: str, elastic: bool, *, version: str | None = None,
 def controller_callback_base() -> type:
     """Ray Train V2's base class of controller callbacks."""
     return importlib.import_module(V2_CALLBACKS).ControllerCallback
+
+
+def worker_callback_base() -> type:
+    """Ray Train V2's base class of worker callbacks (run in each worker; ``before_worker_shutdown`` runs
+    when Ray Train stops the workers, before it kills them)."""
+    return importlib.import_module(V2_CALLBACKS).WorkerCallback
 
 
 def controller_change(state: Any) -> str | None:
