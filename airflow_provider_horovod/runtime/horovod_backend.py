@@ -167,11 +167,13 @@ def segment_reason(previous_size: int | None, size: int, change: str | None, nod
     return SEGMENT_FAILURE
 
 
-def _any_node_gone(node_ids: Sequence[str]) -> bool:
+def any_node_gone(node_ids: Sequence[str]) -> bool:
+    """Whether a node of ``node_ids`` is dead or its raylet does not answer: a restart after a machine was
+    lost without a goodbye comes before Ray marks its node dead (``ray_compat.answering_nodes``)."""
     import ray
 
-    alive = {node["NodeID"] for node in ray.nodes() if node.get("Alive")}
-    return any(node not in alive for node in node_ids)
+    answering = ray_compat.answering_nodes(ray.nodes())
+    return any(node not in answering for node in node_ids)
 
 
 class HorovodV2Backend(Backend):
@@ -195,7 +197,7 @@ class HorovodV2Backend(Backend):
             len(self._nodes) if self._nodes else None,
             len(node_ids),
             _CHANGE.pop("last", None),
-            bool(self._nodes) and _any_node_gone(self._nodes),
+            bool(self._nodes) and any_node_gone(self._nodes),
         )
         self._nodes = node_ids
         slots = get_host_assignments(parse_hosts(host_plan(node_ids)), len(node_ids))
