@@ -52,7 +52,7 @@ PROCESS_SET_DEVICE = (
     "  device_attr.iface = gloo_iface_;\n  device_attr.ai_family = AF_UNSPEC;\n"
     "  auto dev = CreateDevice(device_attr);\n\n  global_ctx = global_context.ctx;"
 )
-# The text the fix below puts into the built library; the runtime (runtime/horovod_v2.py) looks for it
+# The text the fix below puts into the built library; the runtime (runtime/horovod_network.py) looks for it
 # to know whether the installed Horovod has the fix.
 PROCESS_SET_IFACE_MARKER = "Gloo process set device on interface"
 # (file, what 0.28.1 has, what it must have): C++17 for Horovod, its torch extension and its bundled Gloo;

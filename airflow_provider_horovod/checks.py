@@ -1,5 +1,6 @@
 """Parameter checks. Each returns the checked value or raises ``InvalidParameterError`` naming the
-parameter, the value and the fix; they run before anything is submitted. Pure."""
+parameter, the value and the fix; they run before anything is submitted. Pure. A check of one value
+takes the parameter's name and the value, as an operator's declaration calls it (``parameters.Param``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlparse
 
-from airflow_provider_horovod.contract import META_PREFIX, RESERVED_META_KEYS, elastic_ray_problem
+from airflow_provider_horovod.contract import META_PREFIX, RESERVED_META_KEYS, TrainerApi, elastic_ray_problem
 from airflow_provider_horovod.exceptions import InvalidParameterError
 
 STORAGE_SCHEMES = ("", "file", "s3")
@@ -49,7 +50,7 @@ def check_num_workers(value: Any, trainer_api: Any = None) -> int | list[int]:
     template's JSON text such as ``"[2, 4]"`` or ``"4"`` means the same). ``[n, n]`` is ``n``.
     Ray's HorovodTrainer (``trainer_api="legacy"``) takes a number only."""
     checked = _num_workers(value)
-    if isinstance(checked, list) and trainer_api == "legacy":
+    if isinstance(checked, list) and trainer_api == TrainerApi.LEGACY.value:
         raise InvalidParameterError(
             "num_workers",
             value,
@@ -201,32 +202,30 @@ def check_seconds(parameter: str, value: Any, *, allow_none: bool = False) -> fl
     return float(seconds)
 
 
-def check_max_failures(value: Any) -> int:
+def check_max_failures(parameter: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < -1:
         raise InvalidParameterError(
-            "max_failures", value, "give 0 (no retry), a positive count, or -1 (retry without limit)."
+            parameter, value, "give 0 (no retry), a positive count, or -1 (retry without limit)."
         )
     return value
 
 
-def check_horovod_env(value: Any) -> dict[str, str]:
+def check_horovod_env(parameter: str, value: Any) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise InvalidParameterError("horovod_env", value, 'give a dict such as {"HOROVOD_CYCLE_TIME": "1"}.')
+        raise InvalidParameterError(parameter, value, 'give a dict such as {"HOROVOD_CYCLE_TIME": "1"}.')
     for key in value:
         if not isinstance(key, str) or not key.startswith("HOROVOD_"):
             raise InvalidParameterError(
-                "horovod_env", value, f"key {key!r} is not a HOROVOD_* variable; put others in runtime_env."
+                parameter, value, f"key {key!r} is not a HOROVOD_* variable; put others in runtime_env."
             )
         if isinstance(value[key], (Mapping, list, tuple, set)) or value[key] is None:
-            raise InvalidParameterError(
-                "horovod_env", value, f'{key} must be a string or a number, e.g. {{{key!r}: "1"}}.'
-            )
+            raise InvalidParameterError(parameter, value, f'{key} must be a string or a number, e.g. {{{key!r}: "1"}}.')
     return {k: str(v) for k, v in value.items()}
 
 
-def check_nics(value: Any) -> list[str] | None:
+def check_nics(parameter: str, value: Any) -> list[str] | None:
     if value is None:
         return None
     if isinstance(value, str):
@@ -234,7 +233,7 @@ def check_nics(value: Any) -> list[str] | None:
     # A list, not a set: the order matters (each host uses the first of them it has).
     if not isinstance(value, (list, tuple)) or not value or not all(isinstance(n, str) and n for n in value):
         raise InvalidParameterError(
-            "horovod_nics",
+            parameter,
             value,
             "give a list of interface names in order of preference, "
             'e.g. ["eth0"] or ["ens5", "eth0"]: each host uses the first of them it has.',
@@ -254,7 +253,7 @@ def is_uri(path: str) -> bool:
     return urlparse(path).scheme in URI_SCHEMES and "://" in path
 
 
-def check_runtime_env(value: Any, parameter: str = "runtime_env") -> dict:
+def check_runtime_env(parameter: str, value: Any) -> dict:
     """A runtime_env Ray will accept, checked here: on the cluster a bad one fails the job late."""
     if value is None:
         return {}
@@ -343,9 +342,9 @@ def check_conn_id(parameter: str, value: Any, fix: str) -> str:
     return value
 
 
-def check_ray_conn_id(value: Any) -> str:
+def check_ray_conn_id(parameter: str, value: Any) -> str:
     return check_conn_id(
-        "ray_conn_id",
+        parameter,
         value,
         "give the id of a connection of type 'ray', or leave the default 'ray_default' (an embedded "
         "local Ray cluster when no such connection exists).",
@@ -436,25 +435,25 @@ TAGS_EXAMPLE = '{"team": "ranking", "model": "ctr", "cost_centre": "cc-4711"}'
 PRICE_KEYS = ("cpu_hour", "gpu_hour", "currency")
 
 
-def check_job_tags(value: Any) -> dict[str, str]:
+def check_job_tags(parameter: str, value: Any) -> dict[str, str]:
     """The user's job tags: strings to strings (Ray's job metadata), none on the provider's or Ray's keys."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise InvalidParameterError("job_tags", value, f"give a dict of strings, e.g. {TAGS_EXAMPLE}.")
+        raise InvalidParameterError(parameter, value, f"give a dict of strings, e.g. {TAGS_EXAMPLE}.")
     for key, text in value.items():
         if not isinstance(key, str) or not key.strip():
-            raise InvalidParameterError("job_tags", value, f"tag name {key!r} must be a non-empty string.")
+            raise InvalidParameterError(parameter, value, f"tag name {key!r} must be a non-empty string.")
         if not isinstance(text, str):
             raise InvalidParameterError(
-                "job_tags",
+                parameter,
                 value,
                 f"tag {key!r} has the {type(text).__name__} {text!r}: "
                 f"Ray's job metadata holds strings only; give it as {str(text)!r}.",
             )
         if key.startswith(META_PREFIX) or key in RESERVED_META_KEYS:
             raise InvalidParameterError(
-                "job_tags",
+                parameter,
                 value,
                 f"tag {key!r} is reserved: the provider names its own metadata {META_PREFIX}* and "
                 f"{', '.join(RESERVED_META_KEYS[:-1])} (and Ray {RESERVED_META_KEYS[-1]}); rename the tag.",
@@ -462,21 +461,21 @@ def check_job_tags(value: Any) -> dict[str, str]:
     return dict(value)
 
 
-def check_prices(value: Any) -> dict[str, Any] | None:
+def check_prices(parameter: str, value: Any) -> dict[str, Any] | None:
     """Prices per CPU-hour and GPU-hour (and their currency), which turn the cost's seconds into an amount."""
     if value is None:
         return None
     example = '{"cpu_hour": 0.048, "gpu_hour": 2.45, "currency": "USD"}'
     if not isinstance(value, Mapping) or not value:
-        raise InvalidParameterError("prices", value, f"give a dict such as {example}, or None.")
+        raise InvalidParameterError(parameter, value, f"give a dict such as {example}, or None.")
     if unknown := sorted(set(value) - set(PRICE_KEYS)):
-        raise InvalidParameterError("prices", value, f"unknown key(s) {unknown}; it takes {', '.join(PRICE_KEYS)}.")
+        raise InvalidParameterError(parameter, value, f"unknown key(s) {unknown}; it takes {', '.join(PRICE_KEYS)}.")
     for key in PRICE_KEYS[:2]:
         price = value.get(key, 0)
         if isinstance(price, bool) or not isinstance(price, (int, float)) or not math.isfinite(price) or price < 0:
-            raise InvalidParameterError("prices", value, f"{key} must be a number, 0 or more, e.g. {example}.")
+            raise InvalidParameterError(parameter, value, f"{key} must be a number, 0 or more, e.g. {example}.")
     if not isinstance(value.get("currency", ""), str):
-        raise InvalidParameterError("prices", value, f"currency must be a string, e.g. {example}.")
+        raise InvalidParameterError(parameter, value, f"currency must be a string, e.g. {example}.")
     return {key: value[key] for key in PRICE_KEYS if key in value}
 
 

@@ -16,6 +16,8 @@ import inspect
 import json
 import os
 import re
+import sys
+import time
 from collections.abc import Callable
 from typing import Any, TypedDict
 
@@ -38,8 +40,12 @@ SYNC_WAIT_BEFORE_DEFER_S = 15.0
 # resume it queues before it has seen the deferring worker exit (apache/airflow#67287).
 RESUME_GUARD_S = 10.0
 PENDING_TIMEOUT_S: float | None = 600.0
+# A sensor waits for a job it did not submit, which may queue as long as its owner lets it: no limit.
+SENSOR_PENDING_TIMEOUT_S: float | None = None
 STALL_TIMEOUT_S: float | None = None
-# Horovod's Gloo rendezvous and collective timeout (Horovod's own default).
+# Horovod's Gloo rendezvous and collective timeout, HOROVOD_GLOO_TIMEOUT_SECONDS: Horovod's own default
+# (horovodrun --gloo-timeout-seconds), on both trainer APIs. Ray's HorovodConfig defaults to 300 s, but
+# Ray Train V1 uses it only to wait for its rendezvous to start, not for Gloo's own waits.
 HOROVOD_TIMEOUT_S = 30
 NUM_WORKERS = 2
 # Ray Train's default for ScalingConfig(elastic_resize_monitor_interval_s).
@@ -68,17 +74,30 @@ class JobStatus(str, enum.Enum):
     def is_terminal(self) -> bool:
         return self in (JobStatus.STOPPED, JobStatus.SUCCEEDED, JobStatus.FAILED)
 
+    @property
+    def ended_without_success(self) -> bool:
+        """FAILED or STOPPED: the job's log tail then says why."""
+        return self.is_terminal and self is not JobStatus.SUCCEEDED
+
     @classmethod
-    def of(cls, value: Any) -> JobStatus:
-        """The state Ray reported; a state this provider does not know is an error, never a wait."""
+    def known(cls, value: Any) -> JobStatus | None:
+        """The state Ray reported, or None for one this provider does not know (or no state)."""
         try:
             return cls(value)
         except ValueError:
+            return None
+
+    @classmethod
+    def of(cls, value: Any) -> JobStatus:
+        """The state Ray reported; a state this provider does not know is an error, never a wait."""
+        status = cls.known(value)
+        if status is None:
             raise UnknownJobStatusError(
                 f"Ray reported the job status {value!r}, which airflow-provider-horovod {VERSION} does not know "
                 f"(it knows {', '.join(s.value for s in cls)}): check that the cluster runs a Ray version it "
                 "supports (the [cluster] extra's)."
-            ) from None
+            )
+        return status
 
 
 class TrainerApi(str, enum.Enum):
@@ -191,7 +210,8 @@ class TaskRun:
 
     @classmethod
     def of(cls, ti: Any) -> TaskRun:
-        """From a task instance (or anything with the four attributes)."""
+        """From a task instance (or anything with the four attributes; an unmapped one's map index is -1,
+        whether it says -1 or None)."""
         index = getattr(ti, "map_index", -1)
         return cls(ti.dag_id, ti.task_id, ti.run_id, -1 if index is None else int(index))
 
@@ -236,6 +256,17 @@ def attempt_uri(storage_uri: str, attempt: int) -> str:
 
 def result_uri(storage_uri: str, attempt: int) -> str:
     return f"{attempt_uri(storage_uri, attempt)}/{RESULT_FILE}"
+
+
+def attempt_of_record(record_uri: str) -> tuple[str, int]:
+    """(the task run's storage folder, the attempt) of an attempt's ``result_uri``: the layout's inverse.
+    ValueError for a URI that is not one."""
+    folder, _, name = record_uri.rpartition("/")
+    storage_uri, _, part = folder.rpartition("/")
+    number = part[len(ATTEMPT_PREFIX) :]
+    if name != RESULT_FILE or not part.startswith(ATTEMPT_PREFIX) or not number.isdigit() or not storage_uri:
+        raise ValueError(f"{record_uri!r} is not the record of an attempt (<storage>/{ATTEMPT_PREFIX}N/{RESULT_FILE})")
+    return storage_uri, int(number)
 
 
 def worker_groups_uri(run_uri: str) -> str:
@@ -284,6 +315,18 @@ def required_positional(fn: Callable) -> int:
             if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
         ]
     )
+
+
+def python_minor() -> str:
+    """This interpreter's Python minor version (``"3.12"``): pickled code loads only on the same one."""
+    return f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def timings(started_at: float, **more: float) -> dict[str, float]:
+    """A record's ``timings``: when the job's driver started and finished (epoch seconds), ``more``
+    (``fit_s``: how long the training itself ran), and ``total_s``."""
+    now = time.time()
+    return {"started_at": started_at, "finished_at": now, **more, "total_s": round(now - started_at, 3)}
 
 
 def ray_minor(version: str | None) -> tuple[int, int] | None:
@@ -351,7 +394,10 @@ class _Document:
 
     @classmethod
     def from_json(cls, text: str) -> Any:
-        data = json.loads(text)
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
         if data.get("version", FORMAT) != FORMAT:
             raise ValueError(
                 f"{cls.__name__} of format {data.get('version')!r} is not {FORMAT}: the provider on the "

@@ -9,13 +9,11 @@ import dataclasses
 import hashlib
 import json
 import os
-import sys
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_horovod import checks
 from airflow_provider_horovod.contract import (
-    ELASTIC_RESIZE_MONITOR_INTERVAL_S,
     META_ATTEMPT,
     META_KIND,
     META_NUM_WORKERS,
@@ -29,12 +27,14 @@ from airflow_provider_horovod.contract import (
     PAYLOAD_PREFIX,
     SPEC_FILE,
     JobKind,
+    JobSpec,
     TaskRun,
     TaskSpec,
     TrainerApi,
     TrainingSpec,
     attempt_uri,
     default_storage_path,
+    python_minor,
 )
 from airflow_provider_horovod.functions import ship_function
 
@@ -159,92 +159,57 @@ class JobPlan:
         )
 
 
+def same_named(spec_class: type[JobSpec], given: Mapping[str, Any]) -> dict[str, Any]:
+    """The checked parameters the spec has a field of the same name for: a parameter declared on the
+    operator reaches the job by its name, without a line of its own here."""
+    return {f.name: given[f.name] for f in dataclasses.fields(spec_class) if f.name in given}
+
+
 def training_plan(
     task_run: TaskRun,
+    given: Mapping[str, Any],
     *,
-    train_fn: Callable | str,
     train_call: tuple[Any, Any] | None,
-    train_loop_config: Any,
-    datasets: Any,
-    num_workers: Any,
-    use_gpu: Any,
-    resources_per_worker: Any,
-    checkpoint_num_to_keep: Any,
-    checkpoint_score_attribute: Any,
-    checkpoint_score_order: Any,
-    max_failures: Any,
-    horovod_timeout_s: Any,
-    horovod_nics: Any,
-    horovod_env: Any,
-    runtime_env: Any,
-    trainer_api: Any,
-    forward_aws_credentials: Any,
-    aws_conn_id: str | None,
-    aws_credentials_ttl_seconds: Any,
-    check_cluster_resources: Any,
-    materialize_datasets: Any,
-    horovod_timeline: Any,
-    storage_path: str | None,
     pending_timeout_s: float | None,
-    ray_conn_id: str,
-    retry_on_user_error: bool = False,
-    job_tags: Any = None,
-    prices: Any = None,
-    elastic_resize_monitor_interval_s: Any = ELASTIC_RESIZE_MONITOR_INTERVAL_S,
-    mlflow_tracking_uri: Any = None,
-    mlflow_experiment_name: Any = None,
+    mlflow_tracking_uri: str | None = None,
     mlflow_auth: dict[str, str] | None = None,
     try_number: int | None = None,
 ) -> JobPlan:
-    """The plan of a training, every parameter checked. ``train_call``: the arguments every worker
-    calls ``train_fn`` with (``@task.horovod``); None: Ray Train's ``train_fn(config)``."""
-    env = checks.check_runtime_env(runtime_env)
+    """The plan of a training. ``given``: the operator's declared parameters, each checked on its own
+    (``HorovodTrainOperator.parameters``); those that depend on others are checked here.
+    ``train_call``: the arguments every worker calls ``train_fn`` with (``@task.horovod``); None: Ray
+    Train's ``train_fn(config)``. ``mlflow_tracking_uri``: the tracking URI, the MLflow connection's
+    when one is given (``mlflow_auth``, its credentials)."""
+    env = given["runtime_env"]
     code_ships = any(env.get(k) for k in CODE_FIELDS)
     fn, fn_files = ship_function(
         "train_fn",
-        train_fn,
+        given["train_fn"],
         "train_fn.pkl",
         code_ships=code_ships,
         max_args=None if train_call else 1,
         arity_fix="it must take no argument or one (`config`, from train_loop_config).",
     )
-    dataset_refs, dataset_files = checks.check_datasets(datasets, code_ships=code_ships)
-    forward = checks.check_forwarding(forward_aws_credentials, aws_conn_id, aws_credentials_ttl_seconds)
-    root = checks.check_storage_path(storage_path or default_storage_path())
-    gpu = checks.check_bool("use_gpu", use_gpu)
-    spec = TrainingSpec(
-        submission_id=task_run.submission_id(1),
-        storage_uri=task_run.storage_uri(root),
-        python_version=python_version(),
-        train_fn=fn,
-        train_loop_config=checks.check_json("train_loop_config", train_loop_config),
-        datasets=dataset_refs,
-        num_workers=checks.check_num_workers(num_workers, trainer_api=trainer_api),
-        elastic_resize_monitor_interval_s=checks.check_positive(
-            "elastic_resize_monitor_interval_s", elastic_resize_monitor_interval_s
-        ),
-        use_gpu=gpu,
-        resources_per_worker=checks.check_resources(resources_per_worker, gpu),
-        trainer_api=checks.check_choice("trainer_api", trainer_api, tuple(api.value for api in TrainerApi)),
-        checkpoint_num_to_keep=checks.check_positive(
-            "checkpoint_num_to_keep", checkpoint_num_to_keep, allow_none=True, integer=True
-        ),
-        checkpoint_score_attribute=checkpoint_score_attribute,
-        checkpoint_score_order=checks.check_choice("checkpoint_score_order", checkpoint_score_order, ("max", "min")),
-        max_failures=checks.check_max_failures(max_failures),
-        retry_on_user_error=retry_on_user_error,
-        horovod_timeout_s=checks.check_positive("horovod_timeout_s", horovod_timeout_s, integer=True),
-        horovod_nics=checks.check_nics(horovod_nics),
-        horovod_env=checks.check_horovod_env(horovod_env),
-        pending_timeout_s=pending_timeout_s,
-        materialize_datasets=checks.check_bool("materialize_datasets", materialize_datasets),
-        horovod_timeline=checks.check_bool("horovod_timeline", horovod_timeline),
-        train_args=checks.check_args("op_args", train_call[0]) if train_call else None,
-        train_kwargs=checks.check_json("op_kwargs", train_call[1]) if train_call else None,
-        tracking=tracking_settings(
-            task_run, checks.check_mlflow_tracking_uri(mlflow_tracking_uri), mlflow_experiment_name, try_number
-        ),
-    )
+    dataset_refs, dataset_files = checks.check_datasets(given["datasets"], code_ships=code_ships)
+    aws_conn_id, ttl_s = given["aws_conn_id"], given["aws_credentials_ttl_seconds"]
+    forward = checks.check_forwarding(given["forward_aws_credentials"], aws_conn_id, ttl_s)
+    root = checks.check_storage_path(given["storage_path"] or default_storage_path())
+    tracking_uri = checks.check_mlflow_tracking_uri(mlflow_tracking_uri)
+    fields = {
+        **same_named(TrainingSpec, given),
+        "submission_id": task_run.submission_id(1),
+        "storage_uri": task_run.storage_uri(root),
+        "python_version": python_minor(),
+        "train_fn": fn,
+        "datasets": dataset_refs,
+        "num_workers": checks.check_num_workers(given["num_workers"], trainer_api=given["trainer_api"]),
+        "resources_per_worker": checks.check_resources(given["resources_per_worker"], given["use_gpu"]),
+        "pending_timeout_s": pending_timeout_s,
+        "train_args": checks.check_args("op_args", train_call[0]) if train_call else None,
+        "train_kwargs": checks.check_json("op_kwargs", train_call[1]) if train_call else None,
+        "tracking": tracking_settings(task_run, tracking_uri, given["mlflow_experiment_name"], try_number),
+    }
+    spec = TrainingSpec(**fields)
     # Train V2 routes a worker's print() to a logger and, as Ray's workers replace sys.stdout, to
     # stdout as well: every line would be in the job's log twice.
     env_vars = {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0", **spec.horovod_env}
@@ -266,51 +231,39 @@ def training_plan(
         runtime_env=env,
         resources=spec.total_resources(),
         storage_root=root,
-        ray_conn_id=ray_conn_id,
+        ray_conn_id=given["ray_conn_id"],
         env_vars=env_vars,
-        check_cluster_resources=checks.check_bool("check_cluster_resources", check_cluster_resources),
-        forward_aws=(str(aws_conn_id), int(aws_credentials_ttl_seconds)) if forward else None,
+        check_cluster_resources=given["check_cluster_resources"],
+        forward_aws=(str(aws_conn_id), int(ttl_s)) if forward else None,
         worker_resources=spec.worker_resources(),
-        job_tags=checks.check_job_tags(job_tags),
-        prices=checks.check_prices(prices),
+        job_tags=given["job_tags"],
+        prices=given["prices"],
     )
 
 
-def task_plan(
-    task_run: TaskRun,
-    *,
-    python_callable: Any,
-    op_args: Any,
-    op_kwargs: Any,
-    num_cpus: Any,
-    num_gpus: Any,
-    memory: Any,
-    resources: Any,
-    runtime_env: Any,
-    storage_path: str | None,
-    ray_conn_id: str,
-    job_tags: Any = None,
-    prices: Any = None,
-) -> JobPlan:
-    """The plan of one function run as a Ray job, every parameter checked."""
-    env = checks.check_runtime_env(runtime_env)
+def task_plan(task_run: TaskRun, given: Mapping[str, Any]) -> JobPlan:
+    """The plan of one function run as a Ray job. ``given``: the operator's declared parameters, each
+    checked on its own (``RayTaskOperator.parameters``)."""
+    env = given["runtime_env"]
     function, files = ship_function(
-        "python_callable", python_callable, "function.pkl", code_ships=any(env.get(k) for k in CODE_FIELDS)
+        "python_callable", given["python_callable"], "function.pkl", code_ships=any(env.get(k) for k in CODE_FIELDS)
     )
+    num_cpus, num_gpus = given["num_cpus"], given["num_gpus"]
     driver = {
+        # 0 or None: none asked for.
         "num_cpus": checks.check_positive("num_cpus", num_cpus, allow_none=True) if num_cpus else None,
         "num_gpus": checks.check_positive("num_gpus", num_gpus, allow_none=True) if num_gpus else None,
-        "memory": checks.check_positive("memory", memory, allow_none=True, integer=True),
-        "resources": checks.check_resources(resources, use_gpu=True, parameter="resources"),
+        "memory": given["memory"],
+        "resources": checks.check_resources(given["resources"], use_gpu=True, parameter="resources"),
     }
-    root = checks.check_storage_path(storage_path or default_storage_path())
+    root = checks.check_storage_path(given["storage_path"] or default_storage_path())
     spec = TaskSpec(
         submission_id=task_run.submission_id(1),
         storage_uri=task_run.storage_uri(root),
-        python_version=python_version(),
+        python_version=python_minor(),
         function=function,
-        args=checks.check_args("op_args", op_args),
-        kwargs=checks.check_json("op_kwargs", op_kwargs),
+        args=given["op_args"],
+        kwargs=given["op_kwargs"],
     )
     asked = {k: v for k, v in driver.items() if v}
     # The driver holds what the job asked for (Ray's entrypoint_num_cpus); the function needs no more.
@@ -322,11 +275,11 @@ def task_plan(
         runtime_env=env,
         resources=asked,
         storage_root=root,
-        ray_conn_id=ray_conn_id,
+        ray_conn_id=given["ray_conn_id"],
         driver_resources=driver,
         worker_resources={k: v for k, v in held.items() if v},
-        job_tags=checks.check_job_tags(job_tags),
-        prices=checks.check_prices(prices),
+        job_tags=given["job_tags"],
+        prices=given["prices"],
     )
 
 
@@ -351,10 +304,6 @@ def tracking_settings(
             **({"airflow.try_number": str(try_number)} if try_number is not None else {}),
         },
     }
-
-
-def python_version() -> str:
-    return f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 def provider_folder() -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from airflow_provider_horovod.exceptions import HorovodProviderError, MissingExtraError
+from airflow_provider_horovod.local_files import write_atomically
 
 # botocore's defaults (60 s to connect, 60 s per read, 5 tries) would hold a task for minutes when
 # the S3 endpoint is down or hangs; these fail within about a minute.
@@ -147,11 +147,7 @@ class Storage:
         """Write atomically: a local temp file renamed into place, or a single S3 put."""
         scheme, path = split_uri(uri)
         if scheme == "":
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(body)
-            os.replace(tmp, path)
+            write_atomically(path, body)
             return
         bucket, _, key = path.partition("/")
         with self._request(uri):

@@ -129,33 +129,29 @@ def run_entrypoint(
     from airflow_provider_horovod.contract import ResultRecord, TaskRun
     from airflow_provider_horovod.plan import training_plan
 
+    # HorovodTrainOperator's parameters as its plan gets them, each checked (no Airflow on the GPU machine).
+    given = {
+        "train_fn": train_fn,
+        "train_loop_config": config,
+        "datasets": None,
+        "num_workers": num_workers,
+        "use_gpu": True,
+        "resources_per_worker": None,
+        "horovod_timeout_s": 30,
+        "runtime_env": {},
+        "trainer_api": trainer_api,
+        "forward_aws_credentials": False,
+        "aws_conn_id": None,
+        "aws_credentials_ttl_seconds": 3600,
+        "check_cluster_resources": False,
+        "storage_path": storage,
+        "mlflow_experiment_name": None,
+        "ray_conn_id": "ray_default",
+        "job_tags": {},
+        "prices": None,
+    }
     plan = training_plan(
-        TaskRun("bench_gpu", name, f"gpu-{uuid.uuid4().hex[:6]}"),
-        train_fn=train_fn,
-        train_call=None,
-        train_loop_config=config,
-        datasets=None,
-        num_workers=num_workers,
-        use_gpu=True,
-        resources_per_worker=None,
-        checkpoint_num_to_keep=None,
-        checkpoint_score_attribute=None,
-        checkpoint_score_order="max",
-        max_failures=0,
-        horovod_timeout_s=30,
-        horovod_nics=None,
-        horovod_env=None,
-        runtime_env=None,
-        trainer_api=trainer_api,
-        forward_aws_credentials=False,
-        aws_conn_id=None,
-        aws_credentials_ttl_seconds=3600,
-        check_cluster_resources=False,
-        materialize_datasets=True,
-        horovod_timeline=False,
-        storage_path=storage,
-        pending_timeout_s=120,
-        ray_conn_id="ray_default",
+        TaskRun("bench_gpu", name, f"gpu-{uuid.uuid4().hex[:6]}"), given, train_call=None, pending_timeout_s=120
     )
     request = plan.request(1)
     with tempfile.TemporaryDirectory() as parent:

@@ -82,15 +82,15 @@ async def follow(sid: str, prefix: str) -> None:
     progress = open(prefix + "-progress.jsonl", "w")
     original = RayHook._a_request
 
-    async def noted(self, method, path, **kwargs):
-        if path.startswith("/api/jobs/"):  # a poll starts with its status request
+    async def noted(self, route, **request):
+        if route.path.startswith("/api/jobs/"):  # a poll starts with its status request
             progress.write(
                 json.dumps([time.time(), time.process_time(), fetched["bytes"], fetched["requests"], handler.lines])
                 + "\n"
             )
             progress.flush()
-        answer = await original(self, method, path, **kwargs)
-        if path == "/api/v0/logs/file":
+        answer = await original(self, route, **request)
+        if route.path == "/api/v0/logs/file":
             fetched["bytes"] += len(answer[1])
             fetched["requests"] += 1
         else:
@@ -131,7 +131,7 @@ async def follow(sid: str, prefix: str) -> None:
 
 async def whole(sid: str, prefix: str) -> None:
     """Child B: on each ``window K`` line of stdin, 1 + K polls of the whole log, one a second."""
-    from airflow_provider_horovod.hooks.ray import RayHook
+    from airflow_provider_horovod.hooks.ray import JOB_LOGS, RayHook
 
     out = logging.getLogger("bench.whole")
     handler = LineFile(prefix + "-whole-lines.txt")
@@ -145,8 +145,8 @@ async def whole(sid: str, prefix: str) -> None:
             for i in range(int(line.split()[1]) + 1):
                 t0, c0 = time.perf_counter(), time.process_time()
                 await hook.a_get_job_info(sid)
-                status, text = await hook._a_request("GET", f"/api/jobs/{sid}/logs")
-                logs = hook._parse(status, text, "job logs").get("logs", "")
+                status, text = await hook._a_request(JOB_LOGS, submission_id=sid)
+                logs = JOB_LOGS.answer(status, text)
                 lines = logs.split("\n")
                 lines.pop()  # the unterminated last line comes next time
                 for new in lines[written:]:

@@ -229,7 +229,7 @@ async def measure(
     if variant != "minimal":
         # Every request timed (status lists and requests, log windows); a poll is a status asked and answered.
         RayHook._a_request = requests.wrap(
-            RayHook._a_request, lambda self, method, path, **kw: not path.startswith("/api/v0/logs")
+            RayHook._a_request, lambda self, route, **request: not route.path.startswith("/api/v0/logs")
         )
         get_info = RayHook.a_get_job_info
 

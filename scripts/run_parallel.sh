@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs set-up steps side by side (the machine waits on downloads as much as on its cores), each line
+# Runs steps side by side (set-up waits on downloads as much as on the cores; make check's two unit
+# test runs leave each other idle moments), each line
 # of their output prefixed with the step's name (its script's, and its first argument), and fails,
 # naming each step that failed, when any did: no half-built environment passes for a built one.
 #
@@ -19,6 +20,6 @@ for i in "${!pids[@]}"; do
   wait "${pids[$i]}" || failed+=("${names[$i]}")
 done
 if [ ${#failed[@]} -gt 0 ]; then
-  (IFS=,; echo "set-up failed in: ${failed[*]} (see the lines prefixed with its name above)" >&2)
+  (IFS=,; echo "failed: ${failed[*]} (see the lines prefixed with its name above)" >&2)
   exit 1
 fi

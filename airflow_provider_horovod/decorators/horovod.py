@@ -33,8 +33,8 @@ class _HorovodDecoratedOperator(DecoratedOperator, HorovodTrainOperator):
 def horovod_task(python_callable: Callable | None = None, multiple_outputs: bool | None = None, **kwargs):
     """Train with Horovod on Ray: ``@task.horovod(num_workers=4, use_gpu=True) def train(config): ...``.
 
-    Takes ``HorovodTrainOperator``'s parameters (``num_workers``, a number or an elastic ``(min, max)``;
-    ``use_gpu``, ``storage_path``, ``datasets``, ``trainer_api``, ``horovod_nics``, ...). Every worker calls
+    Takes ``HorovodTrainOperator``'s parameters but ``train_fn`` (README, "Parameters"; its template
+    fields are the operator's, and the call's arguments). Every worker calls
     the function with the arguments of the call in the DAG (literals, templates, XComArgs), as JSON values:
     ``train({"lr": 0.1})`` for a function written for Ray's ``HorovodTrainer`` (``def train(config)``), or
     ``train(lr=0.1, epochs=5)`` as with HorovodRunner's ``hr.run(train, lr=0.1, epochs=5)``. The task's XCom is the

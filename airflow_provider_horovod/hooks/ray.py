@@ -7,10 +7,12 @@ dashboard's package API, and the runtime that trains travels with each job.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
+import string
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import Any
 
@@ -42,6 +44,34 @@ from airflow_provider_horovod.hooks.ray_transport import (
     send,
 )
 
+# What a 404 answers where the route says nothing: an error, as any other status from 400 up.
+FAIL: Any = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class Route:
+    """One endpoint of the Ray dashboard, and how its answer is read: the same for a call and its async
+    twin, so a route is written once. ``path`` may name values (``{submission_id}``) the call fills in."""
+
+    method: str
+    path: str
+    what: str  # what the request does, for its error
+    missing: Any = FAIL  # what a 404 means (None: no such job), before ``read``
+    read: Callable[[Any], Any] = lambda answer: answer  # the call's value, from the answer's JSON
+
+    def split(self, request: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """(the path with its values filled in, the other options of the request)."""
+        names = {name for _, name, _, _ in string.Formatter().parse(self.path) if name}
+        return self.path.format(**{n: request[n] for n in names}), {k: v for k, v in request.items() if k not in names}
+
+    def answer(self, status: int, text: str) -> Any:
+        """The call's value from the answer; a RayJobError for a failed request."""
+        if status == 404 and self.missing is not FAIL:
+            return self.read(self.missing)
+        if status >= 400:
+            raise RayJobError(f"Ray dashboard {self.what} failed: HTTP {status}: {text[:500]}")
+        return self.read(json.loads(text) if text else {})
+
 
 def total_resources(nodes: list[dict]) -> dict[str, float]:
     """Resources of the alive nodes, summed (``node:<ip>`` markers left out)."""
@@ -53,6 +83,27 @@ def total_resources(nodes: list[dict]) -> dict[str, float]:
             if not name.startswith("node:"):
                 total[name] = total.get(name, 0.0) + float(amount)
     return total
+
+
+def _state_api_rows(answer: dict) -> list[dict]:
+    return answer["data"]["result"]["result"]
+
+
+# The Jobs API and the State API, as the hook calls them.
+VERSION = Route("GET", "/api/version", "version check")
+JOB_INFO = Route("GET", "/api/jobs/{submission_id}", "job info", missing=None)
+JOB_LOGS = Route("GET", "/api/jobs/{submission_id}/logs", "job logs", missing={}, read=lambda a: a.get("logs", ""))
+STOP_JOB = Route("POST", "/api/jobs/{submission_id}/stop", "stop", missing={}, read=lambda a: bool(a.get("stopped")))
+DELETE_JOB = Route("DELETE", "/api/jobs/{submission_id}", "delete", missing={}, read=lambda a: bool(a.get("deleted")))
+SUBMIT_JOB = Route("POST", "/api/jobs/", "submission")
+JOB_LIST = Route("GET", "/api/jobs/", "job list")
+JOB_LIST_DETAILED = Route("GET", "/api/v0/jobs", "job list", read=_state_api_rows)
+NODES = Route(
+    "GET", "/api/v0/nodes?detail=1&limit=10000", "node list", read=lambda a: total_resources(_state_api_rows(a))
+)
+LOG_FILE = Route("GET", "/api/v0/logs/file", "log read")
+PACKAGE = Route("GET", "/api/packages/{protocol}/{name}", "package check")
+UPLOAD_PACKAGE = Route("PUT", "/api/packages/{protocol}/{name}", "upload")
 
 
 def cluster_or_none(hook: RayHook) -> dict | None:
@@ -92,9 +143,8 @@ class RayHook(BaseHook):
         super().__init__(**kwargs)
         self.ray_conn_id = ray_conn_id
         self._async_endpoint: RayEndpoint | None = None
-        self._async_client = None
-        self._async_loop = None
-        self._async_key: tuple | None = None
+        # The aiohttp session of the async twins: (its event loop, its key in SESSIONS, the session).
+        self._async_session: tuple[asyncio.AbstractEventLoop, tuple, Any] | None = None
         self._cluster_info: dict | None = None
 
     # --- the connection -------------------------------------------------------------------------
@@ -123,7 +173,7 @@ class RayHook(BaseHook):
         """None for the default connection (the embedded cluster); else a clear error."""
         from airflow_provider_horovod.checks import check_ray_conn_id
 
-        check_ray_conn_id(self.ray_conn_id)
+        check_ray_conn_id("ray_conn_id", self.ray_conn_id)
         if (unreadable := unreadable_env_connection(self.ray_conn_id)) is not None:
             raise unreadable
         if self.ray_conn_id != self.default_conn_name:
@@ -182,51 +232,64 @@ class RayHook(BaseHook):
     async def a_get_job_url(self, submission_id: str) -> str:
         return (await self.a_endpoint()).job_url(submission_id)
 
-    # --- the transport, and what both twins share --------------------------------------------
+    # --- the transport: one call path for each twin, through the routes above ------------------
 
-    def _request(self, method: str, path: str, *, timeout: Any = None, **kwargs) -> tuple[int, str]:
+    def _request(self, route: Route, *, timeout: tuple[float, float] | None = None, **request: Any) -> tuple[int, str]:
+        """The status and text of ``route``'s request (``request``: its path's values, and ``params``,
+        ``json`` or ``content``); a dashboard that does not answer or refuses the token raises."""
         import httpx
 
-        client = self.get_conn()
-        started = time.monotonic()
+        path, options = route.split(request)
         if timeout is not None:
-            kwargs["timeout"] = httpx.Timeout(timeout[1], connect=timeout[0])
-
+            options["timeout"] = httpx.Timeout(timeout[1], connect=timeout[0])
+        started = time.monotonic()
         try:
-            status, text = send(functools.partial(fetch, client, method, path, **kwargs))
+            status, text = send(functools.partial(fetch, self.get_conn(), route.method, path, **options))
         except Transient as err:
             raise self._unreachable(self.endpoint, err, time.monotonic() - started) from None
         self._check_auth(self.endpoint, status)
         return status, text
 
-    async def _a_client(self):
-        loop = asyncio.get_running_loop()
-        if self._async_client is None or self._async_loop is not loop:
-            # An aiohttp session serves the loop it was made in (the operator runs one loop per wait).
-            self._async_key, self._async_client = SESSIONS.acquire(loop, await self.a_endpoint())
-            self._async_loop = loop
-        return self._async_client
-
-    async def _a_request(self, method: str, path: str, **kwargs) -> tuple[int, str]:
-        endpoint, session = await self.a_endpoint(), await self._a_client()
-        url = endpoint.url.rstrip("/") + path
+    async def _a_request(self, route: Route, **request: Any) -> tuple[int, str]:
+        """``_request`` in the event loop, through the loop's shared aiohttp session."""
+        endpoint, (_, session) = await self.a_endpoint(), await self._a_session()
+        path, options = route.split(request)
         started = time.monotonic()
         try:
-            status, text = await a_send(functools.partial(a_fetch, session, method, url, **kwargs))
+            status, text = await a_send(
+                functools.partial(a_fetch, session, route.method, endpoint.url.rstrip("/") + path, **options)
+            )
         except Transient as err:
             raise self._unreachable(endpoint, err, time.monotonic() - started) from None
         self._check_auth(endpoint, status)
         return status, text
 
+    def _call(self, route: Route, **request: Any) -> Any:
+        """What ``route`` answers, read as the route says."""
+        return route.answer(*self._request(route, **request))
+
+    async def _a_call(self, route: Route, **request: Any) -> Any:
+        return route.answer(*await self._a_request(route, **request))
+
+    async def _a_session(self) -> tuple[tuple, Any]:
+        """(its key in ``SESSIONS``, the aiohttp session) for this event loop."""
+        loop = asyncio.get_running_loop()
+        if self._async_session is None or self._async_session[0] is not loop:
+            # An aiohttp session serves the loop it was made in (the operator runs one loop per wait).
+            key, session = SESSIONS.acquire(loop, await self.a_endpoint())
+            self._async_session = (loop, key, session)
+        return self._async_session[1:]
+
     async def aclose(self) -> None:
-        if self._async_client is not None:
-            self._async_client = None
-            await SESSIONS.release(self._async_key)
+        if self._async_session is not None:
+            _, key, _ = self._async_session
+            self._async_session = None
+            await SESSIONS.release(key)
 
     async def __aenter__(self) -> RayHook:
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     def _check_auth(self, endpoint: RayEndpoint, status: int) -> None:
@@ -245,23 +308,14 @@ class RayHook(BaseHook):
             f"schema of connection {self.ray_conn_id!r}."
         )
 
-    @staticmethod
-    def _parse(status: int, text: str, what: str, *, missing: Any = ...) -> Any:
-        """The JSON of an answer; ``missing`` for a 404 when given; else a RayJobError."""
-        if status == 404 and missing is not ...:
-            return missing
-        if status >= 400:
-            raise RayJobError(f"Ray dashboard {what} failed: HTTP {status}: {text[:500]}")
-        return json.loads(text) if text else {}
-
-    # --- the Jobs API, sync ------------------------------------------------------------------
+    # --- the Jobs API: each call, and its async twin for triggers ------------------------------
 
     def check_connection(self) -> dict:
         """The cluster's version info; raises when unreachable, refused, or of a Ray version the
         provider's runtime does not support (a newer, untested one is logged as a warning)."""
         from airflow_provider_horovod.contract import check_ray_version, untested_ray_version
 
-        info = self._parse(*self._request("GET", "/api/version"), "version check")
+        info = self._call(VERSION)
         if (problem := check_ray_version(info.get("ray_version"))) is not None:
             raise RayVersionMismatchError(f"The cluster of connection {self.ray_conn_id!r}: {problem}")
         if warning := untested_ray_version(info.get("ray_version")):
@@ -284,11 +338,10 @@ class RayHook(BaseHook):
     def upload_package(self, uri: str, data: bytes) -> bool:
         """Upload one package unless the cluster has it; True when it was uploaded."""
         protocol, name = uri.split("://", 1)
-        path = f"/api/packages/{protocol}/{name}"
-        status, _ = self._request("GET", path)
+        status, _ = self._request(PACKAGE, protocol=protocol, name=name)
         if status == 200:
             return False
-        self._parse(*self._request("PUT", path, content=data, timeout=UPLOAD_TIMEOUT_S), f"upload of {uri}")
+        self._call(UPLOAD_PACKAGE, protocol=protocol, name=name, content=data, timeout=UPLOAD_TIMEOUT_S)
         return True
 
     def submit_job(
@@ -323,7 +376,7 @@ class RayHook(BaseHook):
             "entrypoint_memory": entrypoint_memory,
             "entrypoint_resources": dict(entrypoint_resources) if entrypoint_resources else None,
         }
-        status, text = self._request("POST", "/api/jobs/", json=body)
+        status, text = self._request(SUBMIT_JOB, json=body)
         if status >= 400 and "already exists" in text and self.get_job_info(submission_id) is not None:
             return submission_id  # an earlier try of this request reached Ray
         if status >= 400:
@@ -332,49 +385,23 @@ class RayHook(BaseHook):
             )
         return json.loads(text).get("submission_id") or submission_id
 
+    async def a_submit_job(self, **kwargs: Any) -> str:
+        """``submit_job`` off the event loop (it packs and uploads the job's local files)."""
+        await self.a_endpoint()
+        return await asyncio.to_thread(self.submit_job, **kwargs)
+
     def get_job_info(self, submission_id: str) -> dict | None:
-        return self._parse(*self._request("GET", f"/api/jobs/{submission_id}"), "job info", missing=None)
-
-    def get_job_status(self, submission_id: str) -> str | None:
-        info = self.get_job_info(submission_id)
-        return info.get("status") if info else None
-
-    def get_job_logs(self, submission_id: str) -> str:
-        return self._parse(*self._request("GET", f"/api/jobs/{submission_id}/logs"), "job logs", missing={}).get(
-            "logs", ""
-        )
-
-    def stop_job(self, submission_id: str) -> bool:
-        """Stop a job; False when it had already ended or does not exist."""
-        return bool(
-            self._parse(*self._request("POST", f"/api/jobs/{submission_id}/stop"), "stop", missing={}).get("stopped")
-        )
-
-    def delete_job(self, submission_id: str) -> bool:
-        """Delete an ended job's record (a running job must be stopped first)."""
-        return bool(
-            self._parse(*self._request("DELETE", f"/api/jobs/{submission_id}"), "delete", missing={}).get("deleted")
-        )
-
-    def list_jobs(self) -> list[dict]:
-        return self._parse(*self._request("GET", "/api/jobs/"), "job list")
-
-    def get_cluster_resources(self) -> dict[str, float]:
-        data = self._parse(*self._request("GET", "/api/v0/nodes?detail=1&limit=10000"), "node list")
-        return total_resources(data["data"]["result"]["result"])
-
-    # --- the Jobs API, async twins, for triggers -----------------------------------------------
+        return self._call(JOB_INFO, submission_id=submission_id)
 
     async def a_get_job_info(self, submission_id: str, fresh_within_s: float | None = None) -> dict | None:
         """The job's info; with ``fresh_within_s``, where this event loop waits for many jobs, from a
         list of the cluster's unended jobs at most that old, read once for all of them."""
         if fresh_within_s is not None:
-            await self._a_client()
-            assert self._async_key is not None  # set by _a_client
-            info = await SESSIONS.board(self._async_key).info(submission_id, fresh_within_s, self._a_list_unended)
+            key, _ = await self._a_session()
+            info = await SESSIONS.board(key).info(submission_id, fresh_within_s, self._a_list_unended)
             if info is not None:
                 return info
-        return self._parse(*await self._a_request("GET", f"/api/jobs/{submission_id}"), "job info", missing=None)
+        return await self._a_call(JOB_INFO, submission_id=submission_id)
 
     async def _a_list_unended(self) -> list[dict]:
         """The cluster's PENDING and RUNNING jobs, with the infos ``a_get_job_info`` gives (State API)."""
@@ -383,53 +410,65 @@ class RayHook(BaseHook):
         params: list[tuple[str, Any]] = [("limit", 10000), ("detail", "true")]
         for ended in (status for status in JobStatus if status.is_terminal):
             params += [("filter_keys", "status"), ("filter_predicates", "!="), ("filter_values", ended.value)]
-        data = self._parse(*await self._a_request("GET", "/api/v0/jobs", params=params), "job list")
-        return data["data"]["result"]["result"]
+        return await self._a_call(JOB_LIST_DETAILED, params=params)
+
+    def get_job_status(self, submission_id: str) -> str | None:
+        info = self.get_job_info(submission_id)
+        return info.get("status") if info else None
 
     async def a_get_job_status(self, submission_id: str) -> str | None:
         info = await self.a_get_job_info(submission_id)
         return info.get("status") if info else None
 
+    def get_job_logs(self, submission_id: str) -> str:
+        return self._call(JOB_LOGS, submission_id=submission_id)
+
     async def a_get_job_logs(self, submission_id: str) -> str:
-        return self._parse(
-            *await self._a_request("GET", f"/api/jobs/{submission_id}/logs"), "job logs", missing={}
-        ).get("logs", "")
+        return await self._a_call(JOB_LOGS, submission_id=submission_id)
 
     async def a_get_log_tail(self, node_id: str, submission_id: str, lines: int) -> str | None:
         """The last ``lines`` lines of the job's driver log (State API; cost follows ``lines``), None
         while the driver has not written it."""
-        status, text = await self._a_request(
-            "GET",
-            "/api/v0/logs/file",
-            params={"node_id": node_id, "filename": f"job-driver-{submission_id}.log", "lines": lines},
-        )
+        params = {"node_id": node_id, "filename": f"job-driver-{submission_id}.log", "lines": lines}
+        status, text = await self._a_request(LOG_FILE, params=params)
         if status != 200 and "file is not found" in text:
             return None
         if status != 200:
             raise RayJobError(
-                f"Ray dashboard log read failed: HTTP {status}: {text[:500]}", submission_id=submission_id
+                f"Ray dashboard {LOG_FILE.what} failed: HTTP {status}: {text[:500]}", submission_id=submission_id
             )
         return text
 
+    def stop_job(self, submission_id: str) -> bool:
+        """Stop a job; False when it had already ended or does not exist."""
+        return self._call(STOP_JOB, submission_id=submission_id)
+
     async def a_stop_job(self, submission_id: str) -> bool:
-        return bool(
-            self._parse(*await self._a_request("POST", f"/api/jobs/{submission_id}/stop"), "stop", missing={}).get(
-                "stopped"
-            )
-        )
+        return await self._a_call(STOP_JOB, submission_id=submission_id)
+
+    def delete_job(self, submission_id: str) -> bool:
+        """Delete an ended job's record (a running job must be stopped first)."""
+        return self._call(DELETE_JOB, submission_id=submission_id)
 
     async def a_delete_job(self, submission_id: str) -> bool:
-        return bool(
-            self._parse(*await self._a_request("DELETE", f"/api/jobs/{submission_id}"), "delete", missing={}).get(
-                "deleted"
-            )
-        )
+        return await self._a_call(DELETE_JOB, submission_id=submission_id)
+
+    def list_jobs(self) -> list[dict]:
+        return self._call(JOB_LIST)
+
+    def get_cluster_resources(self) -> dict[str, float]:
+        return self._call(NODES)
 
     async def a_get_cluster_resources(self) -> dict[str, float]:
-        data = self._parse(*await self._a_request("GET", "/api/v0/nodes?detail=1&limit=10000"), "node list")
-        return total_resources(data["data"]["result"]["result"])
+        return await self._a_call(NODES)
 
-    async def a_submit_job(self, **kwargs) -> str:
-        """``submit_job`` off the event loop (it packs and uploads the job's local files)."""
-        await self.a_endpoint()
-        return await asyncio.to_thread(self.submit_job, **kwargs)
+
+class WithRayHook:
+    """How the operators, the sensor and the trigger make their ``RayHook``: from their ``ray_conn_id``,
+    when first used (not in ``__init__``, which runs at every DAG parse), then kept."""
+
+    ray_conn_id: str
+
+    @cached_property
+    def hook(self) -> RayHook:
+        return RayHook(ray_conn_id=self.ray_conn_id)

@@ -200,7 +200,7 @@ def endpoint_from(
     headers = check_headers(conn_id, _json_field(conn_id, "headers", extras.get("headers")))
     runtime_env = _json_field(conn_id, "runtime_env", extras.get("runtime_env"))
     try:
-        check_runtime_env(runtime_env)
+        check_runtime_env("runtime_env", runtime_env)
     except InvalidParameterError as err:
         # The connection's runtime_env goes under every job's: the same rules apply.
         raise RayConnectionConfigError(
@@ -208,7 +208,7 @@ def endpoint_from(
         ) from None
     shared = bool(_flag(conn_id, "shared_storage", extras.get("shared_storage"), False))
     try:
-        prices = check_prices(_json_field(conn_id, "prices", extras.get("prices")) or None)
+        prices = check_prices("prices", _json_field(conn_id, "prices", extras.get("prices")) or None)
     except InvalidParameterError as err:
         raise RayConnectionConfigError(f"Connection {conn_id!r}: extra 'prices'={err.value!r}: {err.fix}") from None
     if is_local_host(host):

@@ -16,7 +16,7 @@ twice, across polls, re-attaches, retries and triggerer restarts.
 
 The log is read at every poll, a quiet one too: a line after a quiet spell reaches the task log at
 the next poll. Where one triggerer waits for many jobs, that is most of its work, their statuses
-coming from one list (``hooks.ray_transport.JobBoard``; bench figure 4).
+coming from one list (``hooks.ray_transport.JobBoard``).
 """
 
 from __future__ import annotations

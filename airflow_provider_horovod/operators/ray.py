@@ -4,16 +4,16 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_horovod import compat
+from airflow_provider_horovod import checks, compat
 from airflow_provider_horovod.contract import (
     DEFERRABLE,
     PENDING_TIMEOUT_S,
@@ -28,12 +28,13 @@ from airflow_provider_horovod.contract import (
     SubmittedJob,
     TaskRun,
 )
+from airflow_provider_horovod.hooks.ray import RayHook, WithRayHook
 from airflow_provider_horovod.links.ray import RayJobLink
+from airflow_provider_horovod.parameters import Declaration, Param
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperatorLink, Context
 
-    from airflow_provider_horovod.hooks.ray import RayHook
     from airflow_provider_horovod.jobs.logs import LogCursor
     from airflow_provider_horovod.jobs.wait import JobEvent, WaitPolicy
     from airflow_provider_horovod.plan import JobPlan
@@ -42,81 +43,130 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class BaseRayJobOperator(BaseOperator):
+class BaseRayJobOperator(WithRayHook, BaseOperator):
     """Base of the provider's operators: one Ray job per task run, waited for and finished.
 
     With the ``[openlineage]`` extra, the OpenLineage listener reads the task's lineage from it
     (``lineage``: ``inlets``/``outlets`` Assets with URIs count too), and the job gets the task's
     OpenLineage run as ``OPENLINEAGE_PARENT_ID``/``OPENLINEAGE_ROOT_PARENT_ID`` (README, "Lineage").
-
-    :param ray_conn_id: Ray connection; without a ``ray_default`` connection, an embedded local Ray
-        cluster is started (templated).
-    :param deferrable: wait in the triggerer, freeing the worker slot (default True, whatever Airflow's
-        ``[operators] default_deferrable`` says: a training waits for hours). A job that ends within
-        its first seconds is finished in the worker, without a deferral. False: wait in the worker.
-    :param wait_for_completion: False: submit, push the submission id and return (a
-        ``RayJobSensor`` waits).
-    :param poll_interval_seconds: seconds between polls of the job's status and log: a line reaches
-        the task log at the next poll (docs/reliability.md).
-    :param pending_timeout_seconds: fail (and stop the job) when it waits longer than this for
-        resources: the job's driver (the job PENDING) or a training's workers (the job RUNNING, its
-        worker group not started). None: wait without limit.
-    :param stall_timeout_seconds: fail (and stop the job) when, running, it shows no progress for
-        longer than this: no new line in its log (Ray Train logs every ``ray.train.report``). The
-        task's retry then runs the next attempt, resuming from the last checkpoint. None (default):
-        no limit.
-    :param storage_path: root of the job's records (and checkpoints) (templated): ``s3://bucket/prefix``,
-        or an absolute local path (``file://`` too) on the embedded cluster or on a filesystem shared
-        by every Ray node and the Airflow workers. Each task run writes under its own folder.
-        Default: ``$AIRFLOW_HOME/horovod-storage``.
-    :param aws_conn_id: AWS connection (Amazon provider) the Airflow side reads S3 storage with;
-        None: the worker's own AWS environment (templated).
-    :param retry_on_user_error: False (default): a failure in the user's function
-        (``UserCodeError``) or in what the task asks for (``ConfigurationError``) fails the task at
-        once, whatever ``retries`` says, and Ray Train does not restart the workers for it either;
-        lost workers, nodes, capacity and storage are retried. True: those are retried too (and an
-        Airflow 3.3 ``retry_policy`` decides them).
-    :param job_tags: who the job is for, e.g. ``{"team": "ranking", "model": "ctr", "cost_centre":
-        "cc-4711"}`` (templated): strings to strings, set as the Ray job's metadata (the dashboard and
-        the Jobs API filter on them) and returned in XCom (``job_tags``). Keys ``ahp_*`` and the
-        ``airflow_*`` ids are the provider's.
-    :param prices: what the cluster's resources cost, ``{"cpu_hour": 0.048, "gpu_hour": 2.45,
-        "currency": "USD"}``: the task's ``cost`` then carries an ``amount``. None: seconds only.
+    Its parameters, shared by every operator of the provider, are declared in ``__init__``'s signature
+    (``parameters``).
     """
 
-    template_fields: Sequence[str] = ("ray_conn_id", "storage_path", "aws_conn_id", "job_tags")
     operator_extra_links: tuple[BaseOperatorLink, ...] = (RayJobLink(),)
     # How long a deferrable task follows its job in the worker before it defers.
     sync_wait_before_defer_s: float = SYNC_WAIT_BEFORE_DEFER_S
 
+    if TYPE_CHECKING:
+        # Each declared parameter is an attribute of its name (``Declaration.store``), which mypy reads as
+        # Any; the signature types the calls, the checks the values.
+        def __getattr__(self, name: str) -> Any: ...
+
     def __init__(
         self,
         *,
-        ray_conn_id: str = "ray_default",
-        deferrable: bool = DEFERRABLE,
-        wait_for_completion: bool = True,
-        poll_interval_seconds: float = POLL_INTERVAL_S,
-        pending_timeout_seconds: float | None = PENDING_TIMEOUT_S,
-        stall_timeout_seconds: float | None = STALL_TIMEOUT_S,
-        storage_path: str | None = None,
-        aws_conn_id: str | None = None,
-        retry_on_user_error: bool = False,
-        job_tags: dict[str, str] | None = None,
-        prices: dict[str, Any] | None = None,
-        **kwargs,
+        ray_conn_id: Annotated[
+            str,
+            Param(
+                "Ray connection; without a `ray_default` connection, an embedded local Ray cluster is started.",
+                templated=True,
+                check=checks.check_ray_conn_id,
+            ),
+        ] = RayHook.default_conn_name,
+        deferrable: Annotated[
+            bool,
+            Param(
+                "Wait in the triggerer, freeing the worker slot (whatever Airflow's `[operators] "
+                "default_deferrable` says: a training waits for hours). A job that ends within its first "
+                "seconds is finished in the worker, without a deferral. False: wait in the worker.",
+                check=checks.check_bool,
+            ),
+        ] = DEFERRABLE,
+        wait_for_completion: Annotated[
+            bool,
+            Param(
+                "False: submit, push the submission id and return (a `RayJobSensor` waits).",
+                check=checks.check_bool,
+            ),
+        ] = True,
+        poll_interval_seconds: Annotated[
+            float,
+            Param(
+                "Seconds between polls of the job's status and log: a line reaches the task log at the next "
+                "poll (docs/reliability.md).",
+                check=checks.check_positive,
+            ),
+        ] = POLL_INTERVAL_S,
+        pending_timeout_seconds: Annotated[
+            float | None,
+            Param(
+                "Fail (and stop the job) when it waits longer than this for resources: the job's driver (the "
+                "job PENDING) or a training's workers (the job RUNNING, its worker group not started). None: "
+                "wait without limit.",
+                check=functools.partial(checks.check_positive, allow_none=True),
+            ),
+        ] = PENDING_TIMEOUT_S,
+        stall_timeout_seconds: Annotated[
+            float | None,
+            Param(
+                "Fail (and stop the job) when, running, it shows no progress for longer than this: no new line "
+                "in its log (Ray Train logs every `ray.train.report`). The task's retry then runs the next "
+                "attempt, resuming from the last checkpoint. None: no limit.",
+                check=functools.partial(checks.check_positive, allow_none=True),
+            ),
+        ] = STALL_TIMEOUT_S,
+        storage_path: Annotated[
+            str | None,
+            Param(
+                "Root of the job's records and checkpoints: `s3://bucket/prefix`, or an absolute local path "
+                "(`file://` too) on the embedded cluster or on a filesystem shared by every Ray node and the "
+                "Airflow workers. Each task run writes under its own folder. None: "
+                "`$AIRFLOW_HOME/horovod-storage`.",
+                templated=True,
+            ),
+        ] = None,
+        aws_conn_id: Annotated[
+            str | None,
+            Param(
+                "AWS connection (Amazon provider) the Airflow side reads S3 storage with; None: the worker's "
+                "own AWS environment.",
+                templated=True,
+            ),
+        ] = None,
+        retry_on_user_error: Annotated[
+            bool,
+            Param(
+                "False: a failure in the user's function (`UserCodeError`) or in what the task asks for "
+                "(`ConfigurationError`) fails the task at once, whatever `retries` says, and Ray Train does "
+                "not restart the workers for it either; lost workers, nodes, capacity and storage are "
+                "retried. True: those are retried too (and an Airflow 3.3 `retry_policy` decides them).",
+                check=checks.check_bool,
+            ),
+        ] = False,
+        job_tags: Annotated[
+            dict[str, str] | None,
+            Param(
+                'Who the job is for, e.g. `{"team": "ranking", "model": "ctr", "cost_centre": "cc-4711"}`: '
+                "strings to strings, set as the Ray job's metadata (the dashboard and the Jobs API filter on "
+                "them) and returned in XCom (`job_tags`). Keys `ahp_*` and the `airflow_*` ids are the "
+                "provider's.",
+                templated=True,
+                check=checks.check_job_tags,
+            ),
+        ] = None,
+        prices: Annotated[
+            dict[str, Any] | None,
+            Param(
+                'What the cluster\'s resources cost, `{"cpu_hour": 0.048, "gpu_hour": 2.45, "currency": '
+                "\"USD\"}`: the task's `cost` then carries an `amount`. None: the connection's, else seconds "
+                "only.",
+                check=checks.check_prices,
+            ),
+        ] = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.job_tags = job_tags
-        self.prices = prices
-        self.retry_on_user_error = retry_on_user_error
-        self.ray_conn_id = ray_conn_id
-        self.storage_path = storage_path
-        self.aws_conn_id = aws_conn_id
-        self.deferrable = deferrable
-        self.wait_for_completion = wait_for_completion
-        self.poll_interval_seconds = poll_interval_seconds
-        self.pending_timeout_seconds = pending_timeout_seconds
-        self.stall_timeout_seconds = stall_timeout_seconds
+        self.parameters.store(self, locals())
         # Kept on the instance in case the task gets killed; the "Ray job" link reads the URL.
         self.submission_id: str | None = None
         self.dashboard_url: str | None = None
@@ -125,10 +175,15 @@ class BaseRayJobOperator(BaseOperator):
         self.job_result: dict[str, Any] | None = None
         self._killed: threading.Event | None = None  # made in execute: operators get copied
 
+    parameters: ClassVar[Declaration] = Declaration.of(__init__)
+    template_fields: Sequence[str] = parameters.template_fields
+    __doc__ = parameters.docstring(__doc__)
+
     # --- what a subclass provides: pure, and checked before anything is submitted ---------------
 
-    def plan(self, task_run: TaskRun, policy: WaitPolicy) -> JobPlan:
-        """The task run's job, every parameter of the subclass checked."""
+    def plan(self, task_run: TaskRun, policy: WaitPolicy, given: dict[str, Any], *, try_number: int | None) -> JobPlan:
+        """The task run's job. ``given``: every declared parameter's value, each through its own check
+        (``parameters``); the plan checks the others with those they depend on."""
         raise NotImplementedError
 
     def task_result(self, context: Context, result: dict[str, Any]) -> Any:
@@ -136,12 +191,6 @@ class BaseRayJobOperator(BaseOperator):
         raise NotImplementedError
 
     # --- the flow -------------------------------------------------------------------------------
-
-    @cached_property
-    def hook(self) -> RayHook:
-        from airflow_provider_horovod.hooks.ray import RayHook
-
-        return RayHook(ray_conn_id=self.ray_conn_id)
 
     @property
     def storage(self) -> Storage:
@@ -154,15 +203,10 @@ class BaseRayJobOperator(BaseOperator):
 
         return WaitPolicy(self.poll_interval_seconds, self.pending_timeout_seconds, self.stall_timeout_seconds)
 
-    def checked_plan(self, task_run: TaskRun, policy: WaitPolicy) -> JobPlan:
-        from airflow_provider_horovod.checks import check_bool, check_ray_conn_id
+    def checked_plan(self, task_run: TaskRun, policy: WaitPolicy, *, try_number: int | None = None) -> JobPlan:
         from airflow_provider_horovod.storage import check_aws_conn_id
 
-        check_ray_conn_id(self.ray_conn_id)
-        check_bool("deferrable", self.deferrable)
-        check_bool("wait_for_completion", self.wait_for_completion)
-        check_bool("retry_on_user_error", self.retry_on_user_error)
-        plan = self.plan(task_run, policy)
+        plan = self.plan(task_run, policy, self.parameters.checked(self), try_number=try_number)
         # A missing AWS connection would otherwise show only after the job ended, when reading its result.
         check_aws_conn_id(self.aws_conn_id)
         return plan
@@ -173,7 +217,8 @@ class BaseRayJobOperator(BaseOperator):
 
         self._killed = threading.Event()
         policy = self.wait_policy()
-        plan = self.checked_plan(TaskRun.of(context["ti"]), policy)
+        ti = context["ti"]
+        plan = self.checked_plan(TaskRun.of(ti), policy, try_number=getattr(ti, "try_number", None))
         plan = with_parent_run(plan, context)
         job = start(self.hook, plan, self.storage, logger=self.log)
         sid = self.submission_id = job["submission_id"]
@@ -187,19 +232,19 @@ class BaseRayJobOperator(BaseOperator):
             self.log.info("The job's log up to line %s is in the task log of an earlier try.", cursor.lines)
         if self.deferrable:
             return self.wait_deferred(context, sid, policy, cursor)
-        event = self.wait(context, sid, policy, cursor)
-        assert event is not None  # without a time limit the wait ends with the job
-        return self.complete(context, event)
+        return self.complete(context, self.wait(context, sid, policy, cursor))
 
     def wait_deferred(self, context: Context, sid: str, policy: WaitPolicy, cursor: LogCursor) -> Any:
         """Follow the job here for its first seconds, then defer to the triggerer."""
+        from airflow_provider_horovod.jobs.wait import StillRunning
         from airflow_provider_horovod.triggers.ray import RayJobTrigger
 
-        latest = [cursor]
-        event = self.wait(context, sid, policy, cursor, within_s=self.sync_wait_before_defer_s, seen=latest.append)
-        if event is not None:
+        try:
+            event = self.wait(context, sid, policy, cursor, within_s=self.sync_wait_before_defer_s)
+        except StillRunning as running:
+            cursor = running.cursor
+        else:
             return self.complete(context, event)
-        cursor = latest[-1]
         context["ti"].xcom_push(key=XCOM_LOG_CURSOR, value=cursor.to_dict())
         self.defer(
             trigger=RayJobTrigger(
@@ -221,14 +266,13 @@ class BaseRayJobOperator(BaseOperator):
         cursor: LogCursor,
         *,
         within_s: float | None = None,
-        seen: Callable[[LogCursor], None] = lambda c: None,
-    ) -> JobEvent | None:
-        """The synchronous wait, in the worker (the trigger's, in an event loop of its own)."""
+    ) -> JobEvent:
+        """The synchronous wait, in the worker (the trigger's, in an event loop of its own); with
+        ``within_s``, ``StillRunning`` when the job has not ended by then."""
         from airflow_provider_horovod.jobs.wait import wait
 
         def save(latest: LogCursor) -> None:
             compat.state_set(context, XCOM_LOG_CURSOR, latest.to_dict())
-            seen(latest)
 
         killed = self._killed
         return wait(
@@ -330,76 +374,75 @@ class RayTaskOperator(BaseRayJobOperator):
 
     The function runs in the job's driver, which Ray schedules with the resources asked for here
     (``num_gpus`` sets its ``CUDA_VISIBLE_DEVICES``). One task run is one Ray job: a retry re-attaches
-    to a running job, reuses a succeeded one, and runs again after a failed one.
-
-    :param python_callable: the function: a callable (shipped with cloudpickle; code in DAG files
-        travels by value) or an import path ``"package.module:function"``.
-    :param op_args: positional arguments (templated; JSON values, XComArgs included).
-    :param op_kwargs: keyword arguments (templated; JSON values, XComArgs included).
-    :param num_cpus: CPUs the job reserves for the function (default 1).
-    :param num_gpus: GPUs it reserves (default none).
-    :param memory: memory it reserves, in bytes.
-    :param resources: custom Ray resources it reserves, e.g. ``{"accelerator_type:A100": 1}``.
-    :param runtime_env: extra Ray runtime env (pip, working_dir, env_vars), merged over the
-        connection's default (templated). No secrets: Ray shows it to every dashboard reader.
-    :param storage_path, aws_conn_id, ray_conn_id, deferrable, wait_for_completion, poll_interval_seconds,
-        pending_timeout_seconds, job_tags, prices: see :class:`BaseRayJobOperator` (``storage_path``
-        holds the record that carries the return value). The job's cost is pushed as XCom ``cost``.
+    to a running job, reuses a succeeded one, and runs again after a failed one. It takes the shared
+    parameters of ``BaseRayJobOperator`` too (``storage_path`` holds the record that carries the return
+    value); the job's cost is pushed as XCom ``cost``.
     """
-
-    template_fields: Sequence[str] = (
-        "op_args",
-        "op_kwargs",
-        "runtime_env",
-        "storage_path",
-        "ray_conn_id",
-        "aws_conn_id",
-        "job_tags",
-    )
-    template_fields_renderers = {"op_kwargs": "json", "runtime_env": "json"}
 
     def __init__(
         self,
         *,
-        python_callable: Any,
-        op_args: Collection[Any] | None = None,
-        op_kwargs: Mapping[str, Any] | None = None,
-        num_cpus: float = 1,
-        num_gpus: float | None = None,
-        memory: int | None = None,
-        resources: dict[str, float] | None = None,
-        runtime_env: dict | None = None,
-        **kwargs,
+        python_callable: Annotated[
+            Callable[..., Any] | str,
+            Param(
+                "The function: a callable (shipped with cloudpickle; code in DAG files travels by value) or "
+                'an import path `"package.module:function"`.'
+            ),
+        ],
+        op_args: Annotated[
+            Collection[Any] | None,
+            Param("Positional arguments (JSON values, XComArgs included).", templated=True, check=checks.check_args),
+        ] = None,
+        op_kwargs: Annotated[
+            Mapping[str, Any] | None,
+            Param(
+                "Keyword arguments (JSON values, XComArgs included).",
+                templated=True,
+                renderer="json",
+                check=checks.check_json,
+            ),
+        ] = None,
+        num_cpus: Annotated[float, Param("CPUs the job reserves for the function (0: none).")] = 1,
+        num_gpus: Annotated[float | None, Param("GPUs it reserves (None or 0: none).")] = None,
+        memory: Annotated[
+            int | None,
+            Param(
+                "Memory it reserves, in bytes.",
+                check=functools.partial(checks.check_positive, allow_none=True, integer=True),
+            ),
+        ] = None,
+        resources: Annotated[
+            dict[str, float] | None,
+            Param(
+                'Custom Ray resources it reserves, e.g. `{"accelerator_type:A100": 1}`.',
+                # Not `self.resources`: BaseOperator makes that attribute Airflow's own Resources (cpus, ram, ...).
+                attribute="ray_resources",
+            ),
+        ] = None,
+        runtime_env: Annotated[
+            dict[str, Any] | None,
+            Param(
+                "Extra Ray runtime env (pip, working_dir, env_vars), merged over the connection's default. No "
+                "secrets: Ray shows it to every dashboard reader.",
+                templated=True,
+                renderer="json",
+                check=checks.check_runtime_env,
+            ),
+        ] = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.python_callable = python_callable
-        self.op_args: Collection[Any] = op_args or []
-        self.op_kwargs: Mapping[str, Any] = op_kwargs or {}
-        self.num_cpus = num_cpus
-        self.num_gpus = num_gpus
-        self.memory = memory
-        # Not `self.resources`: BaseOperator turns that attribute into Airflow's own Resources (cpus, ram, ...).
-        self.ray_resources = resources
-        self.runtime_env = runtime_env
+        self.parameters.store(self, locals())
 
-    def plan(self, task_run: TaskRun, policy: WaitPolicy) -> JobPlan:
+    parameters: ClassVar[Declaration] = Declaration.of(__init__, base=BaseRayJobOperator.parameters)
+    template_fields: Sequence[str] = parameters.template_fields
+    template_fields_renderers = parameters.template_fields_renderers
+    __doc__ = parameters.docstring(__doc__)
+
+    def plan(self, task_run: TaskRun, policy: WaitPolicy, given: dict[str, Any], *, try_number: int | None) -> JobPlan:
         from airflow_provider_horovod.plan import task_plan
 
-        return task_plan(
-            task_run,
-            python_callable=self.python_callable,
-            op_args=self.op_args,
-            op_kwargs=self.op_kwargs,
-            num_cpus=self.num_cpus,
-            num_gpus=self.num_gpus,
-            memory=self.memory,
-            resources=self.ray_resources,
-            runtime_env=self.runtime_env,
-            storage_path=self.storage_path,
-            ray_conn_id=self.ray_conn_id,
-            job_tags=self.job_tags,
-            prices=self.prices,
-        )
+        return task_plan(task_run, given)
 
     def task_result(self, context: Context, result: dict[str, Any]) -> Any:
         from airflow_provider_horovod.cost import summary

@@ -31,6 +31,8 @@ from airflow_provider_horovod.plugins.data import (
     RETURN_KEY,
     TRAINING_OPERATORS,
     AttemptFiles,
+    Storage,
+    read_attempt,
     stopped_by_request,
 )
 from airflow_provider_horovod.plugins.history import cost_summary, is_training_result
@@ -169,19 +171,16 @@ def facts(result: dict, record: dict, job: dict) -> list[dict]:
     return out
 
 
-def failed_attempts(
-    storage_uri: str, attempt: int, record: dict, *, files=AttemptFiles, aws_conn_id: str | None = None
-) -> list[dict]:
-    """Why each attempt of the task run up to ``attempt`` failed, from the records they left (the
-    reason outlives the cluster): class, rank, summary, the user's own frames, what to do."""
+def failed_attempts(attempts: list[AttemptFiles]) -> list[dict]:
+    """Why each of the attempts failed, from the records they left (the reason outlives the cluster):
+    class, rank, summary, the user's own frames, what to do."""
     out = []
-    for number in range(1, attempt + 1):
-        written = record if number == attempt else files(storage_uri, number, aws_conn_id=aws_conn_id).record() or {}
-        failure = written.get("failure")
+    for files in attempts:
+        failure = (files.record or {}).get("failure")
         if isinstance(failure, dict):
             out.append(
                 {
-                    "attempt": number,
+                    "attempt": files.attempt,
                     "class": str(failure.get("failure_class", "")).replace("_", " "),
                     "rank": failure.get("rank"),
                     "summary": failure.get("summary", ""),
@@ -192,8 +191,9 @@ def failed_attempts(
     return out
 
 
-def answer(ti: dict | None, xcoms: dict, files=AttemptFiles) -> dict:
-    """The Training view's data for one task instance. ``files``: how an attempt's folder is read."""
+def answer(ti: dict | None, xcoms: dict, storage: Storage | None = None) -> dict:
+    """The Training view's data for one task instance. ``storage``: where the attempts' files are read
+    (default: through the task's ``aws_conn_id``)."""
     if ti is None:
         return {"found": False, "trains": False, "live": False, "message": "There is no such task instance."}
     live = ti["state"] in LIVE_STATES
@@ -224,23 +224,20 @@ def answer(ti: dict | None, xcoms: dict, files=AttemptFiles) -> dict:
         )
         return {**base, "trains": False, "message": message, "facts": link}
 
-    attempt = int(source["attempt"])
-    attempt_files = files(source["storage_uri"], attempt, aws_conn_id=source.get("aws_conn_id"))
-    record: dict = {}
-    points, kept, problem, failed = None, None, "", []
-    try:
-        points = attempt_files.history()
-        if result or not live:  # the record is written once the job ends
-            record = attempt_files.record() or {}
-        if points is None:
-            points = record.get("history")
-        if any(isinstance(p.get("checkpoint"), str) for p in points or []):
-            kept = attempt_files.folders_with_files()
-        failed = failed_attempts(
-            source["storage_uri"], attempt, record, files=files, aws_conn_id=source.get("aws_conn_id")
-        )
-    except Exception as err:  # storage down or refused: say so on the page, with what was read
-        problem = f"The training's files at {attempt_files.folder} cannot be read: {err}"
+    attempt, storage_uri = int(source["attempt"]), source["storage_uri"]
+    storage = storage or Storage(aws_conn_id=source.get("aws_conn_id"))
+    # The record is written once the job ends.
+    attempt_files = read_attempt(
+        storage, storage_uri, attempt, record=bool(result) or not live, history=True, checkpoints=True
+    )
+    attempts = [*(read_attempt(storage, storage_uri, n) for n in range(1, attempt)), attempt_files]
+    record: dict = attempt_files.record or {}
+    points = attempt_files.history if attempt_files.history is not None else record.get("history")
+    kept = set(attempt_files.checkpoints) if attempt_files.checkpoints is not None else None
+    failed = failed_attempts(attempts)
+    # Storage down or refused: say so on the page, with what was read.
+    unread = next((err for files in attempts for err in files.unread.values()), None)
+    problem = f"The training's files at {attempt_files.folder} cannot be read: {unread}" if unread else ""
     score = (
         result.get("checkpoint_score_attribute")
         or record.get("checkpoint_score_attribute")

@@ -30,6 +30,8 @@ from airflow_provider_horovod.contract import (
     TaskSpec,
     TrainingSpec,
     check_ray_version,
+    python_minor,
+    timings,
     untested_ray_version,
 )
 from airflow_provider_horovod.failures import Failure, FailureClass
@@ -49,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_provider_horovod.runtime.storage import read_payload
 
     started_at = time.time()
-    spec: JobSpec
-    spec, folder = read_payload(argv[1], TrainingSpec if JobKind(argv[0]) is JobKind.TRAIN else TaskSpec)
+    spec_class: type[TrainingSpec] | type[TaskSpec] = TrainingSpec if JobKind(argv[0]) is JobKind.TRAIN else TaskSpec
+    spec, folder = read_payload(argv[1], spec_class)
     spec, problem = preflight(spec)
     if problem:
         report_failure(spec, Failure(FailureClass.CONFIGURATION, problem), started_at)
@@ -60,7 +62,6 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(spec, TrainingSpec):
             record = run_training(spec, folder, started_at)
         else:
-            assert isinstance(spec, TaskSpec)
             record = run_task(spec, folder, started_at)
     except Exception as err:  # the job must end FAILED with a readable reason
         traceback.print_exc()
@@ -122,7 +123,7 @@ def run_task(spec: TaskSpec, folder: str, started_at: float) -> TaskRecord:
         storage_uri=spec.storage_uri,
         run_uri=spec.run_uri,
         return_value=value,
-        timings={"started_at": started_at, "finished_at": time.time(), "total_s": round(time.time() - started_at, 3)},
+        timings=timings(started_at),
     )
     write_record(spec.result_uri, record)
     print(f"result: {spec.result_uri}", flush=True)
@@ -132,7 +133,7 @@ def run_task(spec: TaskSpec, folder: str, started_at: float) -> TaskRecord:
 # --- before anything runs --------------------------------------------------------------------------
 
 
-def preflight(spec: JobSpec) -> tuple[JobSpec, str | None]:
+def preflight(spec: TrainingSpec | TaskSpec) -> tuple[TrainingSpec | TaskSpec, str | None]:
     """The spec to run here (a training's trainer API chosen for this Ray), and what keeps the job from
     running here with the fix; None when nothing does."""
     try:
@@ -142,7 +143,7 @@ def preflight(spec: JobSpec) -> tuple[JobSpec, str | None]:
     return spec, python_mismatch(spec.python_version, spec.pickled_files())
 
 
-def checked_ray(spec: JobSpec) -> JobSpec:
+def checked_ray(spec: TaskSpec) -> TaskSpec:
     """A job that runs a function: any Ray of the range, or newer (with a warning)."""
     version = ray_compat.ray_version()
     if problem := check_ray_version(version):
@@ -164,7 +165,7 @@ def with_trainer(spec: TrainingSpec) -> TrainingSpec:
 
 def python_mismatch(airflow_python: str, pickled: dict[str, str]) -> str | None:
     """``pickled``: parameter -> payload file, for the functions that travelled pickled."""
-    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    here = python_minor()
     if not pickled or not airflow_python or airflow_python == here:
         return None
     names = " and ".join(pickled)
@@ -185,13 +186,12 @@ def report_failure(spec: JobSpec, failure: Failure, started_at: float) -> None:
     print(failure.line(), flush=True)
     from airflow_provider_horovod.runtime.storage import read_json, write_record
 
-    timings = {"started_at": started_at, "finished_at": time.time(), "total_s": round(time.time() - started_at, 3)}
     fields: dict[str, Any] = {
         "submission_id": spec.submission_id,
         "attempt": spec.attempt,
         "storage_uri": spec.storage_uri,
         "run_uri": spec.run_uri,
-        "timings": timings,
+        "timings": timings(started_at),
         "failure": failure.to_dict(),
     }
     try:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from ray.train.backend import Backend, BackendConfig
 
 from airflow_provider_horovod.contract import (
+    HOROVOD_TIMEOUT_S,
     SEGMENT_FAILURE,
     SEGMENT_GROW,
     SEGMENT_NODE_LOST,
@@ -56,7 +57,7 @@ class HorovodV2Config(BackendConfig):
     Tuning variables (``HOROVOD_FUSION_THRESHOLD``, ...) reach the workers through the job's runtime_env.
     """
 
-    timeout_s: int = 300
+    timeout_s: int = HOROVOD_TIMEOUT_S
     nics: Sequence[str] | None = None
 
     @property

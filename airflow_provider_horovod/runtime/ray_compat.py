@@ -441,6 +441,10 @@ def _fresh_elastic_policy_class() -> type:
         heartbeats, and a restart at the old size in that window would wait for the dead node's resources
         (its placement group pending, for as long as the worker-group start timeout)."""
 
+        # Set by Ray's class; declared for mypy, which sees that class as Any.
+        _latest_reserved_resources_query_time: float
+        _latest_reserved_resources: Any
+
         def _get_reserved_resources(self):
             import ray
 

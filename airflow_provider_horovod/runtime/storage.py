@@ -5,7 +5,8 @@ Ray Train copies a checkpoint with ``pyarrow.fs.copy_files``, which turns thread
 target is an ``S3FileSystem``: one file after another, one stream each. ``route_uploads()`` routes
 Ray Train's one copy helper (both trainer APIs, called on ``ray.train.report``) through boto3's
 transfer manager for local-to-S3 copies: the files in parallel, each in parallel parts. Downloads
-stay Ray's own: pyarrow reads with threads on, measured faster than boto3 (bench figure 5).
+stay Ray's own: pyarrow reads with threads on, which measured more than twice as fast as boto3's
+transfer manager.
 
 Forwarded credentials (``forward_aws_credentials``, see ``airflow_provider_horovod.credentials``)
 reach the driver through its environment, Ray Train through an explicit storage filesystem (it
@@ -22,12 +23,12 @@ import json
 import os
 import posixpath
 import re
-import tempfile
 import types
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from airflow_provider_horovod.contract import SESSION_FILE, SPEC_FILE
+from airflow_provider_horovod.local_files import write_atomically
 
 T = TypeVar("T")
 
@@ -151,12 +152,7 @@ def write_text(uri: str, text: str) -> None:
     """Write in one step: a local temp file renamed into place, or a single S3 PUT."""
     body = text.encode("utf-8")
     if "://" not in uri or uri.startswith("file://"):
-        path = uri[len("file://") :] if uri.startswith("file://") else uri
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(body)
-        os.replace(tmp, path)
+        write_atomically(uri[len("file://") :] if uri.startswith("file://") else uri, body)
         return
     fs, path = _fs(uri)
     # An S3 object appears only when its single PUT completes.

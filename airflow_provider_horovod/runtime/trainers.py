@@ -20,6 +20,7 @@ from airflow_provider_horovod.contract import (
     TrainerApi,
     TrainingSpec,
     required_positional,
+    timings,
 )
 from airflow_provider_horovod.runtime import ray_compat
 from airflow_provider_horovod.runtime.storage import (
@@ -435,12 +436,7 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
         checkpoint_score_attribute=spec.checkpoint_score_attribute,
         tracking=summary(spec) if spec.tracking else None,
         resumed_from=resume_from,
-        timings={
-            "started_at": started_at,
-            "finished_at": time.time(),
-            "fit_s": round(fit_s, 3),
-            "total_s": round(time.time() - started_at, 3),
-        },
+        timings=timings(started_at, fit_s=round(fit_s, 3)),
         return_value=read_json(spec.return_value_uri),
         history=read_json(spec.history_uri) or [],
         timeline_uri=spec.timeline_uri if spec.horovod_timeline and exists(spec.timeline_uri) else None,

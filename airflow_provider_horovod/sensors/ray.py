@@ -5,14 +5,21 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from airflow_provider_horovod import checks, compat
-from airflow_provider_horovod.contract import DEFERRABLE, LOG_TAIL_LINES, RESUME_GUARD_S
+from airflow_provider_horovod.contract import (
+    DEFERRABLE,
+    LOG_TAIL_LINES,
+    POLL_INTERVAL_S,
+    RESUME_GUARD_S,
+    SENSOR_PENDING_TIMEOUT_S,
+    JobStatus,
+)
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError
+from airflow_provider_horovod.hooks.ray import RayHook, WithRayHook
 from airflow_provider_horovod.links.ray import RayJobLink
 
 if TYPE_CHECKING:
@@ -21,7 +28,7 @@ if TYPE_CHECKING:
     from airflow_provider_horovod.jobs.wait import WaitPolicy
 
 
-class RayJobSensor(BaseSensorOperator):
+class RayJobSensor(WithRayHook, BaseSensorOperator):
     """Wait for a Ray job to end; fail when it ends FAILED or STOPPED.
 
     For a job started by ``HorovodTrainOperator`` (e.g. with ``wait_for_completion=False``) it
@@ -35,7 +42,8 @@ class RayJobSensor(BaseSensorOperator):
     :param aws_conn_id: AWS connection used to read S3 storage; None: the worker's AWS environment (templated).
     :param deferrable: wait in the triggerer (``poke_interval`` is the poll interval there); default True,
         whatever Airflow's ``[operators] default_deferrable`` says, as the provider's operators.
-    :param pending_timeout_seconds: fail when the job stays PENDING longer than this.
+    :param pending_timeout_seconds: fail when the job stays PENDING longer than this; None (default):
+        wait without limit, as the job is not the sensor's own.
     :param retry_on_user_error: a job that failed in the user's code or its configuration fails the
         sensor without retries (False, default), as the operators do; True retries it.
     """
@@ -47,10 +55,10 @@ class RayJobSensor(BaseSensorOperator):
         self,
         *,
         submission_id: str,
-        ray_conn_id: str = "ray_default",
+        ray_conn_id: str = RayHook.default_conn_name,
         aws_conn_id: str | None = None,
         deferrable: bool = DEFERRABLE,
-        pending_timeout_seconds: float | None = None,
+        pending_timeout_seconds: float | None = SENSOR_PENDING_TIMEOUT_S,
         retry_on_user_error: bool = False,
         **kwargs,
     ) -> None:
@@ -68,12 +76,6 @@ class RayJobSensor(BaseSensorOperator):
         self.retry_on_user_error = retry_on_user_error
         self.dashboard_url: str | None = None  # the "Ray job" link, once known
 
-    @cached_property
-    def hook(self):
-        from airflow_provider_horovod.hooks.ray import RayHook
-
-        return RayHook(ray_conn_id=self.ray_conn_id)
-
     def wait_policy(self) -> WaitPolicy:
         """The poke interval is the triggerer's poll interval; no stall timeout (the job is not ours)."""
         from airflow_provider_horovod.jobs.wait import WaitPolicy
@@ -84,14 +86,14 @@ class RayJobSensor(BaseSensorOperator):
                 self.poke_interval,
                 "in deferrable mode it is the triggerer's poll interval: give seconds greater than 0.",
             )
-        return WaitPolicy(float(self.poke_interval) or 1.0, self.pending_timeout_seconds, None)
+        return WaitPolicy(float(self.poke_interval) or POLL_INTERVAL_S, self.pending_timeout_seconds, None)
 
     def _check_inputs(self) -> tuple[str, WaitPolicy]:
         """Every argument, checked before the cluster is asked anything."""
         from airflow_provider_horovod.storage import check_aws_conn_id
 
         sid = checks.check_submission_id(self.submission_id)
-        checks.check_ray_conn_id(self.ray_conn_id)
+        checks.check_ray_conn_id("ray_conn_id", self.ray_conn_id)
         checks.check_bool("deferrable", self.deferrable)
         checks.check_bool("retry_on_user_error", self.retry_on_user_error)
         policy = self.wait_policy()
@@ -135,7 +137,8 @@ class RayJobSensor(BaseSensorOperator):
             )
         self.log.info("Ray job %s is %s", sid, info.get("status"))
         # A failure shows the log's last lines.
-        failed = info.get("status") in ("FAILED", "STOPPED")
+        status = JobStatus.known(info.get("status"))
+        failed = status is not None and status.ended_without_success
         tail = self.hook.get_job_logs(sid).splitlines()[-LOG_TAIL_LINES:] if failed else []
         result = step(self.wait_policy(), LogCursor(sid), Poll(info, time.time(), tail=tail))
         if result.timeout is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -10,13 +11,14 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_horovod import compat, failures
-from airflow_provider_horovod.contract import XCOM_LOG_CURSOR
+from airflow_provider_horovod.contract import XCOM_LOG_CURSOR, TaskRun
 from airflow_provider_horovod.exceptions import HorovodProviderError, InvalidParameterError
+from airflow_provider_horovod.hooks.ray import RayHook, WithRayHook
 from airflow_provider_horovod.jobs.logs import LogCursor
 from airflow_provider_horovod.jobs.wait import JobEvent, WaitPolicy, follow
 
 
-class RayJobTrigger(BaseTrigger):
+class RayJobTrigger(WithRayHook, BaseTrigger):
     """Poll a Ray job until it ends; yield exactly one event (a ``JobEvent`` as a dict).
 
     :param submission_id: the Ray job's submission id.
@@ -35,7 +37,7 @@ class RayJobTrigger(BaseTrigger):
         self,
         *,
         submission_id: str,
-        ray_conn_id: str = "ray_default",
+        ray_conn_id: str = RayHook.default_conn_name,
         policy: dict | None = None,
         log_cursor: dict | None = None,
         stream_logs: bool = True,
@@ -64,22 +66,10 @@ class RayJobTrigger(BaseTrigger):
             },
         )
 
-    def _hook(self):
-        from airflow_provider_horovod.hooks.ray import RayHook
-
-        return RayHook(ray_conn_id=self.ray_conn_id)
-
-    def _task_ids(self) -> dict | None:
+    def _task_ids(self) -> dict[str, Any] | None:
+        """The task instance's dag_id, task_id, run_id and map_index, when a triggerer runs this trigger."""
         ti = self.task_instance
-        if ti is None:
-            return None
-        index = getattr(ti, "map_index", -1)
-        return {
-            "dag_id": ti.dag_id,
-            "task_id": ti.task_id,
-            "run_id": ti.run_id,
-            "map_index": -1 if index is None else index,
-        }
+        return None if ti is None else dataclasses.asdict(TaskRun.of(ti))
 
     async def _saved_cursor(self) -> LogCursor:
         """How far this trigger (an earlier run of it, before a triggerer restart) streamed the log."""
@@ -125,7 +115,7 @@ class RayJobTrigger(BaseTrigger):
             latest[0] = cursor
             await self._save_cursor(cursor)
 
-        async with self._hook() as hook:
+        async with self.hook as hook:
             try:
                 return await follow(
                     hook,
@@ -154,5 +144,5 @@ class RayJobTrigger(BaseTrigger):
     async def on_kill(self) -> None:
         # Only a user's kill lands here (not a triggerer restart): the job must not outlive the task.
         self.log.info("Task killed: stopping Ray job %s", self.submission_id)
-        async with self._hook() as hook:
+        async with self.hook as hook:
             await hook.a_stop_job(self.submission_id)

@@ -62,7 +62,7 @@ def runs(stack, history_runs):
 
 
 @pytest.fixture(scope="module")
-def browser():
+def chromium():
     from playwright.sync_api import sync_playwright
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -72,6 +72,15 @@ def browser():
             yield launched
         finally:
             launched.close()
+
+
+@pytest.fixture
+def browser(chromium):
+    """The module's browser; the pages a test opened are closed after it (Airflow's UI and the views poll
+    while open: a page left open keeps a core's fraction busy for the rest of the run)."""
+    yield chromium
+    for context in chromium.contexts:
+        context.close()
 
 
 def open_page(browser, url: str, *, scheme: str = "light", height: int = 1000, only_under: str | None = None):
@@ -95,10 +104,13 @@ def open_page(browser, url: str, *, scheme: str = "light", height: int = 1000, o
 
         context.route("**/*", proxy)
     # Airflow 3.1 sends a new session to its home page after the login: the page is opened after it,
-    # once the login has set the session's token (a loaded machine reaches networkidle before).
+    # once the login has set the session's token (a loaded machine reaches networkidle before). With
+    # every user an admin, Airflow 3.3 sets no token and answers the UI's "who am I" at once.
+    signed_in = []
+    page.on("response", lambda r: signed_in.append(r) if r.ok and r.url.endswith("/ui/auth/me") else None)
     page.goto(url.split("/dags/")[0] + "/", wait_until="networkidle")
     deadline = time.monotonic() + 60
-    while not any(cookie["name"] == "_token" for cookie in context.cookies()):
+    while not signed_in and not any(cookie["name"] == "_token" for cookie in context.cookies()):
         assert time.monotonic() < deadline, "the UI never logged in"
         page.wait_for_timeout(250)
     page.goto(url, wait_until="networkidle")

@@ -93,9 +93,9 @@ def test_seconds():
 
 
 def test_max_failures():
-    assert [checks.check_max_failures(v) for v in (-1, 0, 3)] == [-1, 0, 3]
+    assert [checks.check_max_failures("max_failures", v) for v in (-1, 0, 3)] == [-1, 0, 3]
     for bad in (-2, "1", True, 1.0):
-        fails(checks.check_max_failures, bad, parameter="max_failures", fix="-1 (retry without limit)")
+        fails(checks.check_max_failures, "max_failures", bad, parameter="max_failures", fix="-1 (retry without limit)")
 
 
 def test_choice_and_bool():
@@ -149,25 +149,25 @@ def test_bad_resources(value, use_gpu, fix):
 
 
 def test_horovod_env():
-    assert checks.check_horovod_env(None) == {}
-    assert checks.check_horovod_env({"HOROVOD_CYCLE_TIME": 1, "HOROVOD_FUSION_THRESHOLD": "0"}) == {
+    assert checks.check_horovod_env("horovod_env", None) == {}
+    assert checks.check_horovod_env("horovod_env", {"HOROVOD_CYCLE_TIME": 1, "HOROVOD_FUSION_THRESHOLD": "0"}) == {
         "HOROVOD_CYCLE_TIME": "1",
         "HOROVOD_FUSION_THRESHOLD": "0",
     }
-    fails(checks.check_horovod_env, {"OMP_NUM_THREADS": "1"}, parameter="horovod_env", fix="HOROVOD_*")
-    fails(checks.check_horovod_env, {"HOROVOD_X": {"a": 1}}, fix="string or a number")
-    fails(checks.check_horovod_env, {"HOROVOD_X": None}, fix="string or a number")
-    fails(checks.check_horovod_env, "HOROVOD_X=1", fix="give a dict")
+    fails(checks.check_horovod_env, "horovod_env", {"OMP_NUM_THREADS": "1"}, parameter="horovod_env", fix="HOROVOD_*")
+    fails(checks.check_horovod_env, "horovod_env", {"HOROVOD_X": {"a": 1}}, fix="string or a number")
+    fails(checks.check_horovod_env, "horovod_env", {"HOROVOD_X": None}, fix="string or a number")
+    fails(checks.check_horovod_env, "horovod_env", "HOROVOD_X=1", fix="give a dict")
 
 
 def test_nics():
-    assert checks.check_nics(None) is None
-    assert checks.check_nics("eth0") == ["eth0"]
+    assert checks.check_nics("horovod_nics", None) is None
+    assert checks.check_nics("horovod_nics", "eth0") == ["eth0"]
     # Candidates in order of preference: kept as given, duplicates dropped.
-    assert checks.check_nics(["ib0", "eth0", "ib0"]) == ["ib0", "eth0"]
-    assert checks.check_nics(("ens5", "eth0")) == ["ens5", "eth0"]
+    assert checks.check_nics("horovod_nics", ["ib0", "eth0", "ib0"]) == ["ib0", "eth0"]
+    assert checks.check_nics("horovod_nics", ("ens5", "eth0")) == ["ens5", "eth0"]
     for bad in ([""], [7], 7, [], {"ib0", "eth0"}):
-        fails(checks.check_nics, bad, parameter="horovod_nics", fix="interface names")
+        fails(checks.check_nics, "horovod_nics", bad, parameter="horovod_nics", fix="interface names")
 
 
 # --- storage and datasets -------------------------------------------------------------------------
@@ -289,7 +289,7 @@ def test_runtime_env_good_forms(tmp_path):
     zipped.write_bytes(b"PK")
     requirements = tmp_path / "requirements.txt"
     requirements.write_text("pandas\n")
-    assert checks.check_runtime_env(None) == {}
+    assert checks.check_runtime_env("runtime_env", None) == {}
     for env in (
         {"working_dir": str(tmp_path / "wd"), "py_modules": [str(tmp_path / "mod"), str(whl), str(single)]},
         {"working_dir": str(zipped)},
@@ -301,7 +301,7 @@ def test_runtime_env_good_forms(tmp_path):
         {"env_vars": {"MODE": "fast", "OMP_NUM_THREADS": "1"}, "excludes": ["*.ckpt"]},
         {"conda": {"dependencies": ["x"]}, "config": {"setup_timeout_seconds": 60}},
     ):
-        checked = checks.check_runtime_env(env)
+        checked = checks.check_runtime_env("runtime_env", env)
         assert checked == env and checked is not env
 
 
@@ -311,6 +311,7 @@ def test_runtime_env_good_forms(tmp_path):
 def test_runtime_env_refuses_secret_looking_env_vars_without_echoing_them(name):
     err = fails(
         checks.check_runtime_env,
+        "runtime_env",
         {"env_vars": {name: SECRET, "MODE": "x"}},
         parameter="runtime_env",
         fix="looks like a secret",
@@ -321,7 +322,12 @@ def test_runtime_env_refuses_secret_looking_env_vars_without_echoing_them(name):
 
 
 def test_runtime_env_errors_never_echo_env_var_values():
-    err = fails(checks.check_runtime_env, {"pips": ["x"], "env_vars": {"MODE": SECRET}}, fix="unknown field 'pips'")
+    err = fails(
+        checks.check_runtime_env,
+        "runtime_env",
+        {"pips": ["x"], "env_vars": {"MODE": SECRET}},
+        fix="unknown field 'pips'",
+    )
     assert SECRET not in str(err)
 
 
@@ -347,17 +353,22 @@ def test_runtime_env_errors_never_echo_env_var_values():
     ],
 )
 def test_bad_runtime_env(env, fix):
-    fails(checks.check_runtime_env, env, parameter="runtime_env", fix=fix)
+    fails(checks.check_runtime_env, "runtime_env", env, parameter="runtime_env", fix=fix)
 
 
 def test_runtime_env_py_modules_file_of_another_kind(tmp_path):
     other = tmp_path / "notes.txt"
     other.write_text("x")
-    fails(checks.check_runtime_env, {"py_modules": [str(other)]}, fix="is neither an existing folder, .py or .whl")
+    fails(
+        checks.check_runtime_env,
+        "runtime_env",
+        {"py_modules": [str(other)]},
+        fix="is neither an existing folder, .py or .whl",
+    )
 
 
 def test_runtime_env_check_names_the_given_parameter():
-    fails(checks.check_runtime_env, {"pips": []}, "extra_env", parameter="extra_env")
+    fails(checks.check_runtime_env, "extra_env", {"pips": []}, parameter="extra_env")
 
 
 def test_masked_and_is_uri():
@@ -405,9 +416,9 @@ def test_submission_id_is_stripped():
 
 
 def test_ray_conn_id():
-    assert checks.check_ray_conn_id("my_ray") == "my_ray"
+    assert checks.check_ray_conn_id("ray_conn_id", "my_ray") == "my_ray"
     for bad in ("", "  ", None, 5):
-        fails(checks.check_ray_conn_id, bad, parameter="ray_conn_id", fix="'ray_default'")
+        fails(checks.check_ray_conn_id, "ray_conn_id", bad, parameter="ray_conn_id", fix="'ray_default'")
 
 
 @pytest.mark.parametrize(
@@ -433,9 +444,9 @@ def test_forwarding():
 
 
 def test_job_tags():
-    assert checks.check_job_tags(None) == {}
+    assert checks.check_job_tags("job_tags", None) == {}
     tags = {"team": "ranking", "model": "ctr", "cost_centre": "cc-4711"}
-    assert checks.check_job_tags(tags) == tags
+    assert checks.check_job_tags("job_tags", tags) == tags
 
 
 @pytest.mark.parametrize(
@@ -453,12 +464,12 @@ def test_job_tags():
     ],
 )
 def test_bad_job_tags_name_the_parameter_and_the_fix(bad, fix):
-    fails(checks.check_job_tags, bad, parameter="job_tags", fix=fix)
+    fails(checks.check_job_tags, "job_tags", bad, parameter="job_tags", fix=fix)
 
 
 def test_prices():
-    assert checks.check_prices(None) is None
-    assert checks.check_prices({"cpu_hour": 0.05, "gpu_hour": 2, "currency": "EUR"}) == {
+    assert checks.check_prices("prices", None) is None
+    assert checks.check_prices("prices", {"cpu_hour": 0.05, "gpu_hour": 2, "currency": "EUR"}) == {
         "cpu_hour": 0.05,
         "gpu_hour": 2,
         "currency": "EUR",
@@ -477,7 +488,7 @@ def test_prices():
     ],
 )
 def test_bad_prices(bad, fix):
-    fails(checks.check_prices, bad, parameter="prices", fix=fix)
+    fails(checks.check_prices, "prices", bad, parameter="prices", fix=fix)
 
 
 # --- MLflow tracking ------------------------------------------------------------------------------

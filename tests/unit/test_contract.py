@@ -5,6 +5,8 @@ spec and the records as versioned JSON, read by a newer or older provider; the r
 
 import json
 import re
+import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -21,15 +23,18 @@ from airflow_provider_horovod.contract import (
     TrainerApi,
     TrainingSpec,
     attempt_of,
+    attempt_of_record,
     attempt_uri,
     check_ray_version,
     consumed_uri,
     default_storage_path,
     elastic_ray_problem,
+    python_minor,
     required_positional,
     result_uri,
     safe_name,
     storage_root,
+    timings,
     training_result,
     untested_ray_version,
 )
@@ -131,6 +136,14 @@ def test_attempt_of_reads_back_submission_ids():
     assert [attempt_of(run.submission_id(n)) for n in (1, 2, 10)] == [1, 2, 10]
 
 
+def test_an_attempts_record_uri_says_its_task_runs_folder_and_its_attempt():
+    folder = TaskRun("dag", "train", RUN, map_index=3).storage_uri("s3://bucket/prefix")
+    assert attempt_of_record(result_uri(folder, 12)) == (folder, 12)
+    for other in (f"{folder}/attempt-x/result.json", f"{folder}/attempt-2/other.json", "result.json"):
+        with pytest.raises(ValueError, match="is not the record of an attempt"):
+            attempt_of_record(other)
+
+
 def test_default_storage_path_is_under_airflow_home(monkeypatch, tmp_path):
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
     assert default_storage_path() == str(tmp_path / "horovod-storage")
@@ -164,6 +177,13 @@ def test_job_status_is_a_string():
 
 def test_terminal_states():
     assert {s for s in JobStatus if s.is_terminal} == {JobStatus.STOPPED, JobStatus.SUCCEEDED, JobStatus.FAILED}
+    assert {s for s in JobStatus if s.ended_without_success} == {JobStatus.STOPPED, JobStatus.FAILED}
+
+
+@pytest.mark.parametrize("value", ["failed", "DELETED", None, 3])
+def test_a_state_this_provider_does_not_know_is_none_where_a_wait_asks_gently(value):
+    assert JobStatus.known(value) is None
+    assert JobStatus.known("RUNNING") is JobStatus.RUNNING
 
 
 @pytest.mark.parametrize("value", ["failed", "DELETED", None, 3])
@@ -171,6 +191,14 @@ def test_an_unknown_status_is_an_error_naming_it(value):
     with pytest.raises(UnknownJobStatusError, match=re.escape(repr(value))):
         JobStatus.of(value)
     assert JobStatus.of("FAILED") is JobStatus.FAILED and JobStatus.of(JobStatus.PENDING) is JobStatus.PENDING
+
+
+def test_the_python_minor_version_and_a_records_timings():
+    assert python_minor() == f"{sys.version_info.major}.{sys.version_info.minor}"
+    started = time.time() - 2.0
+    made = timings(started, fit_s=1.5)
+    assert list(made) == ["started_at", "finished_at", "fit_s", "total_s"] and made["fit_s"] == 1.5
+    assert made["started_at"] == started and made["total_s"] == round(made["finished_at"] - started, 3) >= 2.0
 
 
 def test_trainer_apis_and_job_kinds_are_strings():

@@ -205,21 +205,10 @@ def test_a_ray_task_reports_its_inlets_outlets_and_run():
 def test_the_job_gets_the_tasks_openlineage_run_when_openlineage_is_on(monkeypatch):
     from airflow.providers.openlineage import conf
 
-    from airflow_provider_horovod.plan import task_plan
+    from airflow_provider_horovod.operators.ray import RayTaskOperator
 
-    plan = task_plan(
-        TASK_RUN,
-        python_callable="json:dumps",
-        op_args=[1],
-        op_kwargs={},
-        num_cpus=1,
-        num_gpus=None,
-        memory=None,
-        resources=None,
-        runtime_env=None,
-        storage_path="/tmp/x",
-        ray_conn_id="ray_default",
-    )
+    op = RayTaskOperator(task_id="t", python_callable="json:dumps", op_args=[1], storage_path="/tmp/x")
+    plan = op.checked_plan(TASK_RUN, op.wait_policy())
     assert conf.is_disabled()  # no transport in the tests' environment
     assert with_parent_run(plan, context()) is plan
     monkeypatch.setattr(conf, "is_disabled", lambda: False)
@@ -241,8 +230,7 @@ import sys
 import pendulum
 from airflow.sdk import dag, task
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
-from airflow_provider_horovod.operators.ray import with_parent_run
-from airflow_provider_horovod.plan import task_plan
+from airflow_provider_horovod.operators.ray import RayTaskOperator, with_parent_run
 from airflow_provider_horovod.contract import TaskRun
 import airflow_provider_horovod.decorators.ray, airflow_provider_horovod.decorators.horovod
 
@@ -251,9 +239,8 @@ def d():
     HorovodTrainOperator(task_id="train", train_fn="a.b:c", datasets={"train": "s3://b/k"})
     task.ray(task_id="work")(lambda: 1)()
 d()
-plan = task_plan(TaskRun("d", "t", "r"), python_callable="json:dumps", op_args=[], op_kwargs={}, num_cpus=1,
-                 num_gpus=None, memory=None, resources=None, runtime_env=None, storage_path="/tmp/x",
-                 ray_conn_id="ray_default")
+op = RayTaskOperator(task_id="t", python_callable="json:dumps", storage_path="/tmp/x")
+plan = op.checked_plan(TaskRun("d", "t", "r"), op.wait_policy())
 assert with_parent_run(plan, {"ti": None}) is plan
 print(sorted(m for m in sys.modules if m.startswith("openlineage") or m.startswith("airflow.providers.openlineage")))
 """

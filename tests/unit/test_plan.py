@@ -25,44 +25,45 @@ from airflow_provider_horovod.contract import (
     TrainingSpec,
 )
 from airflow_provider_horovod.exceptions import InvalidParameterError
+from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
+from airflow_provider_horovod.operators.ray import RayTaskOperator
 from airflow_provider_horovod.plan import JobRequest, payload_module, provider_folder, task_plan, training_plan
 
 TASK_RUN = TaskRun("dag", "train", "manual__1", -1)
 ROOT = "s3://b/p"
 PICKLE = b"\x80\x05pickled-function-bytes"
+# What the operator is given; the rest are its defaults.
 TRAINING = {
     "train_fn": "json:dumps",
-    "train_call": None,
-    "train_loop_config": None,
-    "datasets": None,
     "num_workers": 3,
-    "use_gpu": False,
     "resources_per_worker": {"CPU": 2},
-    "checkpoint_num_to_keep": None,
-    "checkpoint_score_attribute": None,
-    "checkpoint_score_order": "max",
-    "max_failures": 0,
-    "horovod_timeout_s": 30,
-    "horovod_nics": None,
     "horovod_env": {"HOROVOD_CYCLE_TIME": "1"},
-    "runtime_env": None,
-    "trainer_api": "auto",
-    "forward_aws_credentials": False,
-    "aws_conn_id": None,
     "aws_credentials_ttl_seconds": 3600,
-    "check_cluster_resources": True,
-    "materialize_datasets": True,
-    "horovod_timeline": False,
     "storage_path": ROOT,
-    "pending_timeout_s": 600.0,
-    "ray_conn_id": "ray_default",
 }
 
 
+def given(**kwargs) -> dict:
+    """The operator's declared parameters as its plan gets them: each through its own check."""
+    op = HorovodTrainOperator(task_id="train", **{**TRAINING, **kwargs})
+    return op.parameters.checked(op)
+
+
+def training(task_run=TASK_RUN, *, mlflow_tracking_uri=None, mlflow_auth=None, try_number=None, **kwargs):
+    return training_plan(
+        task_run,
+        given(**kwargs),
+        train_call=None,
+        pending_timeout_s=600.0,
+        mlflow_tracking_uri=mlflow_tracking_uri,
+        mlflow_auth=mlflow_auth,
+        try_number=try_number,
+    )
+
+
 def plan(**kwargs):
-    made = training_plan(TASK_RUN, **{**TRAINING, **kwargs})
     # A pickled function travels in the payload; an import path does not. Tests of the payload use one.
-    return dataclasses.replace(made, files={"train_fn.pkl": PICKLE}) if kwargs.get("pickled", True) else made
+    return dataclasses.replace(training(**kwargs), files={"train_fn.pkl": PICKLE})
 
 
 def request(attempt=2, **kwargs):
@@ -77,7 +78,7 @@ def spec(attempt=2, **kwargs):
 
 
 def test_the_plan_holds_the_checked_spec_of_the_first_attempt_and_what_it_asks_for():
-    made = training_plan(TASK_RUN, **TRAINING)
+    made = training()
     assert made.spec.submission_id == TASK_RUN.submission_id(1) and made.spec.attempt == 1
     assert made.storage_uri == TASK_RUN.storage_uri(ROOT) and made.storage_root == ROOT
     assert made.spec.train_fn == {"import": "json:dumps"} and made.files == {}
@@ -89,7 +90,7 @@ def test_the_plan_holds_the_checked_spec_of_the_first_attempt_and_what_it_asks_f
     "storage_path, root", [("file:///data/x/", "/data/x"), ("s3://b/p/", "s3://b/p"), ("/data/./y", "/data/y")]
 )
 def test_the_storage_root_is_normalised(storage_path, root):
-    assert training_plan(TASK_RUN, **{**TRAINING, "storage_path": storage_path}).storage_root == root
+    assert training(storage_path=storage_path).storage_root == root
 
 
 @pytest.mark.parametrize(
@@ -106,7 +107,7 @@ def test_the_storage_root_is_normalised(storage_path, root):
 )
 def test_bad_parameters_raise_naming_the_parameter(kwargs, parameter):
     with pytest.raises(InvalidParameterError) as err:
-        training_plan(TASK_RUN, **{**TRAINING, **kwargs})
+        training(**kwargs)
     assert err.value.parameter == parameter
 
 
@@ -251,19 +252,16 @@ def test_write_payload_refuses_paths_as_file_names(tmp_path):
 
 def test_a_task_request_runs_the_function_in_the_driver():
     task_run = TaskRun("dag", "evaluate", "manual__1")
-    made_plan = task_plan(
-        task_run,
+    op = RayTaskOperator(
+        task_id="evaluate",
         python_callable="json:dumps",
         op_args=[1],
-        op_kwargs=None,
         num_cpus=2,
-        num_gpus=None,
-        memory=None,
         resources={"accel": 1},
         runtime_env={"env_vars": {"MODE": "x"}},
         storage_path="/s",
-        ray_conn_id="ray_default",
     )
+    made_plan = task_plan(task_run, op.parameters.checked(op))
     made = made_plan.request(1)
     assert made.entrypoint == f"python -m airflow_provider_horovod.runtime.entrypoint task {made.payload_module}"
     assert made.driver_resources == {"num_cpus": 2, "resources": {"accel": 1.0}}
@@ -285,7 +283,7 @@ def test_without_mlflow_the_spec_has_no_tracking():
 
 def test_tracking_names_the_server_the_experiment_the_run_and_the_airflow_identifiers():
     mapped = TaskRun("dag", "train", "manual__1", 3)
-    tracked = training_plan(mapped, **{**TRAINING, "mlflow_tracking_uri": "http://mlflow:5000", "try_number": 2})
+    tracked = training(mapped, mlflow_tracking_uri="http://mlflow:5000", try_number=2)
     assert tracked.spec.tracking == {
         "tracking_uri": "http://mlflow:5000",
         "experiment_name": "dag",
@@ -307,14 +305,12 @@ def test_tracking_names_the_server_the_experiment_the_run_and_the_airflow_identi
 
 def test_an_mlflow_connections_credentials_travel_in_the_payload_only():
     secret = "mlflow-token-0123"
-    tracked = training_plan(
-        TASK_RUN, **TRAINING, mlflow_tracking_uri="http://mlflow:5000", mlflow_auth={"token": secret}
-    )
+    tracked = training(mlflow_tracking_uri="http://mlflow:5000", mlflow_auth={"token": secret})
     req = tracked.request(1)
     assert json.loads(req.files[MLFLOW_AUTH_FILE]) == {"token": secret}
     assert secret not in json.dumps(req.runtime_env) + json.dumps(req.metadata) + req.entrypoint + req.dry_run()
     assert secret not in req.files[SPEC_FILE].decode()
-    untracked = training_plan(TASK_RUN, **TRAINING, mlflow_auth={"token": secret})
+    untracked = training(mlflow_auth={"token": secret})
     assert MLFLOW_AUTH_FILE not in untracked.files  # no tracking, no credentials
 
 

@@ -26,7 +26,7 @@ NOT_MIRRORED = {
 # Who may import whom: a module imports only modules of its own layer or of lower ones. The
 # runtime is a tower of its own beside the Airflow side, on the contract.
 LAYERS = [
-    ["exceptions", "contract", "failures"],
+    ["exceptions", "contract", "failures", "local_files"],
     [
         "checks",
         "functions",
@@ -39,6 +39,8 @@ LAYERS = [
         "build_horovod",
         "cost",
         "lineage",
+        "attempts",
+        "parameters",
     ],
     ["plan", "hooks/ray_connection", "hooks/ray_transport", "hooks/ray_packages", "hooks/ray"],
     ["jobs/api", "jobs/logs", "jobs/wait", "jobs/submit", "jobs/finish"],
@@ -46,7 +48,7 @@ LAYERS = [
     ["operators/ray", "operators/horovod", "sensors/ray"],
     ["decorators/horovod", "decorators/ray", "plugins/*"],
 ]
-RUNTIME_MAY_IMPORT = {"contract", "exceptions", "failures"}
+RUNTIME_MAY_IMPORT = {"contract", "exceptions", "failures", "local_files"}
 CLUSTER_LIBRARIES = {
     "ray",
     "torch",

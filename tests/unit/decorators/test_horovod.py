@@ -24,7 +24,7 @@ def test_the_call_gives_every_worker_its_arguments():
         op = train(0.1, layers=[4, 4]).operator
     assert isinstance(op, HorovodTrainOperator) and op.task_id == "train" and op.num_workers == 3
     assert {"op_args", "op_kwargs"} <= set(op.template_fields)
-    training = op.plan(TaskRun("dag", "train", RUN_ID), op.wait_policy())
+    training = op.checked_plan(TaskRun("dag", "train", RUN_ID), op.wait_policy())
     spec = training.spec
     assert spec.train_args == [0.1] and spec.train_kwargs == {"layers": [4, 4]}
     assert spec.train_fn == {"pickle": "train_fn.pkl", "source": __file__}
@@ -39,7 +39,7 @@ def test_a_function_of_several_parameters_is_not_refused():
     # The operator's own train_fn takes at most `config`; a decorated one takes what the call gives.
     with DAG("dag", schedule=None):
         op = train(0.1, 2, layers=[1]).operator
-    assert op.plan(TaskRun("dag", "train", RUN_ID), op.wait_policy()).spec.train_args == [0.1, 2]
+    assert op.checked_plan(TaskRun("dag", "train", RUN_ID), op.wait_policy()).spec.train_args == [0.1, 2]
 
 
 def test_arguments_that_are_not_json_fail_before_any_cluster_call(serve):
@@ -61,7 +61,7 @@ def test_a_decorated_training_logs_to_mlflow_with_its_calls_arguments_as_paramet
 
     with DAG("dag", schedule=None):
         op = tracked(0.1, layers=[4, 4]).operator
-    spec = op.plan(TaskRun("dag", "tracked", RUN_ID), op.wait_policy()).spec
+    spec = op.checked_plan(TaskRun("dag", "tracked", RUN_ID), op.wait_policy()).spec
     assert spec.tracking["tracking_uri"] == "http://mlflow:5000" and spec.tracking["experiment_name"] == "dag"
     # The job's runtime chooses the trainer API ("auto") before it starts the MLflow run.
     spec = dataclasses.replace(spec, trainer_api="v2")

@@ -19,7 +19,7 @@ def test_the_call_gives_the_functions_arguments():
     with DAG("dag", schedule=None):
         op = evaluate("s3://b/model", threshold=0.7).operator
     assert isinstance(op, RayTaskOperator) and op.task_id == "evaluate"
-    plan = op.plan(TaskRun("dag", "evaluate", RUN_ID), op.wait_policy())
+    plan = op.checked_plan(TaskRun("dag", "evaluate", RUN_ID), op.wait_policy())
     spec = plan.spec
     assert spec.args == ["s3://b/model"] and spec.kwargs == {"threshold": 0.7}
     assert spec.function == {"pickle": "function.pkl", "source": __file__} and set(plan.files) == {"function.pkl"}

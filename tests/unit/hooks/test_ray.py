@@ -21,7 +21,8 @@ from airflow_provider_horovod.exceptions import (
     RayVersionMismatchError,
 )
 from airflow_provider_horovod.hooks import ray_transport
-from airflow_provider_horovod.hooks.ray import RayHook, total_resources
+from airflow_provider_horovod.hooks.ray import JOB_INFO, JOB_LOGS, RayHook, Route, total_resources
+from airflow_provider_horovod.hooks.ray import NODES as NODES_ROUTE
 from airflow_provider_horovod.hooks.ray_packages import package_folder
 from airflow_provider_horovod.hooks.ray_transport import RETRIES
 from harness.ports import free_port
@@ -182,6 +183,20 @@ def test_other_errors_raise_with_the_answer(hook, dashboard):
         hook.list_jobs()
 
 
+def test_a_route_fills_its_path_and_reads_its_answer_as_it_says():
+    assert JOB_LOGS.split({"submission_id": "sid-a1", "params": {"x": 1}}) == (
+        "/api/jobs/sid-a1/logs",
+        {"params": {"x": 1}},
+    )
+    assert NODES_ROUTE.split({}) == ("/api/v0/nodes?detail=1&limit=10000", {})
+    assert JOB_LOGS.answer(200, '{"logs": "a\\n"}') == "a\n" and JOB_LOGS.answer(404, "not found") == ""
+    assert JOB_INFO.answer(404, "not found") is None and JOB_INFO.answer(200, "") == {}
+    with pytest.raises(RayJobError, match="upload failed: HTTP 404: gone"):
+        Route("PUT", "/api/packages/{name}", "upload").answer(404, "gone")
+    with pytest.raises(RayJobError, match="job info failed: HTTP 500: trouble"):
+        JOB_INFO.answer(500, "trouble")
+
+
 def script_jobs(dashboard):
     dashboard.answer("GET", "/api/jobs/sid-a1", 200, {"status": "FAILED", "message": "boom", "metadata": {"k": "v"}})
     dashboard.answer("GET", "/api/jobs/sid-a1/logs", 200, {"logs": "line 1\nline 2\n"})
@@ -214,7 +229,10 @@ def test_sync_and_async_twins_give_the_same_results(hook, dashboard):
                 await hook.a_get_job_url("sid-a1"),
             ]
 
+    asked = [(r["method"], r["path"]) for r in dashboard.requests]
     assert arun(twins()) == sync
+    twins_asked = [(r["method"], r["path"]) for r in dashboard.requests][len(asked) :]
+    assert twins_asked == [a for a in asked if a[1] != "/api/version"]  # each twin asks its call's route
     assert sync[:5] == [
         {"status": "FAILED", "message": "boom", "metadata": {"k": "v"}},
         "FAILED",
@@ -239,9 +257,9 @@ def test_aclose_closes_the_async_client(hook, dashboard):
     async def use():
         async with hook:
             await hook.a_get_job_info("sid-a1")
-            client = await hook._a_client()
+            _, client = await hook._a_session()
             await hook.a_get_job_status("sid-a1")
-            assert await hook._a_client() is client and not client.closed
+            assert (await hook._a_session())[1] is client and not client.closed
         return client
 
     client = arun(use())

@@ -121,6 +121,45 @@ def test_success_returns_the_documented_dict_and_marks_the_attempt_consumed(tmp_
     assert run.marker() == {"submission_id": SID, "try_number": 3}
 
 
+class Counting(Storage):
+    """Storage that notes every read and write, by file."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple[str, str]] = []
+
+    def read_text(self, uri):
+        self.calls.append(("read", os.path.relpath(uri, self.root)))
+        return super().read_text(uri)
+
+    def write_bytes(self, uri, body):
+        self.calls.append(("write", os.path.relpath(uri, self.root)))
+        return super().write_bytes(uri, body)
+
+    def folder_has_files(self, uri):
+        self.calls.append(("check", os.path.relpath(uri, self.root)))
+        return super().folder_has_files(uri)
+
+
+def test_each_file_is_read_once_then_what_was_decided_is_written_once(tmp_path):
+    run = Run(tmp_path, attempt=2)
+    Storage().write_json(result_uri(run.storage_uri, 1), {"submission_id": "ahp-x-a1", "failure": {}})
+    run.write()
+    storage = Counting()
+    storage.root = run.storage_uri
+    done(run, storage=storage)
+    assert storage.calls == [
+        ("read", "attempt-1/result.json"),
+        ("read", "attempt-1/worker_groups.json"),
+        ("read", "attempt-2/result.json"),
+        ("read", "attempt-2/worker_groups.json"),
+        ("check", "attempt-2/checkpoint_000002"),
+        ("check", "attempt-2/checkpoint_000001"),
+        ("write", "attempt-2/result.json"),  # with the cost
+        ("write", "attempt-2/consumed.json"),
+    ]
+
+
 def test_best_checkpoint_defaults_to_the_last(tmp_path):
     run = Run(tmp_path)
     run.write(run.record(best_checkpoint_uri=None), checkpoints=("checkpoint",))

@@ -10,6 +10,7 @@ import pytest
 from airflow_provider_horovod.contract import SPEC_FILE, TaskRun, TrainingSpec, consumed_uri
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobPendingTimeoutError
 from airflow_provider_horovod.jobs.submit import Attempt, find_attempt, start, submit
+from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
 from airflow_provider_horovod.plan import training_plan
 from airflow_provider_horovod.storage import Storage
 from unit.fakes import FakeRay
@@ -19,34 +20,19 @@ SID = RUN.submission_id
 
 
 def make_plan(root, **kwargs):
-    values = {
-        "train_fn": "json:dumps",
-        "train_call": None,
-        "train_loop_config": None,
-        "datasets": None,
-        "num_workers": 2,
-        "use_gpu": False,
-        "resources_per_worker": None,
-        "checkpoint_num_to_keep": None,
-        "checkpoint_score_attribute": None,
-        "checkpoint_score_order": "max",
-        "max_failures": 0,
-        "horovod_timeout_s": 30,
-        "horovod_nics": None,
-        "horovod_env": None,
-        "runtime_env": {"py_modules": ["gcs://_ray_pkg_user.zip"]},
-        "trainer_api": "v2",
-        "forward_aws_credentials": False,
-        "aws_conn_id": None,
-        "aws_credentials_ttl_seconds": 3600,
-        "check_cluster_resources": True,
-        "materialize_datasets": True,
-        "horovod_timeline": False,
-        "storage_path": str(root),
-        "pending_timeout_s": 600.0,
-        "ray_conn_id": "ray_remote",
-    }
-    return training_plan(RUN, **{**values, **kwargs})
+    op = HorovodTrainOperator(
+        task_id="train",
+        **{
+            "train_fn": "json:dumps",
+            "num_workers": 2,
+            "runtime_env": {"py_modules": ["gcs://_ray_pkg_user.zip"]},
+            "aws_credentials_ttl_seconds": 3600,
+            "storage_path": str(root),
+            "ray_conn_id": "ray_remote",
+            **kwargs,
+        },
+    )
+    return training_plan(RUN, op.parameters.checked(op), train_call=None, pending_timeout_s=600.0)
 
 
 @pytest.fixture

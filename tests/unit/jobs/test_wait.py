@@ -21,6 +21,7 @@ from airflow_provider_horovod.jobs.wait import (
     JobEvent,
     Outcome,
     Poll,
+    StillRunning,
     WaitPolicy,
     follow,
     requested_resources,
@@ -605,3 +606,21 @@ def test_the_synchronous_wait_runs_follow_and_closes_the_hook():
     )
     assert event.succeeded and written == ["[ray] a", "[ray] b"] and saved[-1].lines == 2
     assert ray.calls[-1] == "aclose"
+
+
+def test_a_wait_given_seconds_says_the_job_still_runs_with_how_far_its_log_is(monkeypatch):
+    clock = Clock(monkeypatch)
+    start = clock.now
+    ray = FakeRay({SID: [job("RUNNING")] * 100}, logs={SID: ["", "a\n", "a\nb\n"] + ["a\nb\n"] * 97})
+    with pytest.raises(StillRunning) as running:
+        wait(
+            ray,
+            SID,
+            policy=WaitPolicy(poll_interval_s=1.0),
+            cursor=LogCursor(SID),
+            write=lambda level, line: None,
+            save_cursor=lambda cursor: None,
+            within_s=3.0,
+        )
+    assert running.value.cursor.lines == 2 and running.value.cursor.submission_id == SID
+    assert 3.0 <= clock.now - start < 4.0 and ray.calls[-1] == "aclose"  # polled every 0.5 s until then

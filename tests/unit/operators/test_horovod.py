@@ -202,20 +202,26 @@ def test_the_constructor_does_no_work(monkeypatch):
 
 
 def test_template_fields():
+    # Its own templated parameters, then those it shares with every operator of the provider.
     assert tuple(HorovodTrainOperator.template_fields) == (
-        "num_workers",
         "train_loop_config",
         "datasets",
-        "storage_path",
+        "num_workers",
         "horovod_env",
         "runtime_env",
-        "ray_conn_id",
-        "aws_conn_id",
-        "job_tags",
         "mlflow_tracking_uri",
         "mlflow_conn_id",
         "mlflow_experiment_name",
+        "ray_conn_id",
+        "storage_path",
+        "aws_conn_id",
+        "job_tags",
     )
+    assert HorovodTrainOperator.template_fields_renderers == {
+        "train_loop_config": "json",
+        "horovod_env": "json",
+        "runtime_env": "json",
+    }
     op = operator(
         storage_path="s3://b/{{ params.env }}",
         train_loop_config={"lr": "{{ params.lr }}"},
@@ -238,7 +244,7 @@ def make_dataset():
 
 
 def planned(op: HorovodTrainOperator):
-    return op.plan(TASK_RUN, op.wait_policy())
+    return op.checked_plan(TASK_RUN, op.wait_policy())
 
 
 def test_plan_builds_the_spec():

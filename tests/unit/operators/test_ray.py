@@ -131,14 +131,14 @@ def test_bad_job_tags_fail_before_anything_is_submitted():
 
     op = operator(job_tags={"ahp_kind": "mine"})
     with pytest.raises(InvalidParameterError) as err:
-        op.plan(TASK_RUN, WaitPolicy())
+        op.checked_plan(TASK_RUN, WaitPolicy())
     assert err.value.parameter == "job_tags" and "'ahp_kind' is reserved" in str(err.value)
 
 
 def test_plan_builds_the_task_spec():
     made = operator(
         op_args=("s3://b/m",), op_kwargs={"threshold": 0.7}, num_gpus=1, memory=2**30, resources={"accel": 1}
-    ).plan(TASK_RUN, WaitPolicy())
+    ).checked_plan(TASK_RUN, WaitPolicy())
     spec, files, runtime_env, driver = made.spec, made.files, made.runtime_env, made.driver_resources
     assert spec.submission_id == TASK_RUN.submission_id(1)
     assert spec.function == {"pickle": "function.pkl", "source": __file__}
@@ -148,7 +148,7 @@ def test_plan_builds_the_task_spec():
     assert driver == {"num_cpus": 1, "num_gpus": 1, "memory": 2**30, "resources": {"accel": 1.0}}
     assert cloudpickle.loads(files["function.pkl"])("u") == {"uri": "u", "passed": True}
     assert TaskSpec.from_json(spec.to_json()) == spec
-    imported = operator(python_callable="json:dumps", num_cpus=0).plan(TASK_RUN, WaitPolicy())
+    imported = operator(python_callable="json:dumps", num_cpus=0).checked_plan(TASK_RUN, WaitPolicy())
     assert imported.spec.function == {"import": "json:dumps"} and imported.files == {}
     assert imported.driver_resources["num_cpus"] is None
 
@@ -222,6 +222,6 @@ def test_a_failed_task_job_fails_for_good_and_clearing_runs_it_again(serve, tmp_
 def test_the_base_operator_leaves_the_plan_and_the_result_to_subclasses():
     op = BaseRayJobOperator(task_id="base")
     with pytest.raises(NotImplementedError):
-        op.plan(TASK_RUN, WaitPolicy())
+        op.checked_plan(TASK_RUN, WaitPolicy())
     with pytest.raises(NotImplementedError):
         op.task_result(context(), {})

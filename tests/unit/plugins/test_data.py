@@ -1,46 +1,26 @@
-"""An attempt's files as the plugin reads them, on local disk and on S3 (moto's server)."""
+"""The names the plugin shares with the operators and Airflow, each decided where it belongs."""
 
 from __future__ import annotations
 
-import json
+from airflow.sdk.bases.xcom import BaseXCom
 
-from airflow_provider_horovod.plugins.data import AttemptFiles
-
-HISTORY = [{"report": 1, "time": 1.0, "metrics": {"loss": 1.0}, "checkpoint": "checkpoint_000000"}]
-
-
-def test_local_files_the_live_history_the_record_and_the_checkpoints_that_hold_files(tmp_path):
-    files = AttemptFiles(str(tmp_path), 3)
-    assert (files.folder, files.history(), files.record(), files.folders_with_files()) == (
-        f"{tmp_path}/attempt-3",
-        None,
-        None,
-        set(),
-    )
-    folder = tmp_path / "attempt-3"
-    (folder / "checkpoint_000001" / "nested").mkdir(parents=True)
-    (folder / "checkpoint_000001" / "nested" / "model.pt").write_text("w")
-    (folder / "checkpoint_000000").mkdir()  # emptied: Ray deleted it, or is still writing it
-    (folder / "metrics_history.json").write_text(json.dumps(HISTORY))
-    (folder / "result.json").write_text(json.dumps({"history": HISTORY}))
-    assert files.history() == HISTORY and files.record() == {"history": HISTORY}
-    assert files.folders_with_files() == {"checkpoint_000001"}
-    assert files.checkpoint_uri("checkpoint_000001") == f"{tmp_path}/attempt-3/checkpoint_000001"
+from airflow_provider_horovod.attempts import read_attempt
+from airflow_provider_horovod.contract import XCOM_JOB
+from airflow_provider_horovod.decorators.horovod import _HorovodDecoratedOperator
+from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
+from airflow_provider_horovod.plugins import data
 
 
-def test_s3_one_listing_finds_the_checkpoints_and_a_folder_marker_alone_is_no_checkpoint(s3):
-    bucket = s3.bucket()
-    client = s3.client()
-    base = f"s3://{bucket}/runs/train"
-    for key in (
-        "runs/train/attempt-1/checkpoint_000002/model.pt",
-        "runs/train/attempt-1/checkpoint_000002/",
-        "runs/train/attempt-1/checkpoint_000001/",  # what a deleted checkpoint can leave
-        "runs/train/attempt-1/metrics_history.json",
-        "runs/train/attempt-10/checkpoint_000009/model.pt",
-    ):
-        client.put_object(Bucket=bucket, Key=key, Body=json.dumps(HISTORY).encode())
-    files = AttemptFiles(base, 1)
-    assert files.folders_with_files() == {"checkpoint_000002"}
-    assert files.history() == HISTORY and files.record() is None
-    assert AttemptFiles(f"s3://{bucket}/nothing", 1).folders_with_files() == set()
+def test_the_keys_and_kinds_are_airflows_and_the_contracts():
+    assert data.RETURN_KEY == BaseXCom.XCOM_RETURN_KEY == "return_value"
+    assert (data.JOB_KEY, data.KIND_TRAIN) == (XCOM_JOB, "train")
+    assert data.read_attempt is read_attempt
+
+
+def test_a_training_task_is_known_by_its_operator_before_it_pushed_anything():
+    names = {
+        HorovodTrainOperator.__name__,
+        _HorovodDecoratedOperator.__name__,
+        _HorovodDecoratedOperator.custom_operator_name,
+    }
+    assert data.TRAINING_OPERATORS == names

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_horovod.plugins import training
-from airflow_provider_horovod.plugins.data import JOB_KEY, RETURN_KEY, AttemptFiles
+from airflow_provider_horovod.plugins.data import JOB_KEY, RETURN_KEY, Storage
 from airflow_provider_horovod.plugins.training import HorovodTrainingPlugin, answer
 
 REPO = Path(__file__).resolve().parents[3]
@@ -225,11 +225,11 @@ def test_a_finished_training_lists_the_checkpoints_ray_kept_and_marks_those_it_d
 
 
 def test_storage_that_cannot_be_read_is_said_on_the_page_with_what_was_read(tmp_path):
-    class Unreachable(AttemptFiles):
-        def history(self):
+    class Unreachable(Storage):
+        def read_text(self, uri):
             raise ConnectionError("the S3 endpoint does not answer")
 
-    broken = answer(ti("running", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path)}, files=Unreachable)
+    broken = answer(ti("running", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path)}, storage=Unreachable())
     assert broken["trains"] and broken["live"] and broken["curves"]["metrics"] == []
     assert broken["problem"] == (
         f"The training's files at {tmp_path}/attempt-2 cannot be read: the S3 endpoint does not answer"

@@ -20,19 +20,22 @@ HERE = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
 def run_payload(tmp_path, monkeypatch, function, args=(), kwargs=None):
-    plan = task_plan(
-        TaskRun("d", "t", "r"),
-        python_callable=function,
-        op_args=list(args),
-        op_kwargs=kwargs or {},
-        num_cpus=1,
-        num_gpus=None,
-        memory=None,
-        resources=None,
-        runtime_env=None,
-        storage_path=str(tmp_path / "storage"),
-        ray_conn_id="ray_default",
-    )
+    # RayTaskOperator's parameters as its plan gets them, each checked (the cluster side has no operator).
+    given = {
+        "python_callable": function,
+        "op_args": list(args),
+        "op_kwargs": kwargs or {},
+        "num_cpus": 1,
+        "num_gpus": None,
+        "memory": None,
+        "resources": None,
+        "runtime_env": {},
+        "storage_path": str(tmp_path / "storage"),
+        "ray_conn_id": "ray_default",
+        "job_tags": {},
+        "prices": None,
+    }
+    plan = task_plan(TaskRun("d", "t", "r"), given)
     request = plan.request(1)
     parent = tmp_path / "payload"
     request.write_payload(str(parent))

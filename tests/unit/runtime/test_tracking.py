@@ -244,12 +244,9 @@ from airflow_provider_horovod.plan import training_plan
 from airflow_provider_horovod.runtime import entrypoint, trainers, tracking
 from airflow_provider_horovod.runtime.storage import HISTORY, point
 
-plan = training_plan(TaskRun("d", "t", "r"), train_fn="json:dumps", train_call=None, train_loop_config={"lr": 1},
-    datasets=None, num_workers=2, use_gpu=False, resources_per_worker=None, checkpoint_num_to_keep=None,
-    checkpoint_score_attribute=None, checkpoint_score_order="max", max_failures=0, horovod_timeout_s=30,
-    horovod_nics=None, horovod_env=None, runtime_env=None, trainer_api="v2", forward_aws_credentials=False,
-    aws_conn_id=None, aws_credentials_ttl_seconds=3600, check_cluster_resources=False, materialize_datasets=True,
-    horovod_timeline=False, storage_path="/tmp/ahp-no-mlflow", pending_timeout_s=None, ray_conn_id="ray_default")
+op = airflow_provider_horovod.operators.horovod.HorovodTrainOperator(task_id="t", train_fn="json:dumps",
+    train_loop_config={"lr": 1}, check_cluster_resources=False, storage_path="/tmp/ahp-no-mlflow")
+plan = training_plan(TaskRun("d", "t", "r"), op.parameters.checked(op), train_call=None, pending_timeout_s=None)
 assert plan.spec.tracking is None
 spec = tracking.started(plan.spec, "/nonexistent")
 tracking.TRACKER.follow(spec, HISTORY.listeners)
