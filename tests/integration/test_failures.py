@@ -156,7 +156,7 @@ def test_every_report_made_before_a_users_error_is_in_the_record_and_the_trainin
     Training view reads hold all three of rank 0's reports (not only the first)."""
     from airflow_provider_horovod.exceptions import UserCodeError
     from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
-    from airflow_provider_horovod.plugins.data import AttemptFiles
+    from airflow_provider_horovod.plugins.data import Storage, read_attempt
 
     ti = FakeTI(f"reports-{uuid.uuid4().hex[:6]}")
     op = HorovodTrainOperator(
@@ -175,5 +175,5 @@ def test_every_report_made_before_a_users_error_is_in_the_record_and_the_trainin
     assert record["failure"]["failure_class"] == "user_code" and record["failure"]["rank"] == 1
     assert [p["metrics"]["step"] for p in record["history"]] == [1.0, 2.0, 3.0], record["history"]
     assert all(p["checkpoint"] for p in record["history"]), record["history"]
-    live = AttemptFiles(storage_uri, 1).history()
+    live = read_attempt(Storage(), storage_uri, 1, history=True).history  # as the Training view reads it
     assert [p["metrics"]["step"] for p in live] == [1.0, 2.0, 3.0], live
