@@ -18,7 +18,7 @@ PYTEST := -p no:cacheprovider --durations=15
 # costs 6.0 CPU-s instead of 2.8, Airflow's models 3.9 instead of 1.8.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup setup-test demo ui-check lint check test compat bench clean
+.PHONY: setup setup-test demo ui-check lint check test compat bench chaos clean
 
 # Independent set-up steps run side by side (scripts/run_parallel.sh fails if any of them does).
 setup:
@@ -64,6 +64,12 @@ compat: setup-test
 # Benchmarks (not tests): writes bench/results.md, raw data in bench/out/.
 bench: setup
 	$(CLUSTER_VENV)/bin/python -m bench.run
+
+# Faults at random under load, on a deployment as users run one (not part of `make test`; needs root):
+# CHAOS_MINUTES (20) of workload and faults from CHAOS_SEED (drawn and printed when not given), then the
+# invariants; bench/out/chaos.json and the figure in bench/results.md (bench/README.md, "Chaos").
+chaos: setup-test
+	$(AIRFLOW_VENV)/bin/python -m bench.chaos
 
 clean:
 	-$(CLUSTER_VENV)/bin/python -m airflow_provider_horovod.local down

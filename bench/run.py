@@ -175,6 +175,14 @@ def targets_table(figures: list[Figure]) -> str:
     return plain_table(["target", "", "by how much", "what would close a miss"], rows)
 
 
+def chaos_figure() -> str:
+    """The figure `make chaos` wrote at the end of results.md (bench/chaos.py), kept as it is."""
+    from bench.chaos import BEGIN
+
+    text = RESULTS.read_text() if RESULTS.exists() else ""
+    return "\n" + text[text.index(BEGIN) :] if BEGIN in text else ""
+
+
 def write(figures: list[Figure], header: str) -> None:
     parts = [
         "# Benchmarks: results",
@@ -196,7 +204,7 @@ def write(figures: list[Figure], header: str) -> None:
     ]
     for fig in sorted(figures, key=lambda f: figure_key(f.number)):
         parts += [fig.markdown(), ""]
-    RESULTS.write_text("\n".join(parts))
+    RESULTS.write_text("\n".join(parts) + chaos_figure())
     log(f"wrote {RESULTS}")
 
 

@@ -452,9 +452,10 @@ class Hosts:
             time.sleep(0.5)
 
     def stop_ray(self, host: Host) -> None:
-        """As if the machine went away: every process on ``host`` (its Ray node and anything the test
-        started there) is killed at once; the host stays, so ``join`` can bring it back."""
-        _kill([host.netns], grace_s=0)
+        """As if the machine lost its power: every process on ``host`` (its Ray node and anything the
+        test started there) gets SIGKILL at once, nothing graceful (no raylet says goodbye, so the head
+        learns of the loss only from missed heartbeats); the host stays, so ``join`` can bring it back."""
+        _kill([host.netns], signals=(signal.SIGKILL,))
 
     # -- the network -----------------------------------------------------------------------------
 
@@ -475,14 +476,22 @@ def _pids(netns: str) -> list[int]:
     return [int(p) for p in listed.stdout.split()] if listed.returncode == 0 else []
 
 
-def _kill(netns: Sequence[str], grace_s: float = 3.0) -> None:
-    """Every process in the namespaces: SIGTERM, then what is left after ``grace_s`` SIGKILL."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+def _kill(
+    netns: Sequence[str], grace_s: float = 3.0, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGKILL)
+) -> None:
+    """Every process in the namespaces: each of ``signals`` in turn (by default SIGTERM, then what is
+    left after ``grace_s`` SIGKILL); after the last, until none is left (5 s at most)."""
+    for i, sig in enumerate(signals):
+        # Listed, then signalled at once: a process forked meanwhile gets the next round.
         for pid in [pid for ns in netns for pid in _pids(ns)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-        deadline = time.monotonic() + wait_s
+        deadline = time.monotonic() + (grace_s if i < len(signals) - 1 else 5.0)
         while any(_pids(ns) for ns in netns) and time.monotonic() < deadline:
+            if sig == signal.SIGKILL:  # what was forked between the listing and the kill
+                for pid in [pid for ns in netns for pid in _pids(ns)]:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, sig)
             time.sleep(0.1)
 
 

@@ -168,11 +168,13 @@ def segment_reason(previous_size: int | None, size: int, change: str | None, nod
     return SEGMENT_FAILURE
 
 
-def _any_node_gone(node_ids: Sequence[str]) -> bool:
+def any_node_gone(node_ids: Sequence[str]) -> bool:
+    """Whether a node of ``node_ids`` is dead or its raylet does not answer: a restart after a machine was
+    lost without a goodbye comes before Ray marks its node dead (``ray_compat.answering_nodes``)."""
     import ray
 
-    alive = {node["NodeID"] for node in ray.nodes() if node.get("Alive")}
-    return any(node not in alive for node in node_ids)
+    answering = ray_compat.answering_nodes(ray.nodes())
+    return any(node not in answering for node in node_ids)
 
 
 class HorovodV2Backend(Backend):
@@ -196,7 +198,7 @@ class HorovodV2Backend(Backend):
             len(self._nodes) if self._nodes else None,
             len(node_ids),
             _CHANGE.pop("last", None),
-            bool(self._nodes) and _any_node_gone(self._nodes),
+            bool(self._nodes) and any_node_gone(self._nodes),
         )
         self._nodes = node_ids
         slots = get_host_assignments(parse_hosts(host_plan(node_ids)), len(node_ids))
@@ -274,6 +276,16 @@ def with_initial_checkpoint(train_fn: Callable, checkpoint_uri: str | None, file
     return wrapped
 
 
+class KeepHistoryAtShutdown(ray_compat.worker_callback_base()):  # type: ignore[misc]
+    """In each worker, when Ray Train stops the worker group (a rank failed, a resize, the end): rank 0's
+    reports not written yet go to the attempt's history first (``runtime.storage.History``)."""
+
+    def before_worker_shutdown(self) -> None:
+        from airflow_provider_horovod.runtime.storage import HISTORY
+
+        HISTORY.write()
+
+
 def build_v2_trainer(
     train_fn: Callable,
     *,
@@ -287,7 +299,7 @@ def build_v2_trainer(
 ):
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
-    run_config.callbacks.append(ControllerChanges())
+    run_config.callbacks += [ControllerChanges(), KeepHistoryAtShutdown()]
     trainer = DataParallelTrainer(
         with_initial_checkpoint(train_fn, resume_from, run_config.storage_filesystem),
         train_loop_config=train_loop_config,

@@ -122,7 +122,9 @@ def _v2_train_context_checkpoint() -> bool:
 
 
 def _v2_controller_callback() -> bool:
-    return callable(_attr(V2_CALLBACKS, "ControllerCallback", "after_controller_state_update"))
+    return callable(_attr(V2_CALLBACKS, "ControllerCallback", "after_controller_state_update")) and callable(
+        _attr(V2_CALLBACKS, "WorkerCallback", "before_worker_shutdown")
+    )
 
 
 def _v2_worker_group_start_timeout() -> bool:
@@ -182,7 +184,12 @@ PROBES = (
     Probe("v2_controller", "V2 trainer whose controller takes policies", "v2", _v2_controller_takes_policies),
     Probe("v2_failure_policy", "V2 failure policy (create_failure_policy, FailureDecision)", "v2", _v2_failure_policy),
     Probe("v2_context", "V2 train context with a checkpoint field", "v2", _v2_train_context_checkpoint),
-    Probe("v2_callback", "V2 controller callback (after_controller_state_update)", "v2", _v2_controller_callback),
+    Probe(
+        "v2_callback",
+        "V2 controller and worker callbacks (after_controller_state_update, before_worker_shutdown)",
+        "v2",
+        _v2_controller_callback,
+    ),
     Probe("v2_start_timeout", "V2 worker-group start timeout variable", "v2", _v2_worker_group_start_timeout),
     Probe("legacy_trainer", "Train V1 HorovodTrainer and HorovodConfig", TrainerApi.LEGACY.value, _legacy_trainer),
     Probe("elastic_policy", "V2 elastic scaling policy", ELASTIC, _elastic_policy),
@@ -337,6 +344,12 @@ def controller_callback_base() -> type:
     return importlib.import_module(V2_CALLBACKS).ControllerCallback
 
 
+def worker_callback_base() -> type:
+    """Ray Train V2's base class of worker callbacks (run in each worker; ``before_worker_shutdown`` runs
+    when Ray Train stops the workers, before it kills them)."""
+    return importlib.import_module(V2_CALLBACKS).WorkerCallback
+
+
 def controller_change(state: Any) -> str | None:
     """Why the controller leaves a running worker group in ``state``: "resize", "restart", "preempt", or None."""
     return CHANGE_OF_STATE.get(type(state).__name__)
@@ -386,6 +399,31 @@ def startup_timed_out(err: BaseException | None) -> bool:
 
 # The controller's wait for the cluster's view from Ray's AutoscalingCoordinator (Ray's own is 5 s).
 RESERVED_RESOURCES_TIMEOUT_S = 5.0
+# A node's raylet that does not take a TCP connection within this long is counted as gone.
+RAYLET_ANSWER_TIMEOUT_S = 1.0
+
+
+def answering_nodes(nodes: list[dict], timeout_s: float = RAYLET_ANSWER_TIMEOUT_S) -> set[str]:
+    """The ids of the nodes (as ``ray.nodes()`` lists them) that Ray counts alive and whose raylet takes a
+    TCP connection now. A node whose machine went away (power, kernel panic: nothing said goodbye) stays
+    alive in Ray's view until the head has missed its heartbeats for a while (about 15 s here); its raylet's
+    port refuses at once (a host still up) or never answers (a host gone)."""
+    import concurrent.futures
+    import socket
+
+    alive = [n for n in nodes if n.get("Alive") and n.get("NodeManagerAddress") and n.get("NodeManagerPort")]
+
+    def answers(node: dict) -> bool:
+        try:
+            socket.create_connection((node["NodeManagerAddress"], int(node["NodeManagerPort"])), timeout_s).close()
+            return True
+        except OSError:
+            return False
+
+    if not alive:
+        return set()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(alive))) as pool:
+        return {node["NodeID"] for node, ok in zip(alive, pool.map(answers, alive)) if ok}
 
 
 @functools.cache
@@ -402,7 +440,12 @@ def _fresh_elastic_policy_class() -> type:
         right after a node is lost it still counts that node, so the run restarts at the old size, whose
         workers cannot be placed, and waits for them until the worker-group start timeout; and a node that
         comes back is seen up to 20 s late. Asking with ``recompute`` reads the nodes now (one
-        ``ray.nodes()`` in the coordinator, at most once a second)."""
+        ``ray.nodes()`` in the coordinator, at most once a second).
+
+        And a node that Ray still counts alive but whose raylet does not answer is left out
+        (``answering_nodes``): a machine lost without a goodbye stays alive in Ray's view until its missed
+        heartbeats, and a restart at the old size in that window would wait for the dead node's resources
+        (its placement group pending, for as long as the worker-group start timeout)."""
 
         # Set by Ray's class; declared for mypy, which sees that class as Any.
         _latest_reserved_resources_query_time: float
@@ -420,6 +463,9 @@ def _fresh_elastic_policy_class() -> type:
                     self._autoscaling_coordinator.get_reserved_resources.remote(self._requester_id, recompute=True),
                     timeout=RESERVED_RESOURCES_TIMEOUT_S,
                 )
+                if reserved:
+                    answering = answering_nodes(ray.nodes())
+                    reserved = {node: resources for node, resources in reserved.items() if node in answering}
             except Exception:  # noqa: BLE001 - as Ray's own: no resize this time, the next look retries
                 pass
             self._latest_reserved_resources_query_time = time_monotonic()

@@ -358,7 +358,14 @@ def sampled(points: list[dict], limit: int = MAX_POINTS) -> list[dict]:
 
 class History:
     """Rank 0's reports in this worker process, written to the attempt's history file as they come
-    (a worker group that restarts within the attempt goes on from the file)."""
+    (a worker group that restarts within the attempt goes on from the file).
+
+    A report is recorded when rank 0 makes it, before Ray Train takes it over (Train V2 may hold a report
+    for up to its poll interval), and the file is rewritten at most every ``HISTORY_WRITE_S``; what is not
+    written yet is written when the training function ends, when it raises on rank 0, and when Ray Train
+    stops the workers (``write`` from the backend's worker callback): so a failure on any rank keeps every
+    report rank 0 made. A report Ray had not returned from when the workers stopped keeps its metrics, not
+    its checkpoint (Ray may not have stored it)."""
 
     def __init__(self) -> None:
         self.points: list[dict] = []
@@ -396,12 +403,16 @@ class History:
         def recorded(context, metrics, checkpoint=None, *args, **kwargs):
             import ray.train
 
-            # Train V1 names the folder of the next checkpoint before it saves it.
+            if ray.train.get_context().get_world_rank() != 0:
+                return report(context, metrics, checkpoint, *args, **kwargs)
+            # Train V1 names the folder of the next checkpoint before it saves it; V2 once the ranks agree.
             v1_name = getattr(getattr(context, "storage", None), "checkpoint_dir_name", None)
+            context._ahp_checkpoint_dir = None
+            entry = history.add(point(dict(metrics or {}), len(history.points) + 1, None), write=False)
             result = report(context, metrics, checkpoint, *args, **kwargs)
-            if ray.train.get_context().get_world_rank() == 0:
-                name = (getattr(context, "_ahp_checkpoint_dir", None) or v1_name) if checkpoint is not None else None
-                history.add(point(dict(metrics or {}), len(history.points) + 1, name))
+            if checkpoint is not None:
+                entry["checkpoint"] = getattr(context, "_ahp_checkpoint_dir", None) or v1_name
+            history.write_if_due()
             return result
 
         setattr(recorded, _RECORDED, True)
@@ -412,12 +423,17 @@ class History:
         if self.uri and not self.points:
             self.points = list(read_json(self.uri) or [])
 
-    def add(self, entry: dict) -> None:
-        import time
-
+    def add(self, entry: dict, *, write: bool = True) -> dict:
         self.points.append(entry)
         for listener in self.listeners:
             listener(entry)
+        if write:
+            self.write_if_due()
+        return entry
+
+    def write_if_due(self) -> None:
+        import time
+
         if time.monotonic() - self.written_at >= HISTORY_WRITE_S:
             self.write()
 

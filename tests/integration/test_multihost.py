@@ -149,9 +149,10 @@ def monkeypatch_module():
 
 def ensure_nodes(hosts: testhosts.Hosts, count: int) -> None:
     """Host 2's Ray node up (count 2) or stopped (count 1): one node of 2 CPUs per host, as the tests'
-    placements assume (two nodes on host 2 would take both 2-CPU workers there)."""
+    placements assume (two nodes on host 2 would take both 2-CPU workers there). A host whose machine was
+    lost has no process left, though Ray lists its node alive until it has missed its heartbeats."""
     alive = wait_until(hosts.alive_nodes, 60, "the head's dashboard to list its nodes")  # [] when it did not answer
-    if count == 2 and hosts[1].address not in alive:
+    if count == 2 and (hosts[1].address not in alive or not hosts.pids(hosts[1])):
         hosts.join(hosts[1], num_cpus=2)
     elif count == 1 and hosts[1].address in alive:
         hosts.stop_ray(hosts[1])
@@ -228,23 +229,37 @@ def test_debian_hosts_with_differently_named_interfaces_train_without_horovod_ni
 
 
 def test_elastic_training_loses_a_host_and_finishes_smaller_from_its_checkpoint(cluster):
-    """(2, 4) workers of 1 CPU: 4 ranks on the two hosts; host 2's machine goes away mid-run; Horovod
-    restarts at 2 on host 1 from the last checkpoint and finishes with the right total."""
+    """(2, 4) workers of 1 CPU: 4 ranks on the two hosts; host 2's machine goes away mid-run (SIGKILL to
+    every process, nothing graceful, so Ray marks its node dead only after missed heartbeats); Horovod
+    restarts at 2 on host 1 within two monitor intervals of that, from the last checkpoint, and finishes
+    with the right total. (Train V2 once restarted at 4 before the node was marked dead and waited for it.)"""
     ensure_nodes(cluster, 2)
     ti = FakeTI(f"shrink-{uuid.uuid4().hex[:6]}")
-    steps = 12
+    steps, monitor_s = 12, 30
     op = operator(
-        cluster, elastic_train, num_workers=(2, 4), max_failures=2, train_loop_config={"steps": steps, "step_s": 0.5}
+        cluster,
+        elastic_train,
+        num_workers=(2, 4),
+        max_failures=2,
+        elastic_resize_monitor_interval_s=monitor_s,
+        train_loop_config={"steps": steps, "step_s": 0.5},
     )
     thread, outcome = run_in_thread(op, {"ti": ti})
     wait_until(lambda: [g for g in groups_started(ti) if g["world_size"] == 4], 120, "a group of 4", outcome)
     wait_until(lambda: checkpoints_written(ti) >= 2, 60, "two checkpoints at 4", outcome)
     time.sleep(3)  # Ray Train registers a report once it has polled every rank's (every 2 s)
     cluster.stop_ray(cluster[1])
+    dead_at = wait_until(
+        lambda: cluster[1].address not in (alive := cluster.alive_nodes()) and alive and time.time(),
+        120,
+        "Ray marking host 2's node dead",
+    )
     thread.join(150)
     assert not thread.is_alive(), "the training did not finish"
     if "error" in outcome:
         raise outcome["error"]
+    smaller = [g for g in groups_started(ti) if g["world_size"] == 2]
+    assert smaller and smaller[0]["started_at"] - dead_at < 2 * monitor_s, (dead_at, groups_started(ti))
     result = outcome["result"]
     segments = result["segments"]
     assert [(s["world_size"], s["reason"]) for s in segments] == [(4, "start"), (2, "node lost")], segments
@@ -252,6 +267,44 @@ def test_elastic_training_loses_a_host_and_finishes_smaller_from_its_checkpoint(
     value = result["return_value"]
     assert value["size"] == 2 and value["total"] == steps == value["steps"], value
     assert 0 < value["resumed_at"] < steps, value  # from a checkpoint, not from scratch
+
+
+def test_a_fixed_size_training_that_loses_a_host_fails_as_infrastructure_and_its_retry_resumes(cluster):
+    """Two ranks of 2 CPUs, one per host, max_failures=0: host 2's machine goes away (SIGKILL, nothing
+    graceful); the attempt fails at once as infrastructure, not after a timeout; with host 2 back, the
+    task's retry runs attempt 2 from the last checkpoint and finishes with the right total."""
+    from airflow_provider_horovod.exceptions import InfrastructureError
+
+    ensure_nodes(cluster, 2)
+    ti = FakeTI(f"fixed-{uuid.uuid4().hex[:6]}")
+    steps = 12
+
+    def make():
+        return operator(
+            cluster,
+            elastic_train,
+            num_workers=2,
+            resources_per_worker={"CPU": 2},
+            max_failures=0,
+            train_loop_config={"steps": steps, "step_s": 0.5},
+        )
+
+    thread, outcome = run_in_thread(make(), {"ti": ti})
+    wait_until(lambda: groups_started(ti), 120, "the worker group", outcome)
+    wait_until(lambda: checkpoints_written(ti) >= 2, 60, "two checkpoints", outcome)
+    time.sleep(3)  # Ray Train registers a report once it has polled every rank's (every 2 s)
+    lost_at = time.monotonic()
+    cluster.stop_ray(cluster[1])
+    thread.join(120)
+    assert not thread.is_alive(), "the attempt did not fail"
+    assert isinstance(outcome.get("error"), InfrastructureError), outcome
+    assert time.monotonic() - lost_at < 90, "the loss was noticed only after a timeout"
+    ensure_nodes(cluster, 2)
+    retry = FakeTI(ti.run_id, try_number=2)
+    result = make().execute({"ti": retry})
+    assert result["attempt"] == 2 and [a["failure_class"] for a in result["attempts"]] == ["infrastructure"]
+    value = result["return_value"]
+    assert value["total"] == steps == value["steps"] and 0 < value["resumed_at"] < steps, value
 
 
 def test_elastic_training_grows_when_a_host_returns(cluster):

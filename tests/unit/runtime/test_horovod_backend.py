@@ -12,6 +12,7 @@ from airflow_provider_horovod.runtime.horovod_backend import (
     ControllerChanges,
     HorovodV2Config,
     _rendezvous_handler,
+    any_node_gone,
     host_plan,
     rank_env,
     segment_reason,
@@ -102,6 +103,35 @@ def test_the_rendezvous_forgets_a_scope_once_all_its_ranks_finished_even_out_of_
 )
 def test_segment_reason(previous, size, change, node_lost, reason):
     assert segment_reason(previous, size, change, node_lost) == reason
+
+
+def test_a_node_ray_still_lists_alive_whose_raylet_refuses_counts_as_gone(monkeypatch):
+    """Right after a machine is lost Ray still lists its node alive: the restart is a "node lost" when the
+    node's raylet refuses, as when Ray has marked it dead."""
+    import socket
+
+    import ray
+
+    with socket.socket() as listening, socket.socket() as probe:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        probe.bind(("127.0.0.1", 0))  # bound, never listening: refuses
+        up, refusing = listening.getsockname()[1], probe.getsockname()[1]
+
+        def nodes(host2_port, host2_alive=True):
+            return [
+                {"NodeID": "host1", "Alive": True, "NodeManagerAddress": "127.0.0.1", "NodeManagerPort": up},
+                {
+                    "NodeID": "host2",
+                    "Alive": host2_alive,
+                    "NodeManagerAddress": "127.0.0.1",
+                    "NodeManagerPort": host2_port,
+                },
+            ]
+
+        for listed, gone in [(nodes(up), False), (nodes(refusing), True), (nodes(up, host2_alive=False), True)]:
+            monkeypatch.setattr(ray, "nodes", lambda listed=listed: listed)
+            assert any_node_gone(["host1", "host2"]) is gone, listed
 
 
 def test_the_controller_callback_notes_only_what_replaces_a_worker_group():

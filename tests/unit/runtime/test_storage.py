@@ -232,6 +232,36 @@ def test_the_history_is_written_as_it_comes_and_a_restarted_worker_goes_on_from_
     assert [p["report"] for p in json.load(open(uri))] == [1, 2, 3]
 
 
+def test_a_report_ray_never_returned_from_is_kept_when_the_workers_stop(train_v2, monkeypatch, tmp_path):
+    """Rank 0's reports come within HISTORY_WRITE_S of each other (only the first is on disk); another rank
+    fails and Ray Train stops the workers while rank 0's third report waits in Ray: the worker callback
+    writes all three, the last without a checkpoint (Ray may not have stored it)."""
+    import ray.train
+
+    from airflow_provider_horovod.runtime.horovod_backend import KeepHistoryAtShutdown
+
+    cls, _ = train_v2
+    uri = str(tmp_path / "metrics_history.json")
+    monkeypatch.setattr(ray.train, "get_context", lambda: Rank(0))
+    history = storage.History()
+    monkeypatch.setattr(storage, "HISTORY", history)
+    history.record(uri)
+    ctx = object.__new__(cls)
+    cls.report(ctx, {"loss": 1.0}, checkpoint="c")
+    cls.report(ctx, {"loss": 0.9}, checkpoint="c")
+    assert len(json.load(open(uri))) == 1
+
+    def stopped_while_held(self, metrics, checkpoint=None, *args, **kwargs):
+        KeepHistoryAtShutdown().before_worker_shutdown()  # Ray Train stops the workers meanwhile
+        raise SystemExit("the worker is killed")
+
+    with pytest.raises(SystemExit):
+        history._wrap(stopped_while_held)(ctx, {"loss": 0.8}, checkpoint="c")
+    written = json.load(open(uri))
+    assert [(p["report"], p["metrics"]["loss"]) for p in written] == [(1, 1.0), (2, 0.9), (3, 0.8)]
+    assert [bool(p["checkpoint"]) for p in written] == [True, True, False]
+
+
 def test_each_start_of_a_worker_group_is_noted_with_its_size_from_when_its_process_started(tmp_path):
     import psutil
 

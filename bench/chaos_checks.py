@@ -1,0 +1,315 @@
+"""The invariants `make chaos` checks once the deployment drained, as pure functions over what it saw
+(bench/chaos_observe.py): each returns its violations, one line each, naming what broke. Zero
+violations is the goal; every violation found is a defect of the provider (or of this harness).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from airflow_provider_horovod.contract import attempt_of
+
+INVARIANTS = (
+    "runs_ended",
+    "checkpoints_load",
+    "no_orphan_jobs",
+    "one_job_per_attempt",
+    "log_lines_once",
+    "champion_log",
+    "failed_attempt_records",
+    "no_secrets",
+)
+# The six failure classes, as the task's exception names them (airflow_provider_horovod.exceptions).
+CLASS_ERRORS = {
+    "UserCodeError": "user_code",
+    "ConfigurationError": "configuration",
+    "InfrastructureError": "infrastructure",
+    "PreemptionError": "preemption",
+    "CapacityError": "capacity",
+    "StorageError": "storage",
+    # The provider's storage reads of a plain @task (the champion's log) fail as storage, too.
+    "StorageUnavailableError": "storage",
+}
+CLASSES = {"user_code", "configuration", "infrastructure", "preemption", "capacity", "storage"}
+TERMINAL_RUN = {"success", "failed"}
+ENDED_TI = {"success", "failed", "upstream_failed", "skipped", "removed"}
+TERMINAL_JOB = {"SUCCEEDED", "FAILED", "STOPPED"}
+JOB_MARK = re.compile(r"^Ray job (\S+): ")
+RAY_LINE = "[ray] "
+
+
+def base_of(submission_id: str) -> str:
+    """The task run's stem of a submission id (``...-a3`` -> ``...``)."""
+    return submission_id.rsplit("-a", 1)[0] if attempt_of(submission_id) else submission_id
+
+
+def job_ti(job: dict) -> str | None:
+    meta = job.get("metadata") or {}
+    if "airflow_dag_id" not in meta:
+        return None
+    index = int(meta.get("airflow_map_index") or -1)
+    return f"{meta['airflow_dag_id']}/{meta['airflow_task_id']}/{meta['airflow_run_id']}/{index}"
+
+
+def ti_key(ti: dict) -> str:
+    index = ti.get("map_index")
+    return f"{ti['dag_id']}/{ti['task_id']}/{ti['dag_run_id']}/{-1 if index is None else int(index)}"
+
+
+def error_types(records: Iterable[dict]) -> list[str]:
+    """The exception types a try's log records name (Airflow's ``error_detail``)."""
+    found = []
+    for record in records:
+        for detail in record.get("error_detail") or []:
+            if isinstance(detail, dict) and detail.get("exc_type"):
+                found.append(str(detail["exc_type"]))
+    return found
+
+
+# --- the invariants --------------------------------------------------------------------------------
+
+
+def runs_ended(runs: list[dict], tis: list[dict], logs: dict[str, list[list[dict]]], marked: set[str]) -> list[str]:
+    """Every DAG run ended: succeeded, or failed with a reason, which is one of the six classes (or the
+    injector's own mark); none still running."""
+    found = []
+    by_run = defaultdict(list)
+    for ti in tis:
+        by_run[(ti["dag_id"], ti["dag_run_id"])].append(ti)
+    for run in runs:
+        where = f"{run['dag_id']} {run['dag_run_id']}"
+        if run.get("state") not in TERMINAL_RUN:
+            found.append(f"{where} did not end: {run.get('state')}")
+            continue
+        if run["state"] == "success":
+            continue
+        failed = [ti for ti in by_run[(run["dag_id"], run["dag_run_id"])] if ti.get("state") == "failed"]
+        if not failed:
+            found.append(f"{where} failed, and none of its tasks did (dag run timeout?)")
+        for ti in failed:
+            key = ti_key(ti)
+            if key in marked:
+                continue
+            tries = logs.get(key) or []
+            types = error_types(tries[-1] if tries else [])
+            if not any(t in CLASS_ERRORS for t in types):
+                found.append(f"{key} failed without a failure class: {types or 'no exception in its last log'}")
+    return found
+
+
+def checkpoints_load(tis: list[dict], xcoms: dict[str, dict], loads: dict[str, str | None]) -> list[str]:
+    """Every successful training's checkpoint URI is there and its model loads (``loads``: uri -> error or None)."""
+    found = []
+    for ti in tis:
+        key = ti_key(ti)
+        result = (xcoms.get(key) or {}).get("return_value")
+        if ti.get("state") != "success" or not isinstance(result, dict) or "world_size" not in result:
+            continue
+        uri = result.get("checkpoint_uri")
+        if not uri:
+            found.append(f"{key} succeeded without a checkpoint URI")
+        elif uri not in loads:
+            found.append(f"{key}: {uri} was not checked")
+        elif loads[uri] is not None:
+            found.append(f"{key}: {uri} does not load: {loads[uri]}")
+    return found
+
+
+def no_orphan_jobs(
+    jobs: list[dict],
+    job_polls: list[tuple[float, int, list]],
+    ti_polls: list[tuple[float, dict[str, str]]],
+    jobs_now: list[dict],
+    grace_s: float = 60.0,
+) -> list[str]:
+    """No Ray job runs or waits while its task instance has ended, for longer than ``grace_s`` (the
+    task's kill stopping it, the poll intervals); none at all once everything drained."""
+    found = []
+    meta = {(job["head_epoch"], job["submission_id"]): job for job in jobs}
+    orphaned_since: dict[tuple[int, str], float] = {}
+    reported = set()
+    ti_index = 0
+    states: dict[str, str] = {}
+    for t, epoch, unended in job_polls:
+        while ti_index < len(ti_polls) and ti_polls[ti_index][0] <= t:
+            states = ti_polls[ti_index][1]
+            ti_index += 1
+        alive = set()
+        for sid, status in unended:
+            key = (epoch, sid)
+            ti = job_ti(meta.get(key) or {})
+            if ti is None or states.get(ti) not in ENDED_TI:
+                continue
+            alive.add(key)
+            since = orphaned_since.setdefault(key, t)
+            if t - since > grace_s and key not in reported:
+                reported.add(key)
+                found.append(f"{sid} was {status} for {t - since:.0f} s after its task {ti} ended {states.get(ti)}")
+        orphaned_since = {k: v for k, v in orphaned_since.items() if k in alive}
+    for job in jobs_now:
+        if job_ti(job) and job.get("status") not in TERMINAL_JOB:
+            found.append(f"{job['submission_id']} still {job.get('status')} after every DAG run ended")
+    return found
+
+
+def one_job_per_attempt(jobs: list[dict], job_polls: list[tuple[float, int, list]]) -> list[str]:
+    """Each attempt (submission id) is one Ray job, submitted once (not again after the head was
+    replaced); and a task run never has two jobs unended at once."""
+    found = []
+    epochs = defaultdict(set)
+    for job in jobs:
+        if job_ti(job):
+            epochs[job["submission_id"]].add(job["head_epoch"])
+    for sid, seen in sorted(epochs.items()):
+        if len(seen) > 1:
+            found.append(f"{sid} was submitted on {len(seen)} heads (epochs {sorted(seen)}): one attempt, two jobs")
+    reported = set()
+    for t, _epoch, unended in job_polls:
+        by_run = defaultdict(list)
+        for sid, _ in unended:
+            by_run[base_of(sid)].append(sid)
+        for base, sids in by_run.items():
+            if len(sids) > 1 and base not in reported:
+                reported.add(base)
+                found.append(f"{base}: jobs {sorted(sids)} unended at once at {t:.0f} s")
+    return found
+
+
+def job_lines_in_task_log(tries: list[list[dict]], submission_id: str) -> list[str]:
+    """The job's lines the task's logs hold, across its tries, in order: the ``[ray]`` lines that follow
+    the operator's ``Ray job <id>: <url>`` of that job in each try."""
+    lines = []
+    for records in tries:
+        following = None
+        for record in records:
+            event = str(record.get("event", ""))
+            if mark := JOB_MARK.match(event):
+                following = mark.group(1)
+            elif event.startswith(RAY_LINE) and following == submission_id:
+                lines.append(event[len(RAY_LINE) :])
+    return lines
+
+
+def log_lines_once(
+    tis: list[dict], xcoms: dict[str, dict], logs: dict[str, list[list[dict]]], job_logs: dict[str, str]
+) -> list[str]:
+    """The task log of every training whose job survived (succeeded, and its log is still on the head)
+    holds every line of the job's own log, once, in order."""
+    found = []
+    for ti in tis:
+        key = ti_key(ti)
+        result = (xcoms.get(key) or {}).get("return_value")
+        if ti.get("state") != "success" or not isinstance(result, dict) or "world_size" not in result:
+            continue
+        sid = result.get("submission_id")
+        if sid not in job_logs:
+            continue
+        expected = job_logs[sid].splitlines()
+        streamed = job_lines_in_task_log(logs.get(key) or [], sid)
+        if streamed != expected:
+            found.append(f"{key} ({sid}): {difference(expected, streamed)}")
+    return found
+
+
+def difference(expected: list[str], got: list[str]) -> str:
+    """How the task log's lines differ from the job's: missing and repeated lines, or the first place."""
+    missing = [line for line in expected if line not in got]
+    repeated = sorted({line for line in got if got.count(line) > expected.count(line)})
+    if missing or repeated:
+        return (
+            f"{len(expected)} lines in the job's log, {len(got)} in the task log; {len(missing)} missing "
+            f"(first: {missing[:2]}), {len(repeated)} repeated (first: {repeated[:2]})"
+        )
+    first = next((i for i, (a, b) in enumerate(zip(expected, got)) if a != b), min(len(expected), len(got)))
+    return f"the lines differ from line {first + 1} on"
+
+
+def champion_log(snapshots: list[tuple[float, dict]], promoted: list[dict]) -> list[str]:
+    """The champion's log never loses a move (each version extends the one before, and every move a
+    ``promote`` task reported is in the last), and never moves to a worse score (each move beats the
+    champion it replaced)."""
+    found = []
+    previous: list[dict] = []
+    for t, record in snapshots:
+        moves = list(record.get("moves") or [])
+        if moves[: len(previous)] != previous:
+            found.append(f"at {t:.0f} s the champion's log lost moves: {len(previous)} before, {len(moves)} now")
+        for move in moves[len(previous) :]:
+            replaced = move.get("replaces") or {}
+            if replaced.get("holdout_mse") is not None and move["holdout_mse"] >= replaced["holdout_mse"]:
+                found.append(
+                    f"{move.get('run_id')} moved the champion of {move.get('logical_date')} to a worse score: "
+                    f"{move['holdout_mse']} after {replaced['holdout_mse']}"
+                )
+        previous = moves
+    last = {(m.get("run_id"), m.get("checkpoint_uri")) for m in previous}
+    for summary in promoted:
+        if summary.get("promoted") and (summary.get("run_id"), summary.get("checkpoint_uri")) not in last:
+            found.append(f"{summary.get('run_id')} promoted {summary.get('checkpoint_uri')}, which the log lacks")
+    return found
+
+
+def failed_attempt_records(jobs: list[dict], records: dict[str, dict]) -> list[str]:
+    """Each failed or stopped attempt left its record beside its checkpoints, with one of the six classes."""
+    found = []
+    seen = set()
+    for job in jobs:
+        meta = job.get("metadata") or {}
+        uri = meta.get("ahp_result_uri")
+        if not uri or job.get("status") not in ("FAILED", "STOPPED") or uri in seen:
+            continue
+        seen.add(uri)
+        record = records.get(uri)
+        if record is None:
+            found.append(f"{job['submission_id']} ended {job['status']} and left no record at {uri}")
+            continue
+        failure = record.get("failure") or {}
+        if failure.get("failure_class") not in CLASSES:
+            found.append(f"{job['submission_id']}'s record at {uri} has no failure class: {failure or record}")
+    return found
+
+
+def no_secrets(secrets: dict[str, str], places: dict[str, Any]) -> list[str]:
+    """No secret in any of ``places`` (name -> anything JSON): task logs, XComs, job infos and logs."""
+    found = []
+    for where, value in places.items():
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        for name, secret in secrets.items():
+            if secret and secret in text:
+                found.append(f"the {name} is in {where}")
+    return found
+
+
+# --- counts (not invariants) -------------------------------------------------------------------------
+
+
+def failed_attempts_by_class(records: dict[str, dict]) -> dict[str, int]:
+    """How many attempts failed, by class, from their records."""
+    counts: dict[str, int] = defaultdict(int)
+    for record in records.values():
+        if failure := record.get("failure"):
+            counts[failure.get("failure_class") or "none"] += 1
+    return dict(counts)
+
+
+def lost_worker_seconds(records: dict[str, dict]) -> float:
+    """Worker-seconds of failed attempts, per task run from its latest record with a cost."""
+    latest: dict[str, tuple[int, dict]] = {}
+    for record in records.values():
+        cost = record.get("cost")
+        storage, attempt = record.get("storage_uri"), int(record.get("attempt") or 0)
+        if cost and storage and attempt >= latest.get(storage, (0, {}))[0]:
+            latest[storage] = (attempt, cost)
+    return round(
+        sum(
+            a.get("worker_s") or 0.0
+            for _, cost in latest.values()
+            for a in cost.get("attempts") or []
+            if a.get("failed")
+        ),
+        1,
+    )

@@ -1,0 +1,317 @@
+"""The deployment `make chaos` runs against, as users run one, on this machine:
+
+- two hosts made of network namespaces (``harness/hosts.py``, Debian's /etc/hosts): a Ray head with
+  token auth on host 1, a Ray worker node on host 2, 3 CPUs each (the machine has 2 cores; the
+  workload is sized so);
+- S3 (moto's server, in this process) behind a gate on the root namespace's address of the hosts'
+  network, reached by Airflow and by the Ray nodes with keys of their own; closing the gate refuses new
+  connections and cuts the open ones, while the buckets stay;
+- PostgreSQL (Debian's server, ``harness/postgres.py``) holding Airflow's metadata;
+- Airflow's api-server, scheduler, dag-processor and triggerer as separate processes with the
+  LocalExecutor (``harness/stack.py``), the provider installed from its wheel, the workload's DAGs
+  from ``bench/chaos_dags``, the Ray and AWS connections in their environment.
+
+It can also break and mend itself: kill a host's processes and bring its Ray node back, replace the
+Ray head, make S3 refuse connections, restart an Airflow component. ``down()`` removes everything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+from harness import hosts as hostlib
+from harness.cluster import connection
+from harness.ports import free_port
+from harness.postgres import Postgres
+from harness.s3 import MotoServer
+from harness.stack import Stack
+
+REPO = Path(__file__).resolve().parents[1]
+DAGS = REPO / "bench" / "chaos_dags"
+SUBNET = "10.80.0"  # apart from the tests' hosts (10.77.0, 10.78.0) and figure 9's (10.79.0)
+BUCKET = "chaos"
+STORAGE = f"s3://{BUCKET}/runs"
+CPUS_PER_HOST = 3
+POOL, POOL_SLOTS = "chaos_training", 3
+
+
+class Deployment:
+    """Everything a run needs, started by ``up()`` and removed by ``down()``. ``out``: its folder."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.hosts = hostlib.Hosts(2, etc_hosts=hostlib.DEBIAN, subnet=SUBNET)
+        # Keys of this run's own (moto takes any): secrets the checks look for in every log, XCom and job info.
+        self.aws = {
+            "AWS_ACCESS_KEY_ID": "AKIA" + secrets.token_hex(8).upper(),
+            "AWS_SECRET_ACCESS_KEY": secrets.token_urlsafe(30),
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+        self.s3: MotoServer | None = None
+        self.gate: Gate | None = None
+        self.s3_port = 0
+        self.postgres: Postgres | None = None
+        self.stack: Stack | None = None
+        # Cluster changes (a host lost, the head replaced) one at a time.
+        self.topology = threading.Lock()
+        self.head_epoch = 0  # how many times the head was replaced
+
+    # --- up and down -----------------------------------------------------------------------------
+
+    def up(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.hosts.up()
+        self.s3 = MotoServer().start()
+        self.s3_port = free_port(self.hosts.root_address)
+        self.gate = Gate((self.hosts.root_address, self.s3_port), ("127.0.0.1", self.s3.port))
+        self.gate.open()
+        self.hosts.extra_env.update(self.s3_env())  # the Ray nodes' own access to S3
+        self.s3_client().create_bucket(Bucket=BUCKET)
+        self.hosts.start_head(num_cpus=CPUS_PER_HOST)
+        self.hosts.join(self.hosts[1], num_cpus=CPUS_PER_HOST)
+        self.hosts.wait_for_nodes(2, timeout=120)
+        self.postgres = Postgres(self.out / "postgres")
+        self.postgres.start()
+        self.stack = Stack(
+            self.out / "airflow",
+            DAGS,
+            free_port(),
+            database_url=self.postgres.create_database("chaos"),
+            env=self.airflow_env(),
+        )
+        self.stack.start()
+        self.stack.api("POST", "/pools", json={"name": POOL, "slots": POOL_SLOTS, "include_deferred": True})
+
+    def down(self) -> None:
+        """Every part, whatever state it is in (safe after a failed ``up``)."""
+        for step in (
+            lambda: self.stack and self.stack.stop(),
+            self.hosts.down,
+            lambda: self.gate and self.gate.close(),
+            lambda: self.s3 and self.s3.stop(),
+            lambda: self.postgres and self.postgres.remove(),
+        ):
+            try:
+                step()
+            except Exception as err:  # noqa: BLE001 - the next part must still go
+                print(f"[chaos] cleaning up: {type(err).__name__}: {err}", flush=True)
+
+    # --- what clients need ---------------------------------------------------------------------------
+
+    @property
+    def s3_endpoint(self) -> str:
+        return f"http://{self.hosts.root_address}:{self.s3_port}"
+
+    def s3_env(self) -> dict[str, str]:
+        return {"AWS_ENDPOINT_URL": self.s3_endpoint, **self.aws, "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def s3_client(self):
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.s3_endpoint,
+            region_name=self.aws["AWS_DEFAULT_REGION"],
+            aws_access_key_id=self.aws["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=self.aws["AWS_SECRET_ACCESS_KEY"],
+            config=Config(connect_timeout=3, read_timeout=10, retries={"max_attempts": 1}),
+        )
+
+    @property
+    def ray_token(self) -> str:
+        return self.hosts.token
+
+    @property
+    def dashboard_url(self) -> str:
+        return self.hosts.dashboard_url
+
+    def secrets(self) -> dict[str, str]:
+        """What must never show in a log, an XCom or a job's info."""
+        return {"ray token": self.ray_token, "AWS secret key": self.aws["AWS_SECRET_ACCESS_KEY"]}
+
+    def airflow_env(self) -> dict[str, str]:
+        head = {"dashboard_url": self.dashboard_url, "token": self.ray_token}
+        aws = {
+            "conn_type": "aws",
+            "login": self.aws["AWS_ACCESS_KEY_ID"],
+            "password": self.aws["AWS_SECRET_ACCESS_KEY"],
+            "extra": {"endpoint_url": self.s3_endpoint, "region_name": self.aws["AWS_DEFAULT_REGION"]},
+        }
+        return {
+            # RAY_ADDRESS: Train V2's placement-group cleaner must find this cluster, not another on the machine.
+            "AIRFLOW_CONN_RAY_DEFAULT": connection(
+                head,
+                shared_storage=False,
+                extra={"runtime_env": {"env_vars": {"RAY_ADDRESS": self.hosts.gcs_address}}},
+            ),
+            "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(aws),
+            "CHAOS_STORAGE": STORAGE,
+            "AIRFLOW__CORE__PARALLELISM": "12",
+            "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "12",
+            "AIRFLOW__API__MAXIMUM_PAGE_LIMIT": "1000",
+        }
+
+    # --- faults ------------------------------------------------------------------------------------
+
+    def lose_host(self) -> None:
+        """Host 2 as if its machine lost power: every process of it SIGKILLed at once."""
+        self.hosts.stop_ray(self.hosts[1])
+
+    def bring_back_host(self) -> None:
+        """Host 2's Ray node started again (as the machine's boot would), once the head answers."""
+        self.hosts.join(self.hosts[1], num_cpus=CPUS_PER_HOST)
+
+    def stop_head(self) -> None:
+        """Every process of host 1 (the head, its dashboard, the drivers of the jobs) SIGKILLed at once."""
+        self.hosts.stop_ray(self.hosts[0])
+
+    def start_head(self) -> None:
+        """A new head on host 1 (same address and token), and host 2's node joined to it: a worker node
+        whose head went away ends itself after a while, so it is replaced at once, as an operator would."""
+        self.hosts.stop_ray(self.hosts[1])
+        shutil.rmtree(f"{self.hosts.workdir}/ray", ignore_errors=True)  # the old session's folders
+        self.hosts.start_head(num_cpus=CPUS_PER_HOST)
+        self.hosts.join(self.hosts[1], num_cpus=CPUS_PER_HOST)
+        self.head_epoch += 1
+
+    def s3_down(self) -> None:
+        """S3 refuses connections and the open ones are cut; its buckets stay."""
+        assert self.gate is not None
+        self.gate.close()
+
+    def s3_up(self) -> None:
+        assert self.gate is not None
+        self.gate.open()
+
+    def restart(self, component: str) -> None:
+        """An Airflow component stopped as a deployment restarts it (SIGTERM, SIGKILL after 30 s), started again."""
+        assert self.stack is not None
+        self.stack.restart(component)
+
+    def kill_and_start(self, component: str) -> None:
+        """An Airflow component killed outright (its whole process group), started again."""
+        assert self.stack is not None
+        process = self.stack.processes.pop(component)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+        self.stack.launch(component)
+
+    # --- processes ---------------------------------------------------------------------------------
+
+    def host_pids(self, index: int) -> list[int]:
+        return self.hosts.pids(self.hosts[index])
+
+    def train_worker_pids(self) -> list[tuple[int, int]]:
+        """(host index, pid) of every Ray Train worker process on the hosts, in a stable order."""
+        found = []
+        for index in range(2):
+            for pid in self.host_pids(index):
+                if cmdline(pid).startswith("ray::RayTrainWorker"):
+                    found.append((index, pid))
+        return sorted(found)
+
+
+class Gate:
+    """A TCP gate in front of a server: while open it passes connections to ``target``; ``close()``
+    refuses new ones (nothing listens) and cuts those open, as a server that went away."""
+
+    def __init__(self, listen: tuple[str, int], target: tuple[str, int]) -> None:
+        self.listen, self.target = listen, target
+        self._server: socket.socket | None = None
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def is_open(self) -> bool:
+        return self._server is not None
+
+    def open(self) -> None:
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(self.listen)
+        server.listen(128)
+        self._server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def close(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            with contextlib.suppress(OSError):
+                server.shutdown(socket.SHUT_RDWR)
+            server.close()
+        with self._lock:
+            cut, self._open = self._open, set()
+        for sock in cut:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return  # closed
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                if self._server is not server:
+                    client.close()
+                    upstream.close()
+                    return
+                self._open |= {client, upstream}
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):  # the other direction's pump wakes up and ends too
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                self._open -= {source, sink}
+            source.close()
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def task_process(ti_id: str) -> int | None:
+    """The pid of the Airflow task process of a task instance (its title: ``airflow worker -- <id>``)."""
+    title = f"airflow worker -- {ti_id}"
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and cmdline(int(entry)) == title:
+            return int(entry)
+    return None
+
+
+def pids_named(prefix: str) -> list[int]:
+    return sorted(int(e) for e in os.listdir("/proc") if e.isdigit() and cmdline(int(e)).startswith(prefix))
+
+
+def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, **kwargs)

@@ -1,0 +1,184 @@
+"""`make chaos`'s own parts that need no deployment: its schedule is a pure function of the seed, and
+its invariants catch what they are meant to (bench/chaos_schedule.py, bench/chaos_checks.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from bench import chaos_checks as checks
+from bench import chaos_schedule as schedule
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# --- the schedule ------------------------------------------------------------------------------------
+
+
+def test_the_same_seed_gives_the_same_schedule_in_another_interpreter():
+    code = (
+        "import json; from bench import chaos_schedule as s; "
+        "print(json.dumps([[f.to_dict() for f in s.fault_schedule(77, 20)], "
+        "[r.to_dict() for r in s.workload_schedule(77, 20)]]))"
+    )
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": str(hash_seed), "PATH": ""},
+        ).stdout
+        for hash_seed in (1, 2)
+    ]
+    assert runs[0] == runs[1]
+    here = [
+        [f.to_dict() for f in schedule.fault_schedule(77, 20)],
+        [r.to_dict() for r in schedule.workload_schedule(77, 20)],
+    ]
+    import json
+
+    assert json.loads(runs[0]) == here
+
+
+def test_another_seed_gives_another_schedule():
+    assert schedule.fault_schedule(1, 20) != schedule.fault_schedule(2, 20)
+    assert schedule.workload_schedule(1, 20) != schedule.workload_schedule(2, 20)
+
+
+def test_twenty_minutes_hold_every_kind_of_fault_between_the_quiet_start_and_end():
+    faults = schedule.fault_schedule(5, 20)
+    assert {f.kind for f in faults} == set(schedule.FAULT_KINDS)
+    assert all(90 <= f.at_s <= 20 * 60 - 60 for f in faults)
+    assert [f.at_s for f in faults] == sorted(f.at_s for f in faults)
+    assert all(0 <= f.pick < 1 for f in faults)
+    lasting = [f for f in faults if f.kind in schedule.DURATIONS_S]
+    assert all(schedule.DURATIONS_S[f.kind][0] <= f.duration_s <= schedule.DURATIONS_S[f.kind][1] for f in lasting)
+
+
+def test_the_workload_has_daily_runs_day_after_day_a_backfill_sweeps_and_elastic_trainings():
+    requests = schedule.workload_schedule(9, 20)
+    days = [r.day for r in requests if r.dag_id == schedule.RETRAINING and not r.backfill_days]
+    assert days == sorted(days) and len(set(days)) == len(days) >= 4
+    assert [r.backfill_days for r in requests if r.backfill_days] == [3]
+    assert {r.dag_id for r in requests} == set(schedule.WORKLOAD_DAGS)
+    assert all(r.at_s <= 20 * 60 - 60 for r in requests)
+
+
+def test_a_fault_picks_among_the_candidates_by_its_fraction():
+    assert schedule.pick([], 0.5) is None
+    assert [schedule.pick(["a", "b", "c"], f) for f in (0.0, 0.34, 0.99)] == ["a", "b", "c"]
+
+
+# --- the invariants ------------------------------------------------------------------------------------
+
+
+def ti(dag="chaos_retraining", task="train", run="r1", index=-1, state="success", try_number=1):
+    return {
+        "dag_id": dag,
+        "task_id": task,
+        "dag_run_id": run,
+        "map_index": index,
+        "state": state,
+        "try_number": try_number,
+    }
+
+
+def failed_log(exc_type):
+    return [[{"event": "Task failed with exception", "error_detail": [{"exc_type": exc_type, "exc_value": "why"}]}]]
+
+
+def test_runs_that_failed_need_a_failure_class_unless_the_injector_failed_them():
+    runs = [
+        {"dag_id": "chaos_retraining", "dag_run_id": "r1", "state": "failed"},
+        {"dag_id": "chaos_retraining", "dag_run_id": "r2", "state": "failed"},
+        {"dag_id": "chaos_retraining", "dag_run_id": "r3", "state": "failed"},
+        {"dag_id": "chaos_retraining", "dag_run_id": "r4", "state": "running"},
+    ]
+    tis = [ti(run="r1", state="failed"), ti(run="r2", state="failed"), ti(run="r3", state="failed")]
+    logs = {
+        "chaos_retraining/train/r1/-1": failed_log("InfrastructureError"),
+        "chaos_retraining/train/r2/-1": failed_log("KeyError"),
+        "chaos_retraining/train/r3/-1": failed_log("KeyError"),
+    }
+    found = checks.runs_ended(runs, tis, logs, marked={"chaos_retraining/train/r3/-1"})
+    assert len(found) == 2 and "r2" in found[0] and "KeyError" in found[0] and "r4" in found[1]
+
+
+def test_a_job_running_long_after_its_task_ended_is_an_orphan():
+    meta = {"airflow_dag_id": "d", "airflow_task_id": "t", "airflow_run_id": "r", "airflow_map_index": "-1"}
+    jobs = [{"submission_id": "ahp-d-t-x-a1", "head_epoch": 0, "metadata": meta, "status": "RUNNING"}]
+    ti_polls = [(0.0, {"d/t/r/-1": "running"}), (10.0, {"d/t/r/-1": "failed"})]
+    job_polls = [(t, 0, [("ahp-d-t-x-a1", "RUNNING")]) for t in (5.0, 20.0, 50.0, 90.0)]
+    assert len(checks.no_orphan_jobs(jobs, job_polls, ti_polls, [], grace_s=60)) == 1
+    assert checks.no_orphan_jobs(jobs, job_polls[:3], ti_polls, [], grace_s=60) == []
+    assert len(checks.no_orphan_jobs(jobs, [], ti_polls, jobs, grace_s=60)) == 1
+
+
+def test_two_jobs_of_one_task_run_at_once_or_one_attempt_on_two_heads_are_violations():
+    meta = {"airflow_dag_id": "d", "airflow_task_id": "t", "airflow_run_id": "r", "airflow_map_index": "-1"}
+    polls = [
+        (1.0, 0, [("ahp-d-t-x-a1", "RUNNING")]),
+        (4.0, 0, [("ahp-d-t-x-a1", "RUNNING"), ("ahp-d-t-x-a2", "PENDING")]),
+    ]
+    assert len(checks.one_job_per_attempt([], polls)) == 1
+    jobs = [{"submission_id": "ahp-d-t-x-a1", "head_epoch": e, "metadata": meta} for e in (0, 1)]
+    assert "2 heads" in checks.one_job_per_attempt(jobs, [])[0]
+
+
+def test_the_task_log_must_hold_each_line_of_its_job_once_across_tries():
+    tries = [
+        [{"event": "Ray job s-a1: http://x"}, {"event": "[ray] one"}, {"event": "[ray] two"}],
+        [{"event": "Ray job s-a2: http://x"}, {"event": "[ray] other"}],
+        [{"event": "Ray job s-a2: http://x"}, {"event": "[ray] more"}],
+    ]
+    assert checks.job_lines_in_task_log(tries, "s-a2") == ["other", "more"]
+    tis = [ti()]
+    xcoms = {"chaos_retraining/train/r1/-1": {"return_value": {"submission_id": "s-a2", "world_size": 2}}}
+    assert checks.log_lines_once(tis, xcoms, {"chaos_retraining/train/r1/-1": tries}, {"s-a2": "other\nmore\n"}) == []
+    found = checks.log_lines_once(tis, xcoms, {"chaos_retraining/train/r1/-1": tries}, {"s-a2": "other\nlost\nmore"})
+    assert "1 missing" in found[0]
+
+
+def test_the_champions_log_may_only_grow_and_only_to_better_scores():
+    move1 = {"logical_date": "2026-11-10", "holdout_mse": 0.5, "run_id": "r1", "checkpoint_uri": "c1", "replaces": None}
+    move2 = {**move1, "holdout_mse": 0.4, "run_id": "r2", "checkpoint_uri": "c2", "replaces": {"holdout_mse": 0.5}}
+    worse = {**move2, "holdout_mse": 0.6, "run_id": "r3", "checkpoint_uri": "c3", "replaces": {"holdout_mse": 0.4}}
+    good = [(1.0, {"moves": [move1]}), (2.0, {"moves": [move1, move2]})]
+    promoted = [{"promoted": True, "run_id": "r2", "checkpoint_uri": "c2"}]
+    assert checks.champion_log(good, promoted) == []
+    assert "lost moves" in checks.champion_log([*good, (3.0, {"moves": [move2]})], [])[0]
+    assert "worse" in checks.champion_log([*good, (3.0, {"moves": [move1, move2, worse]})], [])[0]
+    assert "lacks" in checks.champion_log(good[:1], promoted)[0]
+
+
+def test_a_failed_attempt_needs_its_record_with_a_class():
+    jobs = [
+        {"submission_id": f"s-a{n}", "status": "FAILED", "metadata": {"ahp_result_uri": f"s3://b/a{n}/result.json"}}
+        for n in (1, 2, 3)
+    ]
+    records = {"s3://b/a1/result.json": {"failure": {"failure_class": "infrastructure"}}, "s3://b/a2/result.json": {}}
+    found = checks.failed_attempt_records(jobs, records)
+    assert len(found) == 2 and "s-a2" in found[0] and "left no record" in found[1]
+
+
+def test_a_secret_anywhere_is_found_and_named():
+    found = checks.no_secrets({"ray token": "tok-123"}, {"the log": [{"event": "x tok-123"}], "the XCom": {"a": 1}})
+    assert found == ["the ray token is in the log"]
+
+
+def test_worker_seconds_lost_count_failed_attempts_of_each_task_runs_latest_cost():
+    cost = {"attempts": [{"failed": True, "worker_s": 30.0}, {"failed": False, "worker_s": 50.0}]}
+    records = {
+        "a1": {
+            "storage_uri": "s",
+            "attempt": 1,
+            "failure": {"failure_class": "infrastructure"},
+            "cost": {"attempts": [{"failed": True, "worker_s": 30.0}]},
+        },
+        "a2": {"storage_uri": "s", "attempt": 2, "cost": cost},
+    }
+    assert checks.lost_worker_seconds(records) == 30.0
+    assert checks.failed_attempts_by_class(records) == {"infrastructure": 1}
