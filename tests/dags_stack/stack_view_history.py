@@ -19,7 +19,7 @@ def train() -> dict:
     import time
 
     from airflow_provider_horovod import cost
-    from airflow_provider_horovod.plugins.data import HISTORY_FILE, JOB_KEY, attempt_uri, result_uri
+    from airflow_provider_horovod.contract import HISTORY_FILE, XCOM_JOB, attempt_uri, result_uri
 
     context = get_current_context()
     ti = context["ti"]
@@ -34,7 +34,7 @@ def train() -> dict:
         "trainer_api": "v2",
         "checkpoint_score_attribute": "val_loss",
     }
-    ti.xcom_push(key=JOB_KEY, value=job)
+    ti.xcom_push(key=XCOM_JOB, value=job)
     folder = attempt_uri(storage, 1)
     os.makedirs(folder, exist_ok=True)
     # Each day trains a bit better: the curves differ from run to run.
