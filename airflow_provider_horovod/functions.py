@@ -64,6 +64,7 @@ def _is_submodule(module: str, name: str) -> bool:
 # CPython 3.11's ast.parse is not safe in concurrent threads (a "recursion depth mismatch" SystemError),
 # and tasks may check their functions in threads of one process.
 _PARSE_LOCK = threading.Lock()
+_PICKLE_BY_VALUE_LOCK = threading.Lock()
 
 
 def top_level_names(spec) -> set[str] | None:
@@ -125,20 +126,23 @@ def pickle_callable(parameter: str, fn: Any) -> bytes:
     if not callable(fn):
         raise InvalidParameterError(parameter, fn, 'give a function, or an import path "package.module:function".')
     modules = _pickled_by_value_modules(fn)
-    for module in modules:
-        cloudpickle.register_pickle_by_value(module)
-    try:
-        return cloudpickle.dumps(fn)
-    except Exception as err:  # cloudpickle raises many kinds
-        raise InvalidParameterError(
-            parameter,
-            fn,
-            f"it cannot be pickled ({type(err).__name__}: {err}); import heavy objects (models, clients, "
-            "open files) inside the function instead of capturing them.",
-        ) from None
-    finally:
+    # cloudpickle's by-value registry is one per process: operators planning in threads of one process
+    # (a backfill's tasks started side by side) would unregister each other's modules.
+    with _PICKLE_BY_VALUE_LOCK:
         for module in modules:
-            cloudpickle.unregister_pickle_by_value(module)
+            cloudpickle.register_pickle_by_value(module)
+        try:
+            return cloudpickle.dumps(fn)
+        except Exception as err:  # cloudpickle raises many kinds
+            raise InvalidParameterError(
+                parameter,
+                fn,
+                f"it cannot be pickled ({type(err).__name__}: {err}); import heavy objects (models, clients, "
+                "open files) inside the function instead of capturing them.",
+            ) from None
+        finally:
+            for module in modules:
+                cloudpickle.unregister_pickle_by_value(module)
 
 
 def import_path_of(fn: Any) -> str | None:

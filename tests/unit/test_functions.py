@@ -3,6 +3,7 @@ or the function pickled by value (its module travels with it when it is not inst
 
 import sys
 import threading
+import time
 
 import cloudpickle
 import pytest
@@ -168,6 +169,24 @@ def test_a_function_from_a_test_module_is_pickled_by_value(monkeypatch):
 
 def test_by_value_registration_does_not_outlive_the_call():
     pickle_callable("train_fn", train_here)
+    assert __name__ not in cloudpickle.list_registry_pickle_by_value()
+
+
+def test_functions_of_one_module_pickled_in_threads_at_once_each_travel(monkeypatch):
+    """A backfill's tasks planned side by side in one process: one thread's unregistering must not break
+    another's pickle (cloudpickle's registry is one per process)."""
+    import concurrent.futures
+
+    dumps = cloudpickle.dumps
+
+    def slow_dumps(fn):  # widens the window between register and unregister, as a loaded machine does
+        time.sleep(0.05)
+        return dumps(fn)
+
+    monkeypatch.setattr(cloudpickle, "dumps", slow_dumps)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        pickles = list(pool.map(lambda _: pickle_callable("train_fn", train_here), range(16)))
+    assert all(cloudpickle.loads(data)({"x": 1})["doubled"] == 2 for data in pickles)
     assert __name__ not in cloudpickle.list_registry_pickle_by_value()
 
 
