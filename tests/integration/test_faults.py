@@ -203,8 +203,10 @@ class Outage:
                 return  # closed
             with self.changed:
                 if not self.serving:
-                    client.close()
+                    # Counted before the close that the client sees: a test reading the count once its
+                    # request failed must find it there, however late this thread runs again.
                     self.refused += 1
+                    client.close()
                     self.changed.notify_all()
                     continue
             self._connect(client)
