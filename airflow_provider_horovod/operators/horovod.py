@@ -128,16 +128,6 @@ class HorovodTrainOperator(BaseRayJobOperator):
                 check=checks.check_horovod_env,
             ),
         ] = None,
-        runtime_env: Annotated[
-            dict[str, Any] | None,
-            Param(
-                "Extra Ray runtime env (pip, working_dir, env_vars), merged over the connection's default. No "
-                "secrets: Ray shows it to every dashboard reader.",
-                templated=True,
-                renderer="json",
-                check=checks.check_runtime_env,
-            ),
-        ] = None,
         trainer_api: Annotated[
             str,
             Param(

@@ -165,6 +165,16 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
                 check=checks.check_prices,
             ),
         ] = None,
+        runtime_env: Annotated[
+            dict[str, Any] | None,
+            Param(
+                "Extra Ray runtime env (pip, working_dir, env_vars), merged over the connection's default. No "
+                "secrets: Ray shows it to every dashboard reader.",
+                templated=True,
+                renderer="json",
+                check=checks.check_runtime_env,
+            ),
+        ] = None,
         smoke_run: Annotated[
             bool | None,
             Param(
@@ -452,16 +462,6 @@ class RayTaskOperator(BaseRayJobOperator):
                 'Custom Ray resources it reserves, e.g. `{"accelerator_type:A100": 1}`.',
                 # Not `self.resources`: BaseOperator makes that attribute Airflow's own Resources (cpus, ram, ...).
                 attribute="ray_resources",
-            ),
-        ] = None,
-        runtime_env: Annotated[
-            dict[str, Any] | None,
-            Param(
-                "Extra Ray runtime env (pip, working_dir, env_vars), merged over the connection's default. No "
-                "secrets: Ray shows it to every dashboard reader.",
-                templated=True,
-                renderer="json",
-                check=checks.check_runtime_env,
             ),
         ] = None,
         **kwargs: Any,

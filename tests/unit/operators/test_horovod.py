@@ -208,7 +208,6 @@ def test_template_fields():
         "datasets",
         "num_workers",
         "horovod_env",
-        "runtime_env",
         "mlflow_tracking_uri",
         "mlflow_conn_id",
         "mlflow_experiment_name",
@@ -216,6 +215,7 @@ def test_template_fields():
         "storage_path",
         "aws_conn_id",
         "job_tags",
+        "runtime_env",
     )
     assert HorovodTrainOperator.template_fields_renderers == {
         "train_loop_config": "json",

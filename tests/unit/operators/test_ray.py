@@ -116,7 +116,14 @@ def test_template_fields():
         "aws_conn_id",
         "job_tags",
     }
-    assert set(BaseRayJobOperator.template_fields) == {"ray_conn_id", "storage_path", "aws_conn_id", "job_tags"}
+    # runtime_env is every job's (a training's and a task's), declared once on the base.
+    assert set(BaseRayJobOperator.template_fields) == {
+        "ray_conn_id",
+        "storage_path",
+        "aws_conn_id",
+        "job_tags",
+        "runtime_env",
+    }
     op = operator(
         op_args=["s3://b/{{ params.run }}"],
         op_kwargs={"threshold": "{{ params.t }}"},
