@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import fcntl
 import json
 import os
 import re
@@ -69,9 +70,18 @@ def load() -> dict:
     return json.loads(RESULTS.read_text()) if RESULTS.exists() else {"ray": {}, "torch": {}}
 
 
-def save(results: dict) -> None:
+def save(part: str, key: str, row: dict) -> dict:
+    """Put one row into the kept results and return them all. The file is read again under a lock, so that a
+    Ray run and a torch build running at once (hours apart in their starts) keep each other's rows."""
     OUT.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True))
+    with open(OUT / "results.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        results = load()
+        results[part][key] = row
+        partial = RESULTS.with_suffix(".partial")
+        partial.write_text(json.dumps(results, indent=1, sort_keys=True))
+        os.replace(partial, RESULTS)
+    return results
 
 
 # --- Ray minors ------------------------------------------------------------------------------------
@@ -180,6 +190,8 @@ def build_torch(python: str, torch_version: str) -> dict:
             env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
         )  # fmt: skip
         result["build_s"] = round(time.monotonic() - started, 1)
+        # The whole build's output, for reading why it failed (the page has only its last line).
+        (OUT / f"build-{torch_version}-py{python}.log").write_text(build.stdout + build.stderr)
         result["compiled"] = build.returncode == 0 and "building horovod" in build.stdout
         result["build_log_tail"] = build.stdout.strip().splitlines()[-3:]
         if build.returncode != 0:
@@ -325,8 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.doc_only and not args.skip_ray:
         for version in args.minors.split(",") if args.minors else MINORS:
             apis = tuple(args.apis.split(",")) if args.apis else DEFAULT_APIS.get(version, ("auto",))
-            results["ray"][version] = run_minor(version, apis)
-            save(results)
+            save("ray", version, run_minor(version, apis))
     if not args.doc_only and not args.skip_torch:
         pairs = [tuple(p.split(":")) for p in args.torch.split(",")] if args.torch else TORCH
         for python, torch_version in pairs:
@@ -334,11 +345,11 @@ def main(argv: list[str] | None = None) -> int:
             row = build_torch(python, torch_version)
             key = f"{python}:{torch_version}"
             # The compile time is what it took when it compiled; a cached wheel keeps the earlier figure.
-            earlier = results["torch"].get(key, {}).get("compile_s")
+            earlier = load()["torch"].get(key, {}).get("compile_s")
             row["compile_s"] = row.get("build_s") if row.get("compiled") else earlier
-            results["torch"][key] = row
-            save(results)
+            save("torch", key, row)
             say(f"torch {torch_version} on Python {python}: {row['outcome']} {row.get('reason') or ''}")
+    results = load()  # with the rows another run kept meanwhile
     DOC.write_text(page(results))
     say(f"wrote {DOC.relative_to(REPO)}")
     failed = [v for v, r in results["ray"].items() if any(c["outcome"] == "fail" for c in r["checks"].values())]
