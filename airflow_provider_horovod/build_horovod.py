@@ -23,6 +23,9 @@ Environment (as scripts/build_horovod.sh always read it):
   HOROVOD_GPU_OPERATIONS=NCCL build the GPU variant, as --gpu does (needs CUDA's nvcc). Without
                               HOROVOD_NCCL_HOME/_INCLUDE/_LIB it links the NCCL that PyPI's torch brings.
   HOROVOD_BUILD_CUDA_CC_LIST  e.g. 90: compile the GPU kernels for these architectures only
+  HOROVOD_CUDA_HOME           the CUDA toolkit (default: $CUDA_HOME, $CUDA_PATH, else /usr/local/cuda where it
+                              has bin/nvcc). Against a CUDA torch (PyPI's), Horovod compiles its CUDA parts even
+                              for a CPU build, and needs the toolkit's headers and runtime library.
 """
 
 from __future__ import annotations
@@ -91,6 +94,10 @@ import glob, site
 print(next(iter(sorted(h for r in site.getsitepackages()
                        for h in glob.glob(r + "/nvidia/**/include/nccl.h", recursive=True))), ""))
 """
+
+
+# Where NVIDIA's installers and CUDA images put the toolkit.
+CUDA_DEFAULT_HOME = Path("/usr/local/cuda")
 
 
 class BuildError(Exception):
@@ -178,15 +185,32 @@ def wants_torch_nccl(env: Mapping[str, str], gpu_operations: str) -> bool:
     return gpu_operations == "NCCL" and not named
 
 
+def cuda_home(env: Mapping[str, str], default: Path = CUDA_DEFAULT_HOME) -> str | None:
+    """The CUDA toolkit for Horovod's CMake: HOROVOD_CUDA_HOME, CUDA_HOME or CUDA_PATH as set, else ``default``
+    where it has bin/nvcc, else None (CMake looks on PATH).
+
+    CMake otherwise takes the toolkit's root from the nvcc on PATH; an nvcc that is a wrapper or a link in
+    /usr/local/bin gives /usr/local, with no cuda_runtime.h, and a CUDA torch's build fails ("Could NOT find
+    CUDAToolkit")."""
+    for name in ("HOROVOD_CUDA_HOME", "CUDA_HOME", "CUDA_PATH"):
+        if env.get(name):
+            return env[name]
+    return str(default) if (default / "bin" / "nvcc").exists() else None
+
+
 def build_env(
     base: Mapping[str, str],
     gpu_operations: str = "",
     nccl_include: str | None = None,
     nccl_lib: str | None = None,
     jobs: int | None = None,
+    cuda: str | None = None,
 ) -> dict[str, str]:
-    """The environment for `pip wheel` of Horovod: base plus what selects PyTorch, Gloo and (for a GPU build) NCCL."""
+    """The environment for `pip wheel` of Horovod: base plus what selects PyTorch, Gloo and (for a GPU build) NCCL;
+    ``cuda``: the CUDA toolkit's folder (``cuda_home``), for Horovod's CMake."""
     env = dict(base)
+    if cuda:
+        env["HOROVOD_CUDA_HOME"] = cuda
     env.update(
         HOROVOD_WITH_PYTORCH="1",
         HOROVOD_WITHOUT_MPI="1",
@@ -338,7 +362,7 @@ def build_wheel(py: str, torch_version: str, gpu_operations: str, out_dir: Path)
                 nccl_include, nccl_lib = str(nccl_dir / "include"), str(lib)
                 _say(f"  using torch's NCCL: {nccl_dir}")
 
-        env = build_env(os.environ, gpu_operations, nccl_include, nccl_lib)
+        env = build_env(os.environ, gpu_operations, nccl_include, nccl_lib, cuda=cuda_home(os.environ))
         dist = work / "dist"
         dist.mkdir()
         _say(f"  compiling ({env['MAKEFLAGS']})")

@@ -191,6 +191,20 @@ def test_build_env_gpu_with_torchs_nccl():
     assert base == {"MAKEFLAGS": "-j1", "HOROVOD_BUILD_CUDA_CC_LIST": "90"}  # not changed in place
 
 
+def test_cuda_home_named_first_else_the_default_where_it_has_nvcc(tmp_path):
+    assert bh.cuda_home({"CUDA_HOME": "/opt/cuda", "HOROVOD_CUDA_HOME": "/opt/hvd-cuda"}, tmp_path) == "/opt/hvd-cuda"
+    assert bh.cuda_home({"CUDA_PATH": "/opt/cuda-path"}, tmp_path) == "/opt/cuda-path"
+    assert bh.cuda_home({"CUDA_HOME": ""}, tmp_path) is None  # no nvcc under the default: CMake looks on PATH
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvcc").write_text("")
+    assert bh.cuda_home({}, tmp_path) == str(tmp_path)
+
+
+def test_build_env_names_the_cuda_toolkit_to_cmake():
+    assert bh.build_env({}, cuda="/usr/local/cuda")["HOROVOD_CUDA_HOME"] == "/usr/local/cuda"
+    assert "HOROVOD_CUDA_HOME" not in bh.build_env({})
+
+
 def test_torchs_nccl_only_when_no_nccl_is_named():
     assert not bh.wants_torch_nccl({}, "")
     assert not bh.wants_torch_nccl({"HOROVOD_NCCL_HOME": "/opt/nccl"}, "NCCL")
