@@ -189,9 +189,9 @@ def cuda_home(env: Mapping[str, str], default: Path = CUDA_DEFAULT_HOME) -> str 
     """The CUDA toolkit for Horovod's CMake: HOROVOD_CUDA_HOME, CUDA_HOME or CUDA_PATH as set, else ``default``
     where it has bin/nvcc, else None (CMake looks on PATH).
 
-    CMake otherwise takes the toolkit's root from the nvcc on PATH; an nvcc that is a wrapper or a link in
-    /usr/local/bin gives /usr/local, with no cuda_runtime.h, and a CUDA torch's build fails ("Could NOT find
-    CUDAToolkit")."""
+    CMake and torch otherwise take the toolkit's root from the nvcc on PATH; an nvcc that is a wrapper or a link
+    in /usr/local/bin gives /usr/local, with no cuda_runtime.h nor libcudart, and a CUDA torch's build fails
+    ("Could NOT find CUDAToolkit", "FOUND_LIB_cudart NOTFOUND")."""
     for name in ("HOROVOD_CUDA_HOME", "CUDA_HOME", "CUDA_PATH"):
         if env.get(name):
             return env[name]
@@ -207,10 +207,12 @@ def build_env(
     cuda: str | None = None,
 ) -> dict[str, str]:
     """The environment for `pip wheel` of Horovod: base plus what selects PyTorch, Gloo and (for a GPU build) NCCL;
-    ``cuda``: the CUDA toolkit's folder (``cuda_home``), for Horovod's CMake."""
+    ``cuda``: the CUDA toolkit's folder (``cuda_home``), for Horovod's CMake and torch's cpp_extension."""
     env = dict(base)
     if cuda:
-        env["HOROVOD_CUDA_HOME"] = cuda
+        # The same toolkit for Horovod's CMake and for torch's cpp_extension, which Horovod asks for the
+        # libraries to link (CUDA_HOME; without it, the folder above the nvcc on PATH).
+        env["HOROVOD_CUDA_HOME"] = env["CUDA_HOME"] = cuda
     env.update(
         HOROVOD_WITH_PYTORCH="1",
         HOROVOD_WITHOUT_MPI="1",

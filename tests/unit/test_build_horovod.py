@@ -201,8 +201,9 @@ def test_cuda_home_named_first_else_the_default_where_it_has_nvcc(tmp_path):
 
 
 def test_build_env_names_the_cuda_toolkit_to_cmake():
-    assert bh.build_env({}, cuda="/usr/local/cuda")["HOROVOD_CUDA_HOME"] == "/usr/local/cuda"
-    assert "HOROVOD_CUDA_HOME" not in bh.build_env({})
+    env = bh.build_env({"CUDA_HOME": "/usr/local"}, cuda="/usr/local/cuda")
+    assert env["HOROVOD_CUDA_HOME"] == env["CUDA_HOME"] == "/usr/local/cuda"  # torch's cpp_extension reads CUDA_HOME
+    assert "HOROVOD_CUDA_HOME" not in bh.build_env({}) and "CUDA_HOME" not in bh.build_env({})
 
 
 def test_torchs_nccl_only_when_no_nccl_is_named():
