@@ -9,7 +9,7 @@ For each Ray minor (the latest patch of each, ``MINORS``): Ray laid over the clu
 (tests/unit/runtime/test_ray_compat.py) run on it, and tests/integration/test_ray_versions.py against a
 head of it, from Airflow's environment, as make test runs them. For each (Python, torch) of ``TORCH``:
 a fresh environment with that torch, Horovod built there by the provider's build command (the wheel
-cached under ~/.cache/airflow-provider-horovod: only the first run compiles), its check
+cached under .build/compat/wheels: only the first run compiles), its check
 (`horovodrun --check-build`), and a 2-rank Gloo allreduce. Results are kept in .build/compat/results.json
 (a later run with --minors adds to them); the page is written from all of them. Standard library only.
 """
@@ -189,7 +189,13 @@ def build_torch(python: str, torch_version: str) -> dict:
         started = time.monotonic()
         # PyPI's torch is a CUDA build, so Horovod compiles its CUDA kernels even for the CPU: for one
         # architecture only (the check runs on the CPU), unless the caller names others.
-        build_env = {"HOROVOD_BUILD_CUDA_CC_LIST": CUDA_CC_LIST, **os.environ, "PYTHONPATH": str(REPO)}
+        # Its own wheel cache: a wheel with one architecture's kernels stays out of the user's.
+        build_env = {
+            "HOROVOD_BUILD_CUDA_CC_LIST": CUDA_CC_LIST,
+            **os.environ,
+            "HOROVOD_WHEEL_CACHE": str(OUT / "wheels"),
+            "PYTHONPATH": str(REPO),
+        }
         build = subprocess.run(
             [py, "-m", "airflow_provider_horovod.build_horovod"], env=build_env, capture_output=True, text=True
         )
