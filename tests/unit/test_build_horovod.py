@@ -86,6 +86,22 @@ def test_patch_sources_makes_the_seven_edits(tmp_path):
     )
 
 
+def test_the_torch_extension_takes_the_standard_torchs_headers_need(tmp_path):
+    assert (
+        bh.torch_cxx_standard(
+            "#if !defined(_MSC_VER) && __cplusplus < 201703L\n"
+            "#error C++17 or later compatible compiler is required to use ATen.\n"
+        )
+        == 17
+    )
+    assert bh.torch_cxx_standard("#error C++20 or later compatible compiler is required to use ATen.") == 20
+    assert bh.torch_cxx_standard("#pragma once\n") == 17  # no such guard: what Horovod needs anyway
+    src = fake_sdist(tmp_path)
+    bh.patch_sources(src, torch_standard=20)
+    assert (src / "horovod/torch/CMakeLists.txt").read_text() == "set(CMAKE_CXX_STANDARD 20)\nadd_library(pytorch)\n"
+    assert "set(CMAKE_CXX_STANDARD 17)" in (src / "CMakeLists.txt").read_text()  # the rest of Horovod stays on 17
+
+
 def test_patch_sources_twice_changes_nothing(tmp_path):
     src = fake_sdist(tmp_path)
     bh.patch_sources(src)
