@@ -199,8 +199,8 @@ def of_error(error: BaseException, *, user_code: bool = True) -> Failure:
 
 
 def worker_exception(error: BaseException) -> BaseException:
-    """What a worker raised, as ``WorkerGroupError.worker_failures`` holds it. Train V2 of Ray 2.50 and 2.51
-    wraps it there (``UserExceptionWithTraceback``, the exception in ``_base_exc``); later minors unwrap
+    """What a worker raised, as ``WorkerGroupError.worker_failures`` holds it. Train V2 of Ray 2.50 to 2.54
+    wraps it there (``UserExceptionWithTraceback``, the exception in ``_base_exc``); 2.55 and later unwrap
     it themselves."""
     inner = getattr(error, "_base_exc", None)
     return inner if isinstance(inner, BaseException) else error

@@ -27,8 +27,8 @@ def probes(monkeypatch):
 
 
 def test_a_users_error_in_a_worker_is_classed_as_the_users_on_this_minor():
-    """A worker's exception as this minor's Train V2 hands it to the failure policy and the driver (2.50 and
-    2.51 wrap it in UserExceptionWithTraceback, later minors unwrap it): still the user's, with its rank."""
+    """A worker's exception as this minor's Train V2 hands it to the failure policy and the driver (2.50 to
+    2.54 wrap it in UserExceptionWithTraceback, 2.55 and later unwrap it): still the user's, with its rank."""
     import pickle
 
     from ray.train.v2._internal.execution.worker_group.poll import WorkerGroupPollStatus, WorkerStatus
