@@ -25,8 +25,8 @@ Environment (as scripts/build_horovod.sh always read it):
                               HOROVOD_NCCL_HOME/_INCLUDE/_LIB it links the NCCL that PyPI's torch brings.
   HOROVOD_BUILD_CUDA_CC_LIST  e.g. 90: compile the GPU kernels for these architectures only
   HOROVOD_CUDA_HOME           the CUDA toolkit (default: $CUDA_HOME, $CUDA_PATH, else /usr/local/cuda where it
-                              has bin/nvcc). Against a CUDA torch (PyPI's), Horovod compiles its CUDA parts even
-                              for a CPU build, and needs the toolkit's headers and runtime library.
+                              has bin/nvcc). Against a CUDA torch (PyPI's), where a toolkit is found, Horovod
+                              compiles its CUDA parts even for a CPU build.
 """
 
 from __future__ import annotations
