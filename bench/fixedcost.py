@@ -35,6 +35,7 @@ from bench.common import (
     Target,
     fmt,
     log,
+    median,
     plain_table,
     repeats,
     run_logged,
@@ -97,27 +98,32 @@ def through_horovodrun(bench) -> dict:
     }
 
 
-def through_operator(bench) -> dict:
-    from airflow_provider_horovod.hooks.ray import RayHook
-
-    name = f"fixedcost-{uuid.uuid4().hex[:6]}"
-    env = {
+def bench_env() -> dict[str, str]:
+    """What the bench DAG's task reads (``bench/dags/bench_dags.py``): the connection, storage, cluster,
+    work and where the timed operator notes its start and result."""
+    return {
         "BENCH_TIMINGS_FILE": str(TIMINGS_FILE),
         "BENCH_FIXEDCOST_CONN": CONN_ID,
         "BENCH_FIXEDCOST_STORAGE": f"s3://{BUCKET}/runs",
-        "BENCH_FIXEDCOST_RAY_ADDRESS": bench.hosts.gcs_address,
         "BENCH_FIXEDCOST_WORK": json.dumps(WORK),
     }
-    before = TIMINGS_FILE.read_text().count("\n") if TIMINGS_FILE.exists() else 0
-    with CpuSampler() as cpu:
-        started = time.time()
-        run, _ = run_logged([AIRFLOW_BIN, "dags", "test", DAG_ID], f"{name}.log", env=env)
-        ended = time.time()
+
+
+def timing_notes(before: int, run_id: str | None = None) -> list[dict]:
+    """The timed operator's notes written since line ``before`` (of one run, when given)."""
     notes = [json.loads(line) for line in TIMINGS_FILE.read_text().splitlines()[before:]]
-    notes = [n for n in notes if n["dag_id"] == DAG_ID]
-    run_id = notes[0]["run_id"]
-    execute_at = min(n["t"] for n in notes if n["event"] == "start")
-    result_at = max(n["t"] for n in notes if n["event"] == "done")
+    return [n for n in notes if n["dag_id"] == DAG_ID and (run_id is None or n["run_id"] == run_id)]
+
+
+def notes_count() -> int:
+    return TIMINGS_FILE.read_text().count("\n") if TIMINGS_FILE.exists() else 0
+
+
+def job_stages(run_id: str, execute_at: float, result_at: float) -> tuple[dict, dict]:
+    """The stages from the operator's execute to its result, from the Ray job of the run (its start and
+    end), the runtime's record (``timings``) and rank 0's stamps; and what they came from."""
+    from airflow_provider_horovod.hooks.ray import RayHook
+
     hook = RayHook(ray_conn_id=CONN_ID)
     (job,) = [
         j
@@ -134,7 +140,6 @@ def through_operator(bench) -> dict:
     fit_at = t.get("fit_started_at") or t["started_at"]
     fit_end = fit_at + t["fit_s"] if t.get("fit_started_at") else t["finished_at"]
     stages = {
-        "Airflow: dags test start to the operator's execute": execute_at - started,
         "submit: plan, checks, package upload": job_start - execute_at,
         "Ray job: supervisor, runtime env, driver process": driver_at - job_start,
         "driver: imports, payload, trainer": fit_at - driver_at,
@@ -145,17 +150,89 @@ def through_operator(bench) -> dict:
         "Train's end: workers done to fit() returned": fit_end - s["work_done"],
         "driver's end: record, exit, job ended": job_end - fit_end,
         "Airflow: job ended to the operator's result": result_at - job_end,
+    }
+    return stages, {"submission_id": job["submission_id"], "timings": t, "job_end": job_end}
+
+
+def through_dags_test(bench) -> dict:
+    name = f"fixedcost-{uuid.uuid4().hex[:6]}"
+    env = {**bench_env(), "BENCH_FIXEDCOST_RAY_ADDRESS": bench.hosts.gcs_address}
+    before = notes_count()
+    with CpuSampler() as cpu:
+        started = time.time()
+        run, _ = run_logged([AIRFLOW_BIN, "dags", "test", DAG_ID], f"{name}.log", env=env)
+        ended = time.time()
+    notes = timing_notes(before)
+    run_id = notes[0]["run_id"]
+    execute_at = min(n["t"] for n in notes if n["event"] == "start")
+    result_at = max(n["t"] for n in notes if n["event"] == "done")
+    inner, facts = job_stages(run_id, execute_at, result_at)
+    stages = {
+        "Airflow: dags test start to the operator's execute": execute_at - started,
+        **inner,
         "Airflow: task end, dags test exit": ended - result_at,
     }
+    output = run.stdout + run.stderr
     return {
         "total_s": ended - started,
         "stages": stages,
         "cpu": cpu.by_kind(),
         "machine_cpu_s": cpu.machine_s,
-        "submission_id": job["submission_id"],
-        "timings": t,
-        "deferred": "deferring" in (run.stdout + run.stderr).lower() or "TaskDeferred" in (run.stdout + run.stderr),
+        "deferred": "new_state=deferred" in output,
+        **facts,
     }
+
+
+def through_deployment(bench, stack) -> dict:
+    """The task run by a running deployment (``harness.stack``): triggered through the REST API, from
+    the task's start to its end as Airflow records them (``start_date``, ``end_date``), and from its
+    first queuing (``queued_when``, read while the run starts: a resume queues the task again)."""
+    before = notes_count()
+    with CpuSampler() as cpu:
+        triggered = time.time()
+        run_id = stack.trigger(DAG_ID)
+        queued_at, ti = None, {}
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            ti = stack.task_instance(DAG_ID, run_id, "train")
+            if queued_at is None and ti.get("queued_when"):
+                queued_at = _epoch(ti["queued_when"])
+            if ti.get("state") in ("success", "failed", "upstream_failed"):
+                break
+            time.sleep(0.5 if queued_at is None else 1.0)
+        else:
+            raise RuntimeError(f"{DAG_ID} {run_id}: train never ended: {ti.get('state')}")
+    if ti["state"] != "success":
+        raise RuntimeError(f"{DAG_ID} {run_id}: train {ti['state']}: {stack.log_tail('scheduler')}")
+    start, end = _epoch(ti["start_date"]), _epoch(ti["end_date"])
+    notes = timing_notes(before, run_id)
+    execute_at = min(n["t"] for n in notes if n["event"] == "start")
+    result_at = max(n["t"] for n in notes if n["event"] == "done")
+    inner, facts = job_stages(run_id, execute_at, result_at)
+    stages = {
+        "Airflow: task start to the operator's execute": execute_at - start,
+        **inner,
+        "Airflow: the operator's result to the task's end": end - result_at,
+    }
+    records = stack.task_log(DAG_ID, run_id, "train")
+    return {
+        "total_s": end - start,
+        "from_queued_s": end - queued_at if queued_at else None,
+        "from_trigger_s": end - triggered,
+        "queued_to_start_s": start - queued_at if queued_at else None,
+        "stages": stages,
+        "cpu": cpu.by_kind(),
+        "machine_cpu_s": cpu.machine_s,
+        "deferred": any("defer" in str(r.get("event", "")).lower() for r in records),
+        "run_id": run_id,
+        **facts,
+    }
+
+
+def _epoch(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 # --- CPU by process ------------------------------------------------------------------------------------
@@ -175,6 +252,14 @@ def process_kind(cmdline: list[str]) -> str:
         ("default_worker.py", "Ray worker, starting"),
         ("ray.dashboard.subprocesses", "dashboard module"),
         ("dags test", "airflow dags test"),
+        ("task runner", "Airflow task runner (deployment)"),
+        ("supervisor", "Airflow task supervisor (deployment)"),
+        ("LocalExecutor", "LocalExecutor worker (deployment)"),
+        ("airflow scheduler", "Airflow scheduler (deployment)"),
+        ("airflow triggerer", "Airflow triggerer (deployment)"),
+        ("airflow api-server", "Airflow api-server (deployment)"),
+        ("airflow dag-processor", "Airflow dag-processor (deployment)"),
+        ("postgres", "PostgreSQL (deployment)"),
         ("runtime.entrypoint", "job driver (runtime entrypoint)"),
         ("bench.fixedcost worker", "horovodrun rank"),
         ("horovodrun", "horovodrun launcher"),
@@ -272,121 +357,313 @@ BYTECODE_HOW = {
 }
 
 
+WAYS = {
+    "dagstest": "A, `airflow dags test`",
+    "deployment": "A, on a deployment",
+}
+
+
+def selected_ways() -> list[str]:
+    """``BENCH_FIXEDCOST_WAYS``: the ways measured now (each against horovodrun, in its own locked run if
+    need be); the figure shows every way last measured (``bench/out/fixedcost-<way>.json``)."""
+    wanted = [w.strip() for w in (os.environ.get("BENCH_FIXEDCOST_WAYS") or ",".join(WAYS)).split(",") if w.strip()]
+    if unknown := set(wanted) - set(WAYS):
+        raise SystemExit(f"BENCH_FIXEDCOST_WAYS: no way {sorted(unknown)}; the ways are {sorted(WAYS)}")
+    return wanted
+
+
 def how(n: int) -> str:
     return f"""
 Figure 9's two hosts (network namespaces on one bridge, Debian's `/etc/hosts`, a Ray node of 2 CPUs
 on each, the head with token auth on host 1, moto for S3 in the root namespace), one rank per host
-(`resources_per_worker={{"CPU": 2}}`). The same work on both paths, from a cold start each time
+(`resources_per_worker={{"CPU": 2}}`). The same work on every path, from a cold start each time
 (`bench.workload.fixed_work`: import torch and Horovod, `hvd.init()`, {WORK["steps"]} SGD steps of an MLP
 {WORK["features"]}-{WORK["hidden"]}-{WORK["hidden"]}-1 with `hvd.DistributedOptimizer`):
 
-- *A*: `airflow dags test {DAG_ID}` (`bench/dags/bench_dags.py`): one `HorovodTrainOperator` task with
-  its defaults (deferrable, Train V2, the provider's Horovod backend), the function by import path,
-  checkpoints and the result record on S3 (moto), the cluster through its dashboard; from the
-  command's start to its exit.
+- *A, `airflow dags test`* (as CI meets it): `airflow dags test {DAG_ID}` (`bench/dags/bench_dags.py`): one
+  `HorovodTrainOperator` task with its defaults (deferrable, Train V2, the provider's Horovod backend), the
+  function by import path, checkpoints and the result record on S3 (moto), the cluster through its
+  dashboard; from the command's start to its exit.
+- *A, on a deployment* (as users meet it): the same DAG run by a running Airflow (`harness.stack`: PostgreSQL,
+  LocalExecutor, api-server, scheduler, dag-processor and triggerer as separate processes, the harness's
+  settings: scheduler heartbeat 1 s), triggered through the REST API; from the task's start to its end as
+  Airflow records them (`start_date`, `end_date`), and from its first queuing (`queued_when`).
 - *B*: `horovodrun -np 2 -H host1:1,host2:1 --gloo python -m bench.fixedcost worker` run on host 1, its
   `ssh` to host 2 a stand-in that runs the command in host 2's namespace; from the command's start
   to its exit.
 
-A and B alternate, {n} times each, after one unmeasured run of each (its first job on a fresh cluster
-also starts Ray's once-per-cluster actors). Python's bytecode: {BYTECODE_HOW[BYTECODE]}.
+Each way of A alternates with B, {n} times each, after one unmeasured run of each (its first job on a fresh
+cluster also starts Ray's once-per-cluster actors), in a run of its own (`BENCH_FIXEDCOST_WAYS`); on a
+deployment, B runs beside the idle deployment too. Python's bytecode: {BYTECODE_HOW[BYTECODE]}.
 
 Stages come from stamps: rank 0's own (function start, imports done, `hvd.init()` returned, steps
 done), the operator's (a timing subclass notes `execute`'s start and its result), the runtime's
 record (`timings`: the driver process's start, `fit()`'s start and length), Ray's (the job's start
-and end times). CPU seconds by process are sampled from /proc every
+and end times), Airflow's (the task instance's dates). CPU seconds by process are sampled from /proc every
 {SAMPLE_S:g} s (both hosts and Airflow share this machine's 2 cores, so CPU spent anywhere delays
 everything else); "machine" is the whole machine's busy time over the run.
 """
 
 
-def figure() -> Figure:
+def raw_path(way: str, folder=None):
+    return (folder or OUT) / f"fixedcost-{way}.json"
+
+
+def measure_way(way: str, n: int) -> dict:
+    """One way of A against B on fresh hosts; the raw data, saved."""
     from bench.multihost import Bench
 
+    raw: dict = {"way": way, "a": [], "horovodrun": [], "bytecode": BYTECODE, "load_start": os.getloadavg()}
+    raw["started_at"] = time.time()
+    with Bench(subnet=SUBNET, bucket=BUCKET, conn_id=CONN_ID) as bench:
+        with deployment(bench) if way == "deployment" else _nothing() as stack:
+            run_a = (lambda: through_deployment(bench, stack)) if stack else (lambda: through_dags_test(bench))
+            # One unmeasured run each: the first job on a fresh cluster also starts Ray's once-per-cluster actors.
+            through_horovodrun(bench)
+            run_a()
+            for i in range(n):
+                raw["horovodrun"].append(through_horovodrun(bench))
+                log(f"  horovodrun {i + 1}/{n}: {raw['horovodrun'][-1]['total_s']:.1f} s")
+                raw["a"].append(run_a())
+                log(f"  {way} {i + 1}/{n}: {raw['a'][-1]['total_s']:.1f} s")
+    raw["ended_at"], raw["load_end"] = time.time(), os.getloadavg()
+    raw["commit"] = _commit()
+    save_raw(f"fixedcost-{way}", raw)
+    return raw
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return None
+
+
+class deployment:
+    """A running Airflow on its own PostgreSQL (``harness.stack``), its DAGs the bench's, its tasks with
+    the bench's hosts, S3 and timing notes in their environment."""
+
+    def __init__(self, bench):
+        self.bench = bench
+
+    def __enter__(self):
+        from harness.ports import free_port
+        from harness.postgres import Postgres
+        from harness.stack import Stack
+
+        home = OUT / "fixedcost-deployment"
+        self.postgres = Postgres(home / "postgres")
+        self.postgres.start()
+        self.stack = None
+        try:
+            env = {**bench_env(), "BENCH_FIXEDCOST_RAY_ADDRESS": self.bench.hosts.gcs_address}
+            self.stack = Stack(
+                home / "airflow",
+                REPO / "bench" / "dags",
+                free_port(),
+                database_url=self.postgres.create_database("fixedcost"),
+                env=env,
+            )
+            started = time.monotonic()
+            self.stack.start()
+            self.stack.wait_for_dag(DAG_ID)
+            log(f"  deployment up in {time.monotonic() - started:.0f} s")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self.stack
+
+    def __exit__(self, *exc):
+        if self.stack is not None:
+            self.stack.stop()
+        self.postgres.remove()
+
+
+def _commit() -> str:
+    import subprocess
+
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "airflow_provider_horovod"], capture_output=True, text=True, cwd=REPO
+    )
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
+def load_raws(folder=None) -> dict[str, dict]:
+    found = {}
+    for way in WAYS:
+        path = raw_path(way, folder)
+        if path.exists():
+            found[way] = json.loads(path.read_text())
+    return found
+
+
+def figure() -> Figure:
     n = repeats(3)
     fig = Figure(10, "Fixed cost of a training task", how(n))
     from harness import hosts as testhosts
+    from harness import postgres
 
     if reason := testhosts.unavailable_reason():
         fig.targets.append(Target("10. a training task's excess over horovodrun at most 10 s", None, reason))
         return fig
-    raw: dict = {"operator": [], "horovodrun": [], "bytecode": BYTECODE}
-    if BYTECODE == "cached":  # inherited by the hosts' Ray nodes, so by every job's process
+    if BYTECODE == "cached":  # inherited by the hosts' Ray nodes and the deployment, so by every process
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
         os.environ["PYTHONPYCACHEPREFIX"] = str(OUT / "pycache")
-    with Bench(subnet=SUBNET, bucket=BUCKET, conn_id=CONN_ID) as bench:
-        # One unmeasured run each: the first job on a fresh cluster also starts Ray's once-per-cluster actors.
-        through_horovodrun(bench)
-        through_operator(bench)
-        for i in range(n):
-            raw["horovodrun"].append(through_horovodrun(bench))
-            log(f"  horovodrun {i + 1}/{n}: {raw['horovodrun'][-1]['total_s']:.1f} s")
-            raw["operator"].append(through_operator(bench))
-            log(f"  operator {i + 1}/{n}: {raw['operator'][-1]['total_s']:.1f} s")
-    save_raw("fixedcost", raw)
-    ours = Sample([r["total_s"] for r in raw["operator"]])
-    theirs = Sample([r["total_s"] for r in raw["horovodrun"]])
-    work_a = Sample([r["stages"]["work"] for r in raw["operator"]])
-    work_b = Sample([r["stages"]["work"] for r in raw["horovodrun"]])
-    rows = [
-        Row("wall, start to exit", "training task (airflow dags test)", ours, "horovodrun --gloo", theirs, "s", ""),
-        Row("of which the work itself", "training task", work_a, "horovodrun --gloo", work_b, "s", "same steps"),
-        Row(
-            "machine CPU over the run",
-            "training task",
-            Sample([r["machine_cpu_s"] for r in raw["operator"]]),
-            "horovodrun --gloo",
-            Sample([r["machine_cpu_s"] for r in raw["horovodrun"]]),
-            "CPU-s",
-            "2 cores",
-        ),
-    ]
-    fig.tables.append(table(rows))
-    fig.tables.append(stage_table(raw))
-    fig.tables.append(cpu_table(raw))
-    excess = ours.median - theirs.median
-    fig.targets.append(
-        Target(
-            "10. a training task's excess over horovodrun on the same hosts, same work: at most 10 s",
-            excess <= TARGET_S,
-            f"{fmt(excess)} s ({fmt(ours.median)} s against {fmt(theirs.median)} s, medians of {n}); "
-            f"{'met' if excess <= TARGET_S else 'missed'} by {fmt(abs(TARGET_S - excess))} s",
+    for way in selected_ways():
+        if way == "deployment" and (reason := postgres.unavailable_reason()):
+            fig.notes.append(f"The deployment way was not measured: {reason}.")
+            continue
+        measure_way(way, n)
+    raws = load_raws()
+    for way, raw in raws.items():
+        ours, theirs = Sample([r["total_s"] for r in raw["a"]]), Sample([r["total_s"] for r in raw["horovodrun"]])
+        label = "training task (airflow dags test)" if way == "dagstest" else "training task on a deployment"
+        rows = [
+            Row(f"{WAYS[way]}: wall (s)", label, ours, "horovodrun --gloo", theirs, "s", _when(raw)),
+            Row(
+                f"{WAYS[way]}: the work itself",
+                label,
+                Sample([r["stages"]["work"] for r in raw["a"]]),
+                "horovodrun --gloo",
+                Sample([r["stages"]["work"] for r in raw["horovodrun"]]),
+                "s",
+                "same steps",
+            ),
+            Row(
+                f"{WAYS[way]}: machine CPU over the run",
+                label,
+                Sample([r["machine_cpu_s"] for r in raw["a"]]),
+                "horovodrun --gloo",
+                Sample([r["machine_cpu_s"] for r in raw["horovodrun"]]),
+                "CPU-s",
+                "2 cores",
+            ),
+        ]
+        if way == "deployment":
+            queued = [r["from_queued_s"] for r in raw["a"] if r.get("from_queued_s") is not None]
+            rows.append(
+                Row(
+                    f"{WAYS[way]}: from the first queuing to the end",
+                    label,
+                    Sample(queued),
+                    "horovodrun --gloo",
+                    theirs,
+                    "s",
+                    "",
+                )
+            )
+        fig.tables.append(table(rows))
+        excess = ours.median - theirs.median
+        what = (
+            "`airflow dags test`, start to exit"
+            if way == "dagstest"
+            else "on a deployment, the task's start to its end"
         )
-    )
+        detail = (
+            f"{fmt(excess)} s ({fmt(ours.median)} s against {fmt(theirs.median)} s, medians of {ours.n}); "
+            f"{'met' if excess <= TARGET_S else 'missed'} by {fmt(abs(TARGET_S - excess))} s"
+        )
+        if way == "deployment" and queued:
+            detail += f"; from the first queuing {fmt(median(queued) - theirs.median)} s"
+        fig.targets.append(
+            Target(
+                f"10. a training task's excess over horovodrun on the same hosts, same work ({what}): at most 10 s",
+                excess <= TARGET_S,
+                detail,
+            )
+        )
+    fig.tables.append(stage_table(raws))
+    fig.tables.append(cpu_table(raws))
+    if before := os.environ.get("BENCH_FIXEDCOST_BEFORE"):
+        from pathlib import Path
+
+        fig.tables.append(before_after(load_raws(Path(before)), raws))
+    for way, raw in raws.items():
+        fig.notes.append(conditions(way, raw))
     return fig
 
 
-def _median(values: list[float]) -> float:
-    from bench.common import median
-
-    return median(values)
+def _when(raw: dict) -> str:
+    return "measured " + time.strftime("%H:%M", time.gmtime(raw["ended_at"])) + f" UTC, code {raw['commit']}"
 
 
-def stage_table(raw: dict) -> str:
+def conditions(way: str, raw: dict) -> str:
+    """The machine while a way ran: load, what else ran, how noisy B's own steps were."""
+    work_b = [r["stages"]["work"] for r in raw["horovodrun"]]
+    others = [r["cpu"].get("other work on the machine (pytest)", 0.0) for r in raw["a"] + raw["horovodrun"]]
+    began, ended = (time.gmtime(raw[k]) for k in ("started_at", "ended_at"))
+    return (
+        f"{WAYS[way]} against B: measured {time.strftime('%H:%M', began)}-{time.strftime('%H:%M', ended)} UTC on "
+        f"{time.strftime('%Y-%m-%d', ended)} under the machine's lock, code {raw['commit']}; "
+        f"load average {', '.join(f'{x:.1f}' for x in raw['load_start'])} at the start, "
+        f"{', '.join(f'{x:.1f}' for x in raw['load_end'])} at the end; other sessions' pytest processes spent "
+        f"up to {fmt(max(others or [0.0]))} CPU-s per run; B's own {WORK['steps']} steps took {fmt(min(work_b))} to "
+        f"{fmt(max(work_b))} s (the noise of the machine)."
+    )
+
+
+def stage_table(raws: dict[str, dict]) -> str:
     rows = []
-    for way, label in (("operator", "A"), ("horovodrun", "B")):
-        names = list(raw[way][0]["stages"])
-        for name in names:
-            values = [r["stages"][name] for r in raw[way]]
-            rows.append([label, name, fmt(_median(values)), f"{fmt(min(values))}-{fmt(max(values))}"])
-        totals = [r["total_s"] for r in raw[way]]
-        rows.append([label, "**total**", f"**{fmt(_median(totals))}**", f"{fmt(min(totals))}-{fmt(max(totals))}"])
+    for way, raw in raws.items():
+        for label, runs in ((WAYS[way], raw["a"]), (f"B (beside {WAYS[way]})", raw["horovodrun"])):
+            for name in runs[0]["stages"]:
+                values = [r["stages"][name] for r in runs]
+                rows.append([label, name, fmt(median(values)), f"{fmt(min(values))}-{fmt(max(values))}"])
+            totals = [r["total_s"] for r in runs]
+            rows.append([label, "**total**", f"**{fmt(median(totals))}**", f"{fmt(min(totals))}-{fmt(max(totals))}"])
     return plain_table(["way", "stage", "median (s)", "min-max (s)"], rows)
 
 
-def cpu_table(raw: dict, top: int = 14) -> str:
-    kinds: dict[str, list[float]] = {}
-    for way in ("operator", "horovodrun"):
-        for r in raw[way]:
-            for kind in r["cpu"]:
-                kinds.setdefault(kind, [])
+def before_after(before: dict[str, dict], after: dict[str, dict]) -> str:
+    """Each way's stages, medians, before (``BENCH_FIXEDCOST_BEFORE``: raw data of an earlier code) and now."""
     rows = []
+    for way in after:
+        if way not in before:
+            continue
+        a, b = before[way], after[way]
+        names = list(b["a"][0]["stages"])
+        for name in names:
+            old = [r["stages"][name] for r in a["a"] if name in r["stages"]]
+            new = [r["stages"][name] for r in b["a"]]
+            rows.append([WAYS[way], name, fmt(median(old)) if old else "-", fmt(median(new))])
+        for label, key in (("**total A**", "a"), ("B (horovodrun)", "horovodrun")):
+            rows.append(
+                [
+                    WAYS[way],
+                    label,
+                    fmt(median([r["total_s"] for r in a[key]])),
+                    fmt(median([r["total_s"] for r in b[key]])),
+                ]
+            )
+        old_excess = median([r["total_s"] for r in a["a"]]) - median([r["total_s"] for r in a["horovodrun"]])
+        new_excess = median([r["total_s"] for r in b["a"]]) - median([r["total_s"] for r in b["horovodrun"]])
+        rows.append([WAYS[way], "**excess**", f"**{fmt(old_excess)}**", f"**{fmt(new_excess)}**"])
+    header = ["way", "stage (medians, s)", f"before ({_code(before)})", f"after ({_code(after)})"]
+    return plain_table(header, rows)
+
+
+def _code(raws: dict[str, dict]) -> str:
+    return ", ".join(sorted({r.get("commit", "?") for r in raws.values()}))
+
+
+def cpu_table(raws: dict[str, dict], top: int = 16) -> str:
+    kinds: dict[str, float] = {}
+    columns = []
+    for way, raw in raws.items():
+        columns += [(f"{WAYS[way]}: CPU-s", raw["a"]), ("B beside it: CPU-s", raw["horovodrun"])]
+    values: dict[str, list[str]] = {}
+    for _, runs in columns:
+        for r in runs:
+            for kind in r["cpu"]:
+                kinds.setdefault(kind, 0.0)
     for kind in kinds:
-        a = _median([r["cpu"].get(kind, 0.0) for r in raw["operator"]])
-        b = _median([r["cpu"].get(kind, 0.0) for r in raw["horovodrun"]])
-        rows.append((a + b, [kind, fmt(a), fmt(b)]))
-    rows.sort(key=lambda r: -r[0])
-    return plain_table(["process (by kind)", "A: CPU-s (median)", "B: CPU-s (median)"], [r[1] for r in rows[:top]])
+        cells = [median([r["cpu"].get(kind, 0.0) for r in runs]) for _, runs in columns]
+        kinds[kind] = sum(cells)
+        values[kind] = [fmt(c) for c in cells]
+    order = sorted(kinds, key=lambda k: -kinds[k])[:top]
+    return plain_table(["process (by kind), medians"] + [c for c, _ in columns], [[k] + values[k] for k in order])
 
 
 if __name__ == "__main__":  # a rank under horovodrun: python -m bench.fixedcost worker '<json>'
