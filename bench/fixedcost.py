@@ -50,6 +50,7 @@ SUBNET = "10.80.0"  # apart from the tests' hosts and figure 9's
 BUCKET = "bench-fixedcost"
 CONN_ID = "ray_bench_fixedcost"
 DAG_ID = "bench_fixedcost"
+FLOOR_DAG_ID = "bench_fixedcost_floor"  # a task of Airflow's own that does nothing: Airflow's floor
 WORK = {"features": 256, "hidden": 1024, "batch": 64, "steps": 200}
 TIMINGS_FILE = OUT / "fixedcost-operator-timings.jsonl"
 SAMPLE_S = 0.2
@@ -229,10 +230,50 @@ def through_deployment(bench, stack) -> dict:
     }
 
 
+def floor_dags_test() -> float:
+    """``airflow dags test`` of a task that does nothing, start to exit."""
+    started = time.time()
+    run_logged([AIRFLOW_BIN, "dags", "test", FLOOR_DAG_ID], f"fixedcost-floor-{uuid.uuid4().hex[:6]}.log")
+    return time.time() - started
+
+
+def floor_deployment(stack) -> dict:
+    """The deployment's task that does nothing: its start to its end, and from its first queuing."""
+    run_id = stack.trigger(FLOOR_DAG_ID)
+    ti = stack.wait_for_state(FLOOR_DAG_ID, run_id, "nothing", {"success", "failed"}, timeout=120)
+    start, end = _epoch(ti["start_date"]), _epoch(ti["end_date"])
+    return {"total_s": end - start, "from_queued_s": end - _epoch(ti["queued_when"])}
+
+
 def _epoch(stamp: str) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+# --- what the provider imports in Airflow's processes ----------------------------------------------
+
+
+PROVIDER_IMPORTS = ("airflow_provider_horovod.plugins.training", "airflow_provider_horovod.operators.horovod")
+
+
+def provider_import_s(repeats_: int = 3) -> dict[str, float]:
+    """Seconds the provider's own imports add to an Airflow process that has Airflow loaded (its plugin,
+    which every process that loads plugins imports, and the operator a DAG file imports), from Python's
+    ``-X importtime``; medians of ``repeats_`` fresh processes."""
+    import subprocess
+
+    code = "import airflow.plugins_manager, airflow.sdk\n" + "".join(f"import {m}\n" for m in PROVIDER_IMPORTS)
+    found: dict[str, list[float]] = {m: [] for m in PROVIDER_IMPORTS}
+    for _ in range(repeats_):
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120
+        )
+        for line in done.stderr.splitlines():
+            parts = line.split("|")
+            if len(parts) == 3 and parts[2].rstrip() in {f" {m}" for m in PROVIDER_IMPORTS}:
+                found[parts[2].strip()].append(int(parts[1]) / 1e6)
+    return {m: median(v) for m, v in found.items() if v}
 
 
 # --- CPU by process ------------------------------------------------------------------------------------
@@ -413,7 +454,14 @@ def measure_way(way: str, n: int) -> dict:
     """One way of A against B on fresh hosts; the raw data, saved."""
     from bench.multihost import Bench
 
-    raw: dict = {"way": way, "a": [], "horovodrun": [], "bytecode": BYTECODE, "load_start": os.getloadavg()}
+    raw: dict = {
+        "way": way,
+        "a": [],
+        "horovodrun": [],
+        "floor": [],
+        "bytecode": BYTECODE,
+        "load_start": os.getloadavg(),
+    }
     raw["started_at"] = time.time()
     with Bench(subnet=SUBNET, bucket=BUCKET, conn_id=CONN_ID) as bench:
         with deployment(bench) if way == "deployment" else _nothing() as stack:
@@ -426,7 +474,9 @@ def measure_way(way: str, n: int) -> dict:
                 log(f"  horovodrun {i + 1}/{n}: {raw['horovodrun'][-1]['total_s']:.1f} s")
                 raw["a"].append(run_a())
                 log(f"  {way} {i + 1}/{n}: {raw['a'][-1]['total_s']:.1f} s")
+                raw["floor"].append(floor_deployment(stack) if stack else {"total_s": floor_dags_test()})
     raw["ended_at"], raw["load_end"] = time.time(), os.getloadavg()
+    raw["provider_import_s"] = provider_import_s()
     raw["commit"] = _commit()
     save_raw(f"fixedcost-{way}", raw)
     return raw
@@ -468,6 +518,7 @@ class deployment:
             started = time.monotonic()
             self.stack.start()
             self.stack.wait_for_dag(DAG_ID)
+            self.stack.wait_for_dag(FLOOR_DAG_ID)
             log(f"  deployment up in {time.monotonic() - started:.0f} s")
         except BaseException:
             self.__exit__()
@@ -613,6 +664,17 @@ def stage_table(raws: dict[str, dict]) -> str:
                 rows.append([label, name, fmt(median(values)), f"{fmt(min(values))}-{fmt(max(values))}"])
             totals = [r["total_s"] for r in runs]
             rows.append([label, "**total**", f"**{fmt(median(totals))}**", f"{fmt(min(totals))}-{fmt(max(totals))}"])
+        for key, what in (("total_s", "total"), ("from_queued_s", "from its first queuing")):
+            floor = [f[key] for f in raw.get("floor", []) if f.get(key) is not None]
+            if floor:
+                rows.append(
+                    [
+                        f"Airflow alone, {WAYS[way][3:]}",
+                        f"a task of Airflow's own that does nothing: {what}",
+                        fmt(median(floor)),
+                        f"{fmt(min(floor))}-{fmt(max(floor))}",
+                    ]
+                )
     return plain_table(["way", "stage", "median (s)", "min-max (s)"], rows)
 
 

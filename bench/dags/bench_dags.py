@@ -2,7 +2,8 @@
 
 - ``bench_train_<deferred|sync>_<legacy|v2>``: ``bench.workload.train_mlp`` on 2 Horovod workers
   through HorovodTrainOperator, at its default poll interval, on the embedded local cluster.
-- ``bench_fixedcost``: ``bench.workload.fixed_work`` through the operator with its defaults (figure 10).
+- ``bench_fixedcost``: ``bench.workload.fixed_work`` through the operator with its defaults (figure 10);
+  ``bench_fixedcost_floor``: a task of Airflow's own that does nothing, the same ways (Airflow's floor).
 - ``bench_handwritten_poll``: what users write without the provider: a PythonOperator that submits
   a plain Ray job with ``JobSubmissionClient`` and polls it at a fixed interval (one mapped task
   instance per measurement).
@@ -108,6 +109,15 @@ def bench_fixedcost():
 
 
 bench_fixedcost()
+
+
+@dag(dag_id="bench_fixedcost_floor", schedule=None, start_date=START, catchup=False, tags=["bench"])
+def bench_fixedcost_floor():
+    """Figure 10's floor: one task of Airflow's own that does nothing, run the same ways as the training."""
+    PythonOperator(task_id="nothing", python_callable=lambda: None)
+
+
+bench_fixedcost_floor()
 
 
 def handwritten_wait(interval_s: float, job_s: float, tag: str, ti=None) -> str:
