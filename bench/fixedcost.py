@@ -317,7 +317,8 @@ def process_kind(cmdline: list[str]) -> str:
     ):
         if needle in text:
             return kind
-    return os.path.basename(first)
+    name = os.path.basename(first)
+    return name if len(name) <= 40 else "unnamed process"
 
 
 def _proc_cpu() -> dict[int, tuple[float, str]]:
@@ -406,8 +407,11 @@ WAYS = {
 
 def selected_ways() -> list[str]:
     """``BENCH_FIXEDCOST_WAYS``: the ways measured now (each against horovodrun, in its own locked run if
-    need be); the figure shows every way last measured (``bench/out/fixedcost-<way>.json``)."""
-    wanted = [w.strip() for w in (os.environ.get("BENCH_FIXEDCOST_WAYS") or ",".join(WAYS)).split(",") if w.strip()]
+    need be; ``none``: none); the figure shows every way last measured (``bench/out/fixedcost-<way>.json``)."""
+    given = os.environ.get("BENCH_FIXEDCOST_WAYS") or ",".join(WAYS)
+    if given == "none":  # the figure from the ways last measured, none measured now
+        return []
+    wanted = [w.strip() for w in given.split(",") if w.strip()]
     if unknown := set(wanted) - set(WAYS):
         raise SystemExit(f"BENCH_FIXEDCOST_WAYS: no way {sorted(unknown)}; the ways are {sorted(WAYS)}")
     return wanted
@@ -572,7 +576,7 @@ def figure() -> Figure:
         ours, theirs = Sample([r["total_s"] for r in raw["a"]]), Sample([r["total_s"] for r in raw["horovodrun"]])
         label = "training task (airflow dags test)" if way == "dagstest" else "training task on a deployment"
         rows = [
-            Row(f"{WAYS[way]}: wall (s)", label, ours, "horovodrun --gloo", theirs, "s", _when(raw)),
+            Row(f"{WAYS[way]}: wall", label, ours, "horovodrun --gloo", theirs, "s", _when(raw)),
             Row(
                 f"{WAYS[way]}: the work itself",
                 label,
