@@ -277,6 +277,10 @@ def provider_import_s(repeats_: int = 3) -> dict[str, float]:
     return {m: median(v) for m, v in found.items() if v}
 
 
+# Processes of other sessions' work, by kind: their tests and their (nice'd) compiles.
+OTHER_WORK = ("other work on the machine (pytest)", "cc1plus", "cc1", "ld", "as", "ninja", "cmake", "make")
+
+
 # --- CPU by process ------------------------------------------------------------------------------------
 
 
@@ -732,13 +736,14 @@ def _when(raw: dict) -> str:
 def conditions(way: str, raw: dict) -> str:
     """The machine while a way ran: load, what else ran, how noisy B's own steps were."""
     work_b = [r["stages"]["work"] for r in raw["horovodrun"]]
-    others = [r["cpu"].get("other work on the machine (pytest)", 0.0) for r in raw["a"] + raw["horovodrun"]]
+    others = [sum(r["cpu"].get(k, 0.0) for k in OTHER_WORK) for r in raw["a"] + raw["horovodrun"]]
     began, ended = (time.gmtime(raw[k]) for k in ("started_at", "ended_at"))
     return (
         f"{WAYS[way]} against B: measured {time.strftime('%H:%M', began)}-{time.strftime('%H:%M', ended)} UTC on "
-        f"{time.strftime('%Y-%m-%d', ended)} under the machine's lock, code {raw['commit']}; "
+        f"{time.strftime('%Y-%m-%d', ended)} under the machine's lock ({raw['ended_at'] - raw['started_at']:.0f} s), "
+        f"code {raw['commit']}; "
         f"load average {', '.join(f'{x:.1f}' for x in raw['load_start'])} at the start, "
-        f"{', '.join(f'{x:.1f}' for x in raw['load_end'])} at the end; other sessions' pytest processes spent "
+        f"{', '.join(f'{x:.1f}' for x in raw['load_end'])} at the end; other sessions' work (tests, compiles) spent "
         f"up to {fmt(max(others or [0.0]))} CPU-s per run; B's own {WORK['steps']} steps took {fmt(min(work_b))} to "
         f"{fmt(max(work_b))} s (the noise of the machine)."
     )
