@@ -50,6 +50,7 @@ SUBNET = "10.80.0"  # apart from the tests' hosts and figure 9's
 BUCKET = "bench-fixedcost"
 CONN_ID = "ray_bench_fixedcost"
 DAG_ID = "bench_fixedcost"
+FOLLOW_S = 300  # the "following" way's sync_wait_before_defer_s: longer than the job
 STAGE_DAGS_TEST_START = "Airflow: dags test start to the operator's execute"
 FLOOR_DAG_ID = "bench_fixedcost_floor"  # a task of Airflow's own that does nothing: Airflow's floor
 WORK = {"features": 256, "hidden": 1024, "batch": 64, "steps": 200}
@@ -407,13 +408,14 @@ BYTECODE_HOW = {
 WAYS = {
     "dagstest": "A, `airflow dags test`",
     "deployment": "A, on a deployment",
+    "following": "A, on a deployment, followed in the worker",
 }
 
 
 def selected_ways() -> list[str]:
     """``BENCH_FIXEDCOST_WAYS``: the ways measured now (each against horovodrun, in its own locked run if
     need be; ``none``: none); the figure shows every way last measured (``bench/out/fixedcost-<way>.json``)."""
-    given = os.environ.get("BENCH_FIXEDCOST_WAYS") or ",".join(WAYS)
+    given = os.environ.get("BENCH_FIXEDCOST_WAYS") or "dagstest,deployment"
     if given == "none":  # the figure from the ways last measured, none measured now
         return []
     wanted = [w.strip() for w in given.split(",") if w.strip()]
@@ -438,6 +440,9 @@ on each, the head with token auth on host 1, moto for S3 in the root namespace),
   LocalExecutor, api-server, scheduler, dag-processor and triggerer as separate processes, the harness's
   settings: scheduler heartbeat 1 s), triggered through the REST API; from the task's start to its end as
   Airflow records them (`start_date`, `end_date`), and from its first queuing (`queued_when`).
+- *A, on a deployment, followed in the worker* (`BENCH_FIXEDCOST_WAYS=following`, when measured): the same, the
+  task following its job in the worker to its end (`sync_wait_before_defer_s={FOLLOW_S}`) instead of deferring
+  after the default 15 s: what the deferral's resume costs.
 - *B*: `horovodrun -np 2 -H host1:1,host2:1 --gloo python -m bench.fixedcost worker` run on host 1, its
   `ssh` to host 2 a stand-in that runs the command in host 2's namespace; from the command's start
   to its exit.
@@ -473,7 +478,7 @@ def measure_way(way: str, n: int) -> dict:
     }
     raw["started_at"] = time.time()
     with Bench(subnet=SUBNET, bucket=BUCKET, conn_id=CONN_ID) as bench:
-        with deployment(bench) if way == "deployment" else _nothing() as stack:
+        with deployment(bench, following=way == "following") if way != "dagstest" else _nothing() as stack:
             run_a = (lambda: through_deployment(bench, stack)) if stack else (lambda: through_dags_test(bench))
             # One unmeasured run each: the first job on a fresh cluster also starts Ray's once-per-cluster actors.
             through_horovodrun(bench)
@@ -503,8 +508,8 @@ class deployment:
     """A running Airflow on its own PostgreSQL (``harness.stack``), its DAGs the bench's, its tasks with
     the bench's hosts, S3 and timing notes in their environment."""
 
-    def __init__(self, bench):
-        self.bench = bench
+    def __init__(self, bench, following: bool = False):
+        self.bench, self.following = bench, following
 
     def __enter__(self):
         from harness.ports import free_port
@@ -517,6 +522,8 @@ class deployment:
         self.stack = None
         try:
             env = {**bench_env(), "BENCH_FIXEDCOST_RAY_ADDRESS": self.bench.hosts.gcs_address}
+            if self.following:  # the task follows its job in the worker to the end, no deferral
+                env["BENCH_FIXEDCOST_SYNC_WAIT_S"] = str(FOLLOW_S)
             self.stack = Stack(
                 home / "airflow",
                 REPO / "bench" / "dags",
@@ -572,7 +579,7 @@ def figure() -> Figure:
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
         os.environ["PYTHONPYCACHEPREFIX"] = str(OUT / "pycache")
     for way in selected_ways():
-        if way == "deployment" and (reason := postgres.unavailable_reason()):
+        if way != "dagstest" and (reason := postgres.unavailable_reason()):
             fig.notes.append(f"The deployment way was not measured: {reason}.")
             continue
         measure_way(way, n)
@@ -601,7 +608,18 @@ def figure() -> Figure:
                 "2 cores",
             ),
         ]
-        if way == "deployment":
+        rows.append(
+            Row(
+                f"{WAYS[way]}: outside the work (wall less the steps)",
+                label,
+                outside_work(raw["a"]),
+                "horovodrun --gloo",
+                outside_work(raw["horovodrun"]),
+                "s",
+                "the fixed cost",
+            )
+        )
+        if way != "dagstest":
             queued = [r["from_queued_s"] for r in raw["a"] if r.get("from_queued_s") is not None]
             rows.append(
                 Row(
@@ -619,19 +637,31 @@ def figure() -> Figure:
         what = (
             "`airflow dags test`, start to exit"
             if way == "dagstest"
-            else "on a deployment, the task's start to its end"
+            else f"{WAYS[way][3:]}, the task's start to its end"
         )
         detail = (
             f"{fmt(excess)} s ({fmt(ours.median)} s against {fmt(theirs.median)} s, medians of {ours.n}); "
             f"{'met' if excess <= TARGET_S else 'missed'} by {fmt(abs(TARGET_S - excess))} s"
         )
-        if way == "deployment" and queued:
+        if way != "dagstest" and queued:
             detail += f"; from the first queuing {fmt(median(queued) - theirs.median)} s"
         fig.targets.append(
             Target(
                 f"10. a training task's excess over horovodrun on the same hosts, same work ({what}): at most 10 s",
                 excess <= TARGET_S,
                 detail,
+            )
+        )
+        # The same 200 steps ran slower under horovodrun here than in Ray's workers: the totals' difference
+        # then hides part of the fixed cost. Outside the work, the launchers compare as they are.
+        fixed_a, fixed_b = outside_work(raw["a"]), outside_work(raw["horovodrun"])
+        fixed = fixed_a.median - fixed_b.median
+        fig.targets.append(
+            Target(
+                f"10. the same, outside the work itself (each way's wall less its own steps; {what}): at most 10 s",
+                fixed <= TARGET_S,
+                f"{fmt(fixed)} s ({fmt(fixed_a.median)} s against {fmt(fixed_b.median)} s, medians of {fixed_a.n}); "
+                f"{'met' if fixed <= TARGET_S else 'missed'} by {fmt(abs(TARGET_S - fixed))} s",
             )
         )
     fig.tables.append(stage_table(raws))
@@ -658,13 +688,20 @@ def explain(raws: dict[str, dict]) -> list[str]:
         a, b = raw["a"], raw["horovodrun"]
         excess = median([r["total_s"] for r in a]) - median([r["total_s"] for r in b])
         floor = median([f["total_s"] for f in raw.get("floor", [])]) if raw.get("floor") else None
+        fixed = outside_work(a).median - outside_work(b).median
+        work_a, work_b = _stage(a, "work"), _stage(b, "work")
         verdict = "meets" if excess <= TARGET_S else "does not meet"
-        line = f"**{WAYS[way]} {verdict} the 10 s** (excess {fmt(excess)} s, medians)."
+        line = (
+            f"**{WAYS[way]} {verdict} the 10 s in wall time** (excess {fmt(excess)} s, medians) and "
+            f"**{'meets' if fixed <= TARGET_S else 'does not meet'} it outside the work** ({fmt(fixed)} s): the same "
+            f"steps took {fmt(work_b)} s under horovodrun against {fmt(work_a)} s in Ray's workers, which the wall "
+            "times' difference counts in the training's favour."
+        )
         if floor is not None:
             line += (
                 f" Airflow alone, a task of its own that does nothing, takes {fmt(floor)} s this way: "
-                f"{fmt(excess - floor)} s of the excess is what the training adds beyond Airflow's own cost of any "
-                "task."
+                f"{fmt(fixed - floor)} s of the excess outside the work is what the training adds beyond Airflow's "
+                "own cost of any task."
             )
         notes.append(line)
     ref = raws.get("dagstest") or next(iter(raws.values()), None)
@@ -712,6 +749,13 @@ def explain(raws: dict[str, dict]) -> list[str]:
         "provider's package and the payload), the driver's Python start and its import of `ray.train`, which "
         "Ray Train's API needs in the process that calls `fit()`."
     )
+    if "following" in raws:
+        f = raws["following"]["a"]
+        notes.append(
+            f"*Followed in the worker* (`sync_wait_before_defer_s={FOLLOW_S}`, none deferred: "
+            f"{sum(1 for r in f if not r.get('deferred'))} of {len(f)}), the job's end to the operator's result took "
+            f"{fmt(_stage(f, 'Airflow: job ended to the operator' + chr(39) + 's result'))} s (median)."
+        )
     if "deployment" in raws:
         d = raws["deployment"]["a"]
         deferred = sum(1 for r in d if r.get("deferred"))
@@ -727,6 +771,11 @@ def explain(raws: dict[str, dict]) -> list[str]:
             "want a deferral pays it once, against minutes of a worker slot freed."
         )
     return notes
+
+
+def outside_work(runs: list[dict]) -> Sample:
+    """Each run's wall time less its own steps (``work``): the launch, the start and the end."""
+    return Sample([r["total_s"] - r["stages"]["work"] for r in runs])
 
 
 def _when(raw: dict) -> str:
@@ -796,6 +845,9 @@ def before_after(before: dict[str, dict], after: dict[str, dict]) -> str:
         old_excess = median([r["total_s"] for r in a["a"]]) - median([r["total_s"] for r in a["horovodrun"]])
         new_excess = median([r["total_s"] for r in b["a"]]) - median([r["total_s"] for r in b["horovodrun"]])
         rows.append([WAYS[way], "**excess**", f"**{fmt(old_excess)}**", f"**{fmt(new_excess)}**"])
+        old_fixed = outside_work(a["a"]).median - outside_work(a["horovodrun"]).median
+        new_fixed = outside_work(b["a"]).median - outside_work(b["horovodrun"]).median
+        rows.append([WAYS[way], "**excess outside the work**", f"**{fmt(old_fixed)}**", f"**{fmt(new_fixed)}**"])
     header = ["way", "stage (medians, s)", f"before ({_code(before)})", f"after ({_code(after)})"]
     return plain_table(header, rows)
 
