@@ -271,3 +271,28 @@ def test_a_function_that_does_not_load_on_the_cluster_is_configuration(tmp_path,
     code = entrypoint.main(["task", payload.name])
     verdict = failures.of_line(next(line for line in capsys.readouterr().out.splitlines() if "AHP_FAILURE" in line))
     assert code == 1 and verdict.failure_class is FailureClass.CONFIGURATION
+
+
+def test_a_training_leaves_ray_once_its_result_is_printed_and_a_task_does_not(tmp_path, monkeypatch, capsys):
+    """Ray's exit hook sleeps half a second before it disconnects: a training's driver leaves before it."""
+    import ray
+
+    from airflow_provider_horovod.contract import ResultRecord
+
+    printed_before: list[str] = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "shutdown", lambda: printed_before.append(capsys.readouterr().out))
+    record = ResultRecord(submission_id="ahp-d-t-x-a1", attempt=1, storage_uri=str(tmp_path), run_uri=str(tmp_path))
+    monkeypatch.setattr(entrypoint, "run_training", lambda spec, folder, started_at: record)
+    payload = tmp_path / "ahp_payload_leave"
+    payload.mkdir()
+    (payload / "__init__.py").write_text("")
+    spec = TrainingSpec(submission_id="ahp-d-t-x-a1", train_fn={"import": "m:f"}, storage_uri=str(tmp_path))
+    (payload / "spec.json").write_text(spec.to_json())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert entrypoint.main(["train", payload.name]) == 0
+    assert len(printed_before) == 1 and "AHP_RESULT " in printed_before[0]
+
+    printed_before.clear()
+    spec, code = run_payload(tmp_path, monkeypatch, "os:getcwd")
+    assert code == 0 and printed_before == []
