@@ -3,9 +3,10 @@
     python -m airflow_provider_horovod.build_horovod [--gpu] [--cache DIR] [--python PY]
                                                      [--check-only | --if-cached | --wheel-only]
 
-Horovod 0.28.1 as released does not compile against torch >= 2.1: torch's headers need C++17 and
-Horovod asks for C++14 (and C++11 for its bundled Gloo), and GCC 13 no longer pulls in <string> and
-<stdexcept> through other headers. A few edits of the sdist fix that (`patch_sources`). The wheel is
+Horovod 0.28.1 as released does not compile against torch >= 2.1: torch's headers need C++17 (C++20
+from torch 2.15's, read from its ATen.h) and Horovod asks for C++14 (and C++11 for its bundled Gloo),
+and GCC 13 no longer pulls in <string> and <stdexcept> through other headers. A few edits of the sdist
+fix that (`patch_sources`). The wheel is
 cached outside the environment, keyed by the versions it was built against, so a second set-up
 installs it without rebuilding. Afterwards `horovodrun --check-build` must show PyTorch and Gloo
 (and the GPU operations, for a GPU build). The wheel carries no debug information (a good part of the
@@ -23,6 +24,9 @@ Environment (as scripts/build_horovod.sh always read it):
   HOROVOD_GPU_OPERATIONS=NCCL build the GPU variant, as --gpu does (needs CUDA's nvcc). Without
                               HOROVOD_NCCL_HOME/_INCLUDE/_LIB it links the NCCL that PyPI's torch brings.
   HOROVOD_BUILD_CUDA_CC_LIST  e.g. 90: compile the GPU kernels for these architectures only
+  HOROVOD_CUDA_HOME           the CUDA toolkit (default: $CUDA_HOME, $CUDA_PATH, else /usr/local/cuda where it
+                              has bin/nvcc). Against a CUDA torch (PyPI's), where a toolkit is found, Horovod
+                              compiles its CUDA parts even for a CPU build.
 """
 
 from __future__ import annotations
@@ -55,12 +59,12 @@ PROCESS_SET_DEVICE = (
 # The text the fix below puts into the built library; the runtime (runtime/horovod_network.py) looks for it
 # to know whether the installed Horovod has the fix.
 PROCESS_SET_IFACE_MARKER = "Gloo process set device on interface"
-# (file, what 0.28.1 has, what it must have): C++17 for Horovod, its torch extension and its bundled Gloo;
-# and process sets bound to HOROVOD_GLOO_IFACE like the global context: 0.28.1 reads the process set's own
-# gloo_iface_, never set, so Gloo falls back to the host name's address (127.0.1.1 on Debian hosts).
+# (file, what 0.28.1 has, what it must have): C++17 for Horovod and its bundled Gloo (its torch
+# extension: torch_cxx_edit); and process sets bound to HOROVOD_GLOO_IFACE like the global context: 0.28.1
+# reads the process set's own gloo_iface_, never set, so Gloo falls back to the host name's address
+# (127.0.1.1 on Debian hosts).
 REPLACEMENTS = (
     ("CMakeLists.txt", "set(CMAKE_CXX_STANDARD 14)", "set(CMAKE_CXX_STANDARD 17)"),
-    ("horovod/torch/CMakeLists.txt", "set(CMAKE_CXX_STANDARD 14)", "set(CMAKE_CXX_STANDARD 17)"),
     ("third_party/gloo/CMakeLists.txt", "-std=c++11", "-std=c++17"),
     # No debug information: it is a good part of the compile time on small machines and most of the wheel.
     (
@@ -76,6 +80,14 @@ REPLACEMENTS = (
         f'  LOG(DEBUG) << "{PROCESS_SET_IFACE_MARKER} \'" << gloo_iface_ << "\'";\n' + PROCESS_SET_DEVICE,
     ),
 )
+# Horovod's torch extension: the C++ standard of torch's headers (``torch_cxx_edit``).
+TORCH_CMAKE = "horovod/torch/CMakeLists.txt"
+TORCH_CMAKE_STANDARD = "set(CMAKE_CXX_STANDARD 14)"
+# Run in the target interpreter: the text of torch's ATen.h, whose #error names the C++ standard it needs.
+READ_ATEN_HEADER = """\
+import os, sys, torch
+sys.stdout.write(open(os.path.join(os.path.dirname(torch.__file__), "include", "ATen", "ATen.h")).read())
+"""
 # Changes whenever the edits do, so a wheel built with older edits is never taken from the cache
 # (not for the debug information: a wheel with it works the same).
 EDITS_VERSION = "iface1"
@@ -91,6 +103,10 @@ import glob, site
 print(next(iter(sorted(h for r in site.getsitepackages()
                        for h in glob.glob(r + "/nvidia/**/include/nccl.h", recursive=True))), ""))
 """
+
+
+# Where NVIDIA's installers and CUDA images put the toolkit.
+CUDA_DEFAULT_HOME = Path("/usr/local/cuda")
 
 
 class BuildError(Exception):
@@ -126,14 +142,27 @@ def cached_wheel(directory: Path) -> Path | None:
     return wheels[-1] if wheels else None
 
 
-def patch_sources(src_dir: Path) -> None:
-    """Apply the C++17, GCC 13 and process-set edits to Horovod's unpacked sdist; verify each one landed.
+def torch_cxx_standard(aten_header: str) -> int:
+    """The C++ standard torch's headers need, from its ATen.h's #error ("C++20 or later compatible compiler is
+    required" in torch 2.15, C++17 in 2.1 to 2.13), and at least 17."""
+    found = re.search(r"C\+\+(\d+) or later compatible compiler is required", aten_header)
+    return max(17, int(found.group(1))) if found else 17
+
+
+def torch_cxx_edit(standard: int) -> tuple[str, str, str]:
+    """The edit that compiles Horovod's torch extension in ``standard`` (C++17 for the rest of Horovod)."""
+    return (TORCH_CMAKE, TORCH_CMAKE_STANDARD, f"set(CMAKE_CXX_STANDARD {standard})")
+
+
+def patch_sources(src_dir: Path, torch_standard: int = 17) -> None:
+    """Apply the C++17 (``torch_standard`` for the torch extension), GCC 13 and process-set edits to Horovod's
+    unpacked sdist; verify each one landed.
 
     Raises SourceChanged if a file or the line an edit replaces is not there (Horovod's source is not
     0.28.1's). Applying it twice changes nothing.
     """
     src_dir = Path(src_dir)
-    for rel, old, new in REPLACEMENTS:
+    for rel, old, new in (*REPLACEMENTS, torch_cxx_edit(torch_standard)):
         path = _source_file(src_dir, rel)
         text = path.read_text()
         # Applied already: the new text is there and holds the old (an edit that adds lines before it).
@@ -178,15 +207,34 @@ def wants_torch_nccl(env: Mapping[str, str], gpu_operations: str) -> bool:
     return gpu_operations == "NCCL" and not named
 
 
+def cuda_home(env: Mapping[str, str], default: Path = CUDA_DEFAULT_HOME) -> str | None:
+    """The CUDA toolkit for Horovod's CMake: HOROVOD_CUDA_HOME, CUDA_HOME or CUDA_PATH as set, else ``default``
+    where it has bin/nvcc, else None (CMake looks on PATH).
+
+    CMake and torch otherwise take the toolkit's root from the nvcc on PATH; an nvcc that is a wrapper or a link
+    in /usr/local/bin gives /usr/local, with no cuda_runtime.h nor libcudart, and a CUDA torch's build fails
+    ("Could NOT find CUDAToolkit", "FOUND_LIB_cudart NOTFOUND")."""
+    for name in ("HOROVOD_CUDA_HOME", "CUDA_HOME", "CUDA_PATH"):
+        if env.get(name):
+            return env[name]
+    return str(default) if (default / "bin" / "nvcc").exists() else None
+
+
 def build_env(
     base: Mapping[str, str],
     gpu_operations: str = "",
     nccl_include: str | None = None,
     nccl_lib: str | None = None,
     jobs: int | None = None,
+    cuda: str | None = None,
 ) -> dict[str, str]:
-    """The environment for `pip wheel` of Horovod: base plus what selects PyTorch, Gloo and (for a GPU build) NCCL."""
+    """The environment for `pip wheel` of Horovod: base plus what selects PyTorch, Gloo and (for a GPU build) NCCL;
+    ``cuda``: the CUDA toolkit's folder (``cuda_home``), for Horovod's CMake and torch's cpp_extension."""
     env = dict(base)
+    if cuda:
+        # The same toolkit for Horovod's CMake and for torch's cpp_extension, which Horovod asks for the
+        # libraries to link (CUDA_HOME; without it, the folder above the nvcc on PATH).
+        env["HOROVOD_CUDA_HOME"] = env["CUDA_HOME"] = cuda
     env.update(
         HOROVOD_WITH_PYTORCH="1",
         HOROVOD_WITHOUT_MPI="1",
@@ -322,8 +370,10 @@ def build_wheel(py: str, torch_version: str, gpu_operations: str, out_dir: Path)
             else:
                 tar.extractall(work)  # Pythons before 3.10.12 have no filter
         src = work / f"horovod-{HOROVOD_VERSION}"
-        _say("  applying the C++17, GCC 13 and process-set edits")
-        patch_sources(src)
+        aten_header = _run([py, "-c", READ_ATEN_HEADER], "reading torch's ATen.h").stdout
+        standard = torch_cxx_standard(aten_header)
+        _say(f"  applying the C++17 (C++{standard} for torch's headers), GCC 13 and process-set edits")
+        patch_sources(src, standard)
 
         nccl_include = nccl_lib = None
         if wants_torch_nccl(os.environ, gpu_operations):
@@ -338,7 +388,7 @@ def build_wheel(py: str, torch_version: str, gpu_operations: str, out_dir: Path)
                 nccl_include, nccl_lib = str(nccl_dir / "include"), str(lib)
                 _say(f"  using torch's NCCL: {nccl_dir}")
 
-        env = build_env(os.environ, gpu_operations, nccl_include, nccl_lib)
+        env = build_env(os.environ, gpu_operations, nccl_include, nccl_lib, cuda=cuda_home(os.environ))
         dist = work / "dist"
         dist.mkdir()
         _say(f"  compiling ({env['MAKEFLAGS']})")

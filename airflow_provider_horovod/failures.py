@@ -156,7 +156,11 @@ def of_error(error: BaseException, *, user_code: bool = True) -> Failure:
     user's function (a ``@task.ray`` job's); a training's come out of Ray Train, its workers' user
     errors marked by the runtime (``mark_user_error``)."""
     chain = error_chain(error)
-    ranked = {rank: e for link in chain for rank, e in (getattr(link, "worker_failures", None) or {}).items()}
+    ranked = {
+        rank: worker_exception(e)
+        for link in chain
+        for rank, e in (getattr(link, "worker_failures", None) or {}).items()
+    }
     if any(getattr(e, "preempted", False) for e in [*chain, *ranked.values()]) or any(
         type(e).__name__ == "PreemptionError" for e in chain
     ):
@@ -192,6 +196,14 @@ def of_error(error: BaseException, *, user_code: bool = True) -> Failure:
     if user_code:
         return user_failure(error)
     return _failure(FailureClass.INFRASTRUCTURE, error, chain)
+
+
+def worker_exception(error: BaseException) -> BaseException:
+    """What a worker raised, as ``WorkerGroupError.worker_failures`` holds it. Train V2 of Ray 2.50 to 2.54
+    wraps it there (``UserExceptionWithTraceback``, the exception in ``_base_exc``); 2.55 and later unwrap
+    it themselves."""
+    inner = getattr(error, "_base_exc", None)
+    return inner if isinstance(inner, BaseException) else error
 
 
 def mark_user_error(error: BaseException, rank: int | None = None) -> None:

@@ -11,6 +11,9 @@ strings. What differs across the tested minors (``contract.RAY_VERSIONS``, docs/
 - Ray Train's elastic scaling policy comes with 2.55 (``num_workers=(min, max)``).
 - Ray Data's autoscaling coordinator answers from a fresh view of the nodes (``recompute``) from 2.60;
   before that an elastic run uses Ray's own policy, which sees a lost or a new node up to 20 s late.
+- Train V2 hands a worker's exception to the failure policy and the driver wrapped in its
+  ``UserExceptionWithTraceback`` before 2.55 (``failures.worker_exception`` unwraps it: the failure classes
+  are told apart by names and attributes on both sides, without Ray).
 
 A Ray older than the range is refused at the job's start (``contract.check_ray_version``). A newer,
 untested minor runs with a warning when every probe the chosen trainer needs passes, and fails at

@@ -86,6 +86,22 @@ def test_patch_sources_makes_the_seven_edits(tmp_path):
     )
 
 
+def test_the_torch_extension_takes_the_standard_torchs_headers_need(tmp_path):
+    assert (
+        bh.torch_cxx_standard(
+            "#if !defined(_MSC_VER) && __cplusplus < 201703L\n"
+            "#error C++17 or later compatible compiler is required to use ATen.\n"
+        )
+        == 17
+    )
+    assert bh.torch_cxx_standard("#error C++20 or later compatible compiler is required to use ATen.") == 20
+    assert bh.torch_cxx_standard("#pragma once\n") == 17  # no such guard: what Horovod needs anyway
+    src = fake_sdist(tmp_path)
+    bh.patch_sources(src, torch_standard=20)
+    assert (src / "horovod/torch/CMakeLists.txt").read_text() == "set(CMAKE_CXX_STANDARD 20)\nadd_library(pytorch)\n"
+    assert "set(CMAKE_CXX_STANDARD 17)" in (src / "CMakeLists.txt").read_text()  # the rest of Horovod stays on 17
+
+
 def test_patch_sources_twice_changes_nothing(tmp_path):
     src = fake_sdist(tmp_path)
     bh.patch_sources(src)
@@ -189,6 +205,21 @@ def test_build_env_gpu_with_torchs_nccl():
     assert env["HOROVOD_NCCL_INCLUDE"] == "/site/nvidia/nccl/include" and env["HOROVOD_NCCL_LIB"] == "/tmp/w/nccl-lib"
     assert env["HOROVOD_NCCL_LINK"] == "SHARED" and env["MAKEFLAGS"] == "-j1"
     assert base == {"MAKEFLAGS": "-j1", "HOROVOD_BUILD_CUDA_CC_LIST": "90"}  # not changed in place
+
+
+def test_cuda_home_named_first_else_the_default_where_it_has_nvcc(tmp_path):
+    assert bh.cuda_home({"CUDA_HOME": "/opt/cuda", "HOROVOD_CUDA_HOME": "/opt/hvd-cuda"}, tmp_path) == "/opt/hvd-cuda"
+    assert bh.cuda_home({"CUDA_PATH": "/opt/cuda-path"}, tmp_path) == "/opt/cuda-path"
+    assert bh.cuda_home({"CUDA_HOME": ""}, tmp_path) is None  # no nvcc under the default: CMake looks on PATH
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvcc").write_text("")
+    assert bh.cuda_home({}, tmp_path) == str(tmp_path)
+
+
+def test_build_env_names_the_cuda_toolkit_to_cmake():
+    env = bh.build_env({"CUDA_HOME": "/usr/local"}, cuda="/usr/local/cuda")
+    assert env["HOROVOD_CUDA_HOME"] == env["CUDA_HOME"] == "/usr/local/cuda"  # torch's cpp_extension reads CUDA_HOME
+    assert "HOROVOD_CUDA_HOME" not in bh.build_env({}) and "CUDA_HOME" not in bh.build_env({})
 
 
 def test_torchs_nccl_only_when_no_nccl_is_named():

@@ -31,6 +31,8 @@ def test_junit_cases_become_cells(tmp_path):
     assert compat.cell(cases[f"{compat.BUG}[v2]"]) == "fail: AssertionError: one job \\| two"
     assert compat.cell(cases["test_a_ray_task_returns_its_value"]) == "not supported: no such thing"
     assert compat.cell(None) == "not run" and compat.junit(tmp_path / "missing.xml") == {}
+    refused = {"outcome": "pass", "message": "", "properties": {"compat": "not supported: refused, naming 2.55"}}
+    assert compat.cell(refused) == "not supported: refused, naming 2.55 (checked)"
 
 
 def test_the_page_has_a_row_per_minor_run_and_the_torch_builds(tmp_path):

@@ -26,6 +26,32 @@ def probes(monkeypatch):
 # --- the probes, on the Ray installed here ------------------------------------------------------------
 
 
+def test_a_users_error_in_a_worker_is_classed_as_the_users_on_this_minor():
+    """A worker's exception as this minor's Train V2 hands it to the failure policy and the driver (2.50 to
+    2.54 wrap it in UserExceptionWithTraceback, 2.55 and later unwrap it): still the user's, with its rank."""
+    import pickle
+
+    from ray.train.v2._internal.execution.worker_group.poll import WorkerGroupPollStatus, WorkerStatus
+    from ray.train.v2._internal.util import construct_user_exception_with_traceback
+
+    from airflow_provider_horovod import failures
+
+    try:
+        1 / 0  # noqa: B018 - the user's bug
+    except ZeroDivisionError as err:
+        failures.mark_user_error(err, rank=1)
+        wrapped = construct_user_exception_with_traceback(err)
+    # As the worker actor returns it to the controller.
+    status = WorkerStatus(running=False, error=pickle.loads(pickle.dumps(wrapped)))
+    error = WorkerGroupPollStatus(worker_statuses={0: WorkerStatus(running=False), 1: status}).get_worker_group_error()
+    verdict = failures.of_error(pickle.loads(pickle.dumps(error)), user_code=False)
+    assert (verdict.failure_class, verdict.rank, verdict.error_type) == (
+        failures.FailureClass.USER_CODE,
+        1,
+        "ZeroDivisionError",
+    )
+
+
 def test_the_probes_find_what_this_ray_minor_has():
     assert MINOR is not None and MINOR >= (2, 50)
     found = ray_compat.probe_results()
