@@ -55,10 +55,6 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_provider_horovod.runtime.storage import read_payload
 
     started_at = time.time()
-    # Ray's C++ handler of SIGTERM (installed by ray.init) dumps the stack and ends the process 3 s later,
-    # whatever Python does: off in this driver only (its workers keep theirs), so a stop unwinds it to
-    # ``report_stop``.
-    os.environ.setdefault(NO_NATIVE_SIGNAL_HANDLER_ENV, "1")
     spec_class: type[TrainingSpec] | type[TaskSpec] = TrainingSpec if JobKind(argv[0]) is JobKind.TRAIN else TaskSpec
     spec, folder = read_payload(argv[1], spec_class)
     try:
@@ -218,6 +214,9 @@ def watch_for_stop() -> None:
     is started, and is noted, whichever Python handler is set then (ray.get turns the exit into SystemExit(1),
     so its code cannot tell): Python writes every signal it handles to the wakeup pipe."""
     global _signals
+    # Ray's native handler of SIGTERM (installed by ray.init) dumps the stack and ends the process 3 s later,
+    # whatever Python does: off in this driver only (its workers keep theirs).
+    os.environ.setdefault(NO_NATIVE_SIGNAL_HANDLER_ENV, "1")
     read, write = os.pipe()
     os.set_blocking(read, False)
     os.set_blocking(write, False)

@@ -279,8 +279,9 @@ def test_a_function_that_does_not_load_on_the_cluster_is_configuration(tmp_path,
 
 
 @pytest.fixture
-def watched():
+def watched(monkeypatch):
     """The driver's watch for Ray's SIGTERM, undone after the test (pytest's own process)."""
+    monkeypatch.setenv(entrypoint.NO_NATIVE_SIGNAL_HANDLER_ENV, "1")
     handler, wakeup = signal.getsignal(signal.SIGTERM), signal.set_wakeup_fd(-1)
     entrypoint.watch_for_stop()
     yield
