@@ -247,10 +247,7 @@ def report_stop(spec: JobSpec, started_at: float) -> None:
     except Exception:  # the write below says what is wrong with the storage
         pass
     failure = failures.of_job({"status": JobStatus.STOPPED.value, "message": STOPPED_MESSAGE}, None)
-    try:
-        print(f"Stopped ({STOPPED_MESSAGE}); the attempt's record: {spec.result_uri}", flush=True)
-    except RuntimeError:  # stdout was being written when the signal came: the record matters more
-        pass
+    print(f"Stopped ({STOPPED_MESSAGE}); the attempt's record: {spec.result_uri}", flush=True)
     keep_failed_record(spec, failure, started_at)
 
 
