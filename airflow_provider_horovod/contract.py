@@ -52,6 +52,11 @@ NUM_WORKERS = 2
 ELASTIC_RESIZE_MONITOR_INTERVAL_S = 60.0
 # How many of a failed job's last log lines its error shows.
 LOG_TAIL_LINES = 40
+# How long Ray waits after SIGTERM to a stopped job's driver before SIGKILL (its RAY_JOB_STOP_WAIT_TIME_S, 3 s
+# by default, read by the job's supervisor from the job's env_vars): the driver keeps the stopped attempt's
+# record in that time, over S3 from a busy node too.
+JOB_STOP_WAIT_ENV = "RAY_JOB_STOP_WAIT_TIME_S"
+JOB_STOP_WAIT_S = 10
 # The Ray minors the provider is tested with, [min, max) (docs/compatibility.md). The runtime reaches
 # into Ray Train's private modules, which move between minors (runtime/ray_compat.py probes them): an
 # older Ray is refused; a newer, untested one runs with a warning when every probe passes. The [cluster]

@@ -14,6 +14,8 @@ from typing import Any
 
 from airflow_provider_horovod import checks
 from airflow_provider_horovod.contract import (
+    JOB_STOP_WAIT_ENV,
+    JOB_STOP_WAIT_S,
     META_ATTEMPT,
     META_KIND,
     META_NUM_WORKERS,
@@ -128,7 +130,11 @@ class JobPlan:
         module = payload_module(files)
         env = dict(self.runtime_env)
         env["py_modules"] = [provider_folder(), *(self.runtime_env.get("py_modules") or [])]
-        env["env_vars"] = {**self.env_vars, **(self.runtime_env.get("env_vars") or {})}
+        env["env_vars"] = {
+            JOB_STOP_WAIT_ENV: str(JOB_STOP_WAIT_S),
+            **self.env_vars,
+            **(self.runtime_env.get("env_vars") or {}),
+        }
         # The user's tags first: checks.check_job_tags keeps them off the provider's keys.
         metadata = {
             **self.job_tags,

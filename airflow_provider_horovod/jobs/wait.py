@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_horovod import checks, failures
 from airflow_provider_horovod.contract import (
     ERROR_MARK,
+    JOB_STOP_WAIT_S,
     META_RESOURCES,
     PENDING_TIMEOUT_S,
     POLL_INTERVAL_S,
@@ -392,6 +393,7 @@ async def follow(
         cursor = result.cursor
         if result.timeout is not None:
             await hook.a_stop_job(submission_id)
+            await until_ended(hook, submission_id)
             cluster = None
             if not result.timeout.stalled:
                 try:
@@ -416,6 +418,21 @@ async def follow(
                 within_deadline=deadline is not None,
             )
         )
+
+
+async def until_ended(hook: RayJobsApi, submission_id: str, within_s: float = JOB_STOP_WAIT_S + 5.0) -> None:
+    """After the wait stopped the job itself: until Ray says it ended (at most ``within_s``). Its driver
+    keeps the stopped attempt's record on its way out; the finish step then completes that record with
+    the timeout's reason instead of racing it."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            info = await hook.a_get_job_info(submission_id, fresh_within_s=None)
+            if not info or JobStatus.of(info.get("status")).is_terminal:
+                return
+        except HorovodProviderError:  # gone, or unreadable: nothing to wait for
+            return
+        await asyncio.sleep(0.5)
 
 
 def next_poll_s(interval_s: float, *, finishing: bool, within_deadline: bool) -> float:

@@ -7,13 +7,16 @@ with, ``ray_compat``; the Python of pickled code), runs the training (``trainers
 it as one ``AHP_RESULT`` line. On failure it classifies what it caught (``failures.of_error``), prints
 one ``AHP_ERROR`` line (the class and what failed) and its verdict as one ``AHP_FAILURE`` line, writes
 the failed attempt's record beside its checkpoints, and exits 1, so the job ends FAILED and the Airflow
-task says why.
+task says why. When Ray stops the job (SIGTERM to the driver: its task killed or marked failed, ``ray job
+stop``, a timeout of the provider's), it writes the stopped attempt's record on its way out.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
 import sys
 import time
 import traceback
@@ -25,6 +28,7 @@ from airflow_provider_horovod.contract import (
     RESULT_MARK,
     JobKind,
     JobSpec,
+    JobStatus,
     ResultRecord,
     TaskRecord,
     TaskSpec,
@@ -53,12 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     started_at = time.time()
     spec_class: type[TrainingSpec] | type[TaskSpec] = TrainingSpec if JobKind(argv[0]) is JobKind.TRAIN else TaskSpec
     spec, folder = read_payload(argv[1], spec_class)
-    spec, problem = preflight(spec)
-    if problem:
-        report_failure(spec, Failure(FailureClass.CONFIGURATION, problem), started_at)
-        return 1
-    print(banner(spec), flush=True)
     try:
+        spec, problem = preflight(spec)
+        if problem:
+            report_failure(spec, Failure(FailureClass.CONFIGURATION, problem), started_at)
+            return 1
+        print(banner(spec), flush=True)
         if isinstance(spec, TrainingSpec):
             record = run_training(spec, folder, started_at)
         else:
@@ -67,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         report_failure(spec, failures.of_error(err, user_code=isinstance(spec, TaskSpec)), started_at)
         return 1
+    except SystemExit:
+        if stop_signalled():
+            report_stop(spec, started_at)
+        raise
     print(f"{RESULT_MARK}{record.to_json().replace(chr(10), '')}", flush=True)
     if isinstance(spec, TrainingSpec):
         leave_ray()
@@ -197,6 +205,66 @@ def report_failure(spec: JobSpec, failure: Failure, started_at: float) -> None:
     """Say why the attempt failed, in the job's log and in the attempt's record beside its checkpoints."""
     print(f"{ERROR_MARK}{failure.failure_class.value}: {failure.summary}", flush=True)
     print(failure.line(), flush=True)
+    keep_failed_record(spec, failure, started_at)
+
+
+# --- a stop ------------------------------------------------------------------------------------------
+
+NO_NATIVE_SIGNAL_HANDLER_ENV = "RAY_DISABLE_FAILURE_SIGNAL_HANDLER"
+# Ray stops a job by SIGTERM to its driver, and SIGKILL RAY_JOB_STOP_WAIT_TIME_S later (contract.JOB_STOP_WAIT_S).
+STOPPED_MESSAGE = (
+    "the job's driver got SIGTERM: the job was stopped (its task killed or marked failed, `ray job stop`, a "
+    "timeout of the provider's) or its node shut down"
+)
+
+
+_signals: int | None = None  # the read end of the signals' wakeup pipe, once ``watch_for_stop`` ran
+
+
+def watch_for_stop() -> None:
+    """In the driver's main thread: SIGTERM unwinds it (SystemExit), as ray.init's own handler does once Ray
+    is started, and is noted, whichever Python handler is set then (ray.get turns the exit into SystemExit(1),
+    so its code cannot tell): Python writes every signal it handles to the wakeup pipe."""
+    global _signals
+    # Ray's native handler of SIGTERM (installed by ray.init) dumps the stack and ends the process 3 s later,
+    # whatever Python does: off in this driver only (its workers keep theirs).
+    os.environ.setdefault(NO_NATIVE_SIGNAL_HANDLER_ENV, "1")
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    signal.set_wakeup_fd(write)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+    _signals = read
+
+
+def stop_signalled() -> bool:
+    """Whether the driver got SIGTERM (only known after ``watch_for_stop``)."""
+    if _signals is None:
+        return False
+    try:
+        return signal.SIGTERM in os.read(_signals, 4096)
+    except BlockingIOError:  # nothing written
+        return False
+
+
+def report_stop(spec: JobSpec, started_at: float) -> None:
+    """Keep the record of an attempt that Ray stopped, with the class the Airflow side gives a STOPPED job
+    (``failures.of_job``), unless the attempt has one already (its result; the Airflow side's post-mortem).
+    No verdict line: the Airflow side decides as it does for a STOPPED job."""
+    from airflow_provider_horovod.runtime.storage import exists
+
+    try:
+        if exists(spec.result_uri):
+            return
+    except Exception:  # the write below says what is wrong with the storage
+        pass
+    failure = failures.of_job({"status": JobStatus.STOPPED.value, "message": STOPPED_MESSAGE}, None)
+    print(f"Stopped ({STOPPED_MESSAGE}); the attempt's record: {spec.result_uri}", flush=True)
+    keep_failed_record(spec, failure, started_at)
+
+
+def keep_failed_record(spec: JobSpec, failure: Failure, started_at: float) -> None:
+    """The failed attempt's record beside its checkpoints: its class, timings and a training's metric history."""
     from airflow_provider_horovod.runtime.storage import read_json, write_record
 
     fields: dict[str, Any] = {
@@ -223,4 +291,5 @@ def report_failure(spec: JobSpec, failure: Failure, started_at: float) -> None:
 
 
 if __name__ == "__main__":
+    watch_for_stop()
     sys.exit(main())

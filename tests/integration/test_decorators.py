@@ -4,6 +4,7 @@ job's return value, a kill, a retry that re-attaches, and bad arguments refused 
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -11,6 +12,7 @@ import pendulum
 import pytest
 
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError
+from airflow_provider_horovod.failures import stopped_by_request
 from airflow_provider_horovod.operators.ray import RayTaskOperator
 from harness.tasks import FakeTI, jobs_of, run_in_thread, wait_for_status
 
@@ -33,18 +35,40 @@ def test_a_ray_task_returns_its_value_to_xcom(ray_hook, tmp_path):
     assert job["driver_info"] is not None or job["status"] == "SUCCEEDED"
 
 
-def test_killing_a_ray_task_stops_its_job(ray_hook, tmp_path):
+def wait_in_ray(seconds: float) -> None:
+    """A driver waiting on Ray, as a training's does in fit(): SIGTERM finds it in ray.get, after ray.init."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    def sleep(seconds: float) -> None:
+        time.sleep(seconds)
+
+    waiting = sleep.remote(seconds)
+    print("waiting in ray.get", flush=True)
+    ray.get(waiting)
+
+
+def test_killing_a_ray_task_stops_its_job_and_its_driver_keeps_the_attempts_record(ray_hook, tmp_path):
     ti = FakeTI(f"taskkill-{uuid.uuid4().hex[:6]}")
-    op = ray_task(tmp_path, "time:sleep", 300)
+    op = ray_task(tmp_path, wait_in_ray, 300)
     thread, outcome = run_in_thread(op, {"ti": ti})
     sid = ti.task_run.submission_id(1)
     wait_for_status(ray_hook, sid, {"RUNNING"})
+    deadline = time.monotonic() + 60
+    while "waiting in ray.get" not in ray_hook.get_job_logs(sid) and time.monotonic() < deadline:
+        time.sleep(0.5)
     started = time.monotonic()
     op.on_kill()
     assert wait_for_status(ray_hook, sid, {"STOPPED"}, timeout=15) == "STOPPED"
     assert time.monotonic() - started < 15
     thread.join(30)
     assert isinstance(outcome.get("error"), RayJobError)
+    # The killed task's wait ends without a finish step: the record is the driver's own, kept on Ray's SIGTERM
+    # before Ray marked the job STOPPED (as when Airflow's process is SIGKILLed and the job stopped otherwise).
+    record_uri = ray_hook.get_job_info(sid)["metadata"]["ahp_result_uri"]
+    record = json.loads(open(record_uri).read())
+    assert record["submission_id"] == sid and record["failure"]["failure_class"] == "infrastructure", record
+    assert stopped_by_request(record["failure"]) and "SIGTERM" in record["failure"]["summary"]
 
 
 def test_a_retry_of_a_ray_task_reattaches_to_its_job(ray_hook, tmp_path):

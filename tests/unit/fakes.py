@@ -137,6 +137,8 @@ class FakeRay:
     def stop_job(self, submission_id: str) -> bool:
         self.calls.append("stop_job")
         self.stopped.append(submission_id)
+        if seen := self.jobs.get(submission_id):  # seen as it was once more, then STOPPED (the driver has exited)
+            self.jobs[submission_id] = [seen[0], {**seen[-1], "status": "STOPPED"}]
         return True
 
     def get_cluster_resources(self) -> dict:

@@ -32,6 +32,8 @@ from airflow_provider_horovod.plan import JobRequest, payload_module, provider_f
 TASK_RUN = TaskRun("dag", "train", "manual__1", -1)
 ROOT = "s3://b/p"
 PICKLE = b"\x80\x05pickled-function-bytes"
+# Every job gives its driver time to keep a stopped attempt's record before Ray's SIGKILL.
+STOP_WAIT = {"RAY_JOB_STOP_WAIT_TIME_S": "10"}
 # What the operator is given; the rest are its defaults.
 TRAINING = {
     "train_fn": "json:dumps",
@@ -132,7 +134,12 @@ def test_runtime_env_puts_the_provider_first_and_keeps_the_users(tmp_path):
     assert env["py_modules"] == [provider_folder(), str(tmp_path), "gcs://_ray_pkg_x.zip"]
     assert env["pip"] == ["pandas"]
     # the user's value wins
-    assert env["env_vars"] == {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "HOROVOD_CYCLE_TIME": "5", "MODE": "fast"}
+    assert env["env_vars"] == {
+        **STOP_WAIT,
+        "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+        "HOROVOD_CYCLE_TIME": "5",
+        "MODE": "fast",
+    }
     assert user["py_modules"] == [str(tmp_path), "gcs://_ray_pkg_x.zip"]  # not changed in place
 
 
@@ -148,7 +155,12 @@ def test_the_provider_folder_is_this_package():
 def test_horovod_env_and_the_train_version_an_explicit_api_needs(api, flag):
     made = request(trainer_api=api)
     # Train V2's print patch would put every line a worker prints in the job's log twice.
-    assert made.runtime_env["env_vars"] == {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "HOROVOD_CYCLE_TIME": "1", **flag}
+    assert made.runtime_env["env_vars"] == {
+        **STOP_WAIT,
+        "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+        "HOROVOD_CYCLE_TIME": "1",
+        **flag,
+    }
 
 
 def test_the_print_patch_can_be_turned_back_on():
@@ -218,6 +230,7 @@ def test_dry_run_hides_env_values_and_file_bytes():
     shown = made.dry_run()
     data = json.loads(shown)
     assert data["runtime_env"]["env_vars"] == {
+        "RAY_JOB_STOP_WAIT_TIME_S": "***",
         "RAY_TRAIN_ENABLE_PRINT_PATCH": "***",
         "HOROVOD_CYCLE_TIME": "***",
         "MODE": "***",
@@ -268,7 +281,10 @@ def test_a_task_request_runs_the_function_in_the_driver():
     assert made.metadata[META_KIND] == "task"
     assert made.metadata[META_RESULT_URI] == task_run.storage_uri("/s") + "/attempt-1/result.json"
     assert json.loads(made.metadata[META_RESOURCES]) == {"num_cpus": 2, "resources": {"accel": 1.0}}
-    assert made.runtime_env["py_modules"] == [provider_folder()] and made.runtime_env["env_vars"] == {"MODE": "x"}
+    assert made.runtime_env["py_modules"] == [provider_folder()] and made.runtime_env["env_vars"] == {
+        **STOP_WAIT,
+        "MODE": "x",
+    }
     assert TaskSpec.from_json(made.files[SPEC_FILE].decode()) == made_plan.spec
     assert json.loads(made.dry_run())["driver_resources"] == made.driver_resources
     assert not made_plan.check_cluster_resources

@@ -3,12 +3,14 @@ runs (the cluster's Ray, pickled code's Python), a task's function run and its J
 attempt's record, and a failure's one AHP_ERROR line (its chain of causes, a hint when a worker died)."""
 
 import json
+import os
+import signal
 import sys
 
 import pytest
 
 from airflow_provider_horovod import failures
-from airflow_provider_horovod.contract import TaskRecord, TaskRun, TaskSpec, TrainingSpec
+from airflow_provider_horovod.contract import ResultRecord, TaskRecord, TaskRun, TaskSpec, TrainingSpec
 from airflow_provider_horovod.failures import FailureClass
 from airflow_provider_horovod.plan import task_plan
 from airflow_provider_horovod.runtime import entrypoint
@@ -296,3 +298,58 @@ def test_a_training_leaves_ray_once_its_result_is_printed_and_a_task_does_not(tm
     printed_before.clear()
     spec, code = run_payload(tmp_path, monkeypatch, "os:getcwd")
     assert code == 0 and printed_before == []
+
+
+# --- a stop: Ray's SIGTERM to the driver ---------------------------------------------------------------
+
+
+@pytest.fixture
+def watched(monkeypatch):
+    """The driver's watch for Ray's SIGTERM, undone after the test (pytest's own process)."""
+    monkeypatch.setenv(entrypoint.NO_NATIVE_SIGNAL_HANDLER_ENV, "1")
+    handler, wakeup = signal.getsignal(signal.SIGTERM), signal.set_wakeup_fd(-1)
+    entrypoint.watch_for_stop()
+    yield
+    signal.signal(signal.SIGTERM, handler)
+    signal.set_wakeup_fd(wakeup)
+    entrypoint._signals = None
+
+
+def test_a_task_job_stopped_by_sigterm_keeps_its_record_with_its_class(tmp_path, monkeypatch, watched):
+    # The function gets Ray's SIGTERM while it runs: the driver unwinds and keeps the record on its way out.
+    with pytest.raises(SystemExit):
+        run_payload(tmp_path, monkeypatch, "os:kill", args=[os.getpid(), signal.SIGTERM])
+    (record_file,) = (tmp_path / "storage").rglob("result.json")
+    record = TaskRecord.from_json(record_file.read_text())
+    # The class the Airflow side gives a STOPPED job, and the Training view's "killed" reads the same way.
+    assert record.failure["failure_class"] == "infrastructure" and failures.stopped_by_request(record.failure)
+    assert "SIGTERM" in record.failure["summary"] and record.timings["started_at"]
+
+
+def test_another_exit_of_the_function_keeps_no_stop_record(tmp_path, monkeypatch, watched):
+    with pytest.raises(SystemExit):
+        run_payload(tmp_path, monkeypatch, "sys:exit", args=[1])
+    assert not list((tmp_path / "storage").rglob("result.json"))
+
+
+def test_a_stopped_training_keeps_the_reports_it_made_and_an_existing_record_stays(tmp_path):
+    spec = TrainingSpec(
+        submission_id="ahp-d-t-x-a2",
+        attempt=2,
+        train_fn={"import": "m:f"},
+        storage_uri=str(tmp_path),
+        python_version=HERE,
+    )
+    os.makedirs(os.path.dirname(spec.history_uri), exist_ok=True)
+    reports = [{"metrics": {"loss": 0.5, "epoch": 0}}, {"metrics": {"loss": 0.4, "epoch": 1}}]
+    with open(spec.history_uri, "w") as f:
+        json.dump(reports, f)
+    entrypoint.report_stop(spec, started_at=1.0)
+    record = ResultRecord.from_json(open(spec.result_uri).read())
+    assert record.history == reports and record.attempt == 2 and record.checkpoint_uri is None
+    assert record.failure["failure_class"] == "infrastructure" and failures.stopped_by_request(record.failure)
+    # A record already there (the attempt's result, the Airflow side's post-mortem of a timeout) is kept.
+    with open(spec.result_uri, "w") as f:
+        f.write('{"kept": true}')
+    entrypoint.report_stop(spec, started_at=1.0)
+    assert json.loads(open(spec.result_uri).read()) == {"kept": True}
