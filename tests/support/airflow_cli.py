@@ -39,13 +39,20 @@ def dag_test(dag_id: str, dag_file: Path, *, conf: dict | None = None, logical_d
     the one the file reads), in this process; its tasks' output goes to this process's stdout (read it
     with pytest's ``capfd``). Returns the DagRun."""
     import pendulum
+    from airflow import settings
     from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(dag_file))
     assert not bag.import_errors, bag.import_errors
     # As `airflow dags test`: the date given, else now.
     when = pendulum.parse(logical_date, tz="UTC") if logical_date else pendulum.now("UTC")
-    return bag.dags[dag_id].test(logical_date=when, run_conf=conf)
+    # dag.test() writes the DAGs of the DAGs folder's bundle to the database and runs the one it finds
+    # there: the folder of the file, as `airflow dags test` with AIRFLOW__CORE__DAGS_FOLDER set to it.
+    folder, settings.DAGS_FOLDER = settings.DAGS_FOLDER, str(dag_file.parent)
+    try:
+        return bag.dags[dag_id].test(logical_date=when, run_conf=conf)
+    finally:
+        settings.DAGS_FOLDER = folder
 
 
 def tagged_json(output: str, tag: str) -> list[dict]:
