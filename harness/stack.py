@@ -56,6 +56,10 @@ class Stack:
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
             "AIRFLOW__CORE__PARALLELISM": "4",
+            # A task's calls to the Execution API (its start first) wait 5 s each by default, 5 tries: on a
+            # loaded machine (make test beside another heavy run, load 28 on 2 cores) the api-server took
+            # longer, and the worker killed the task before it ran. Airflow's advice under high load.
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
         }
         self.processes: dict[str, subprocess.Popen] = {}
         self.logs = home / "component-logs"
