@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+REST_TIMEOUT_S = 120
 
 
 def airflow_bin() -> str:
@@ -96,7 +97,11 @@ class Stack:
             time.sleep(1)
         else:
             raise RuntimeError(f"the api-server did not answer: {self.log_tail('api-server')}")
-        self.client = httpx.Client(base_url=self.url, timeout=30, headers={"Authorization": f"Bearer {self.token()}"})
+        # The tests check states and results, not how fast the api-server answers: beside another heavy run
+        # (load 28 on 2 cores) one REST call took over 30 s.
+        self.client = httpx.Client(
+            base_url=self.url, timeout=REST_TIMEOUT_S, headers={"Authorization": f"Bearer {self.token()}"}
+        )
 
     def launch(self, name: str) -> None:
         args = [airflow_bin(), name] + (["--port", str(self.port)] if name == "api-server" else [])
@@ -124,7 +129,7 @@ class Stack:
             self.terminate(name)
 
     def token(self) -> str:
-        return httpx.get(f"{self.url}/auth/token", timeout=30).json()["access_token"]
+        return httpx.get(f"{self.url}/auth/token", timeout=REST_TIMEOUT_S).json()["access_token"]
 
     def log_tail(self, name: str, chars: int = 3000) -> str:
         path = self.logs / f"{name}.log"
