@@ -2,7 +2,8 @@
 
 Written as HorovodRunner users write training (``hr = HorovodRunner(np=2); hr.run(train,
 learning_rate=0.1)``): ``@task.horovod(num_workers=2)`` on the function, called with its keyword
-arguments. ``.expand()`` makes three trainings, one Ray job each, each in its own storage folder;
+arguments. ``.expand()`` makes one training per learning rate of the ``learning_rates`` param (three
+by default), one Ray job each, each in its own storage folder;
 what rank 0 returns comes back as ``return_value`` in each one's XCom, next to the checkpoint URI
 and the metrics; ``pick_best`` reads them and ``evaluate`` scores the winner where torch is, on the
 cluster. Horovod's timeline is recorded (``horovod_timeline=True``) and stored beside each
@@ -32,7 +33,14 @@ from airflow.sdk import Param, dag, task
             pattern=r"^(|/.*|file:///.*|s3://[^/\s]+(/.*)?)$",
             description_md="give an absolute path, file:///path or s3://bucket/prefix; "
             "empty: $AIRFLOW_HOME/horovod-storage",
-        )
+        ),
+        "learning_rates": Param(
+            [0.02, 0.1, 0.3],
+            type="array",
+            items={"type": "number", "exclusiveMinimum": 0},
+            minItems=1,
+            description_md="the sweep: one training each",
+        ),
     },
 )
 def horovod_taskflow():
@@ -42,7 +50,11 @@ def horovod_taskflow():
 
         return train(learning_rate=learning_rate, epochs=epochs)
 
-    trainings = train.partial(epochs=4).expand(learning_rate=[0.02, 0.1, 0.3])
+    @task
+    def learning_rates(params: dict | None = None) -> list[float]:
+        return params["learning_rates"]
+
+    trainings = train.partial(epochs=4).expand(learning_rate=learning_rates())
 
     @task
     def pick_best(results: list[dict]) -> dict:

@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+REST_TIMEOUT_S = 120
 
 
 def airflow_bin() -> str:
@@ -51,8 +52,15 @@ class Stack:
             # HS512's 64 bytes at least: PyJWT warns below (InsecureKeyLengthWarning).
             "AIRFLOW__API_AUTH__JWT_SECRET": "ahp-stack-test-secret-" * 3,
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            # The DAG files do not change while a stack runs: parsed once, not again every 30 s (Airflow's
+            # default), which cost 2.2 s of CPU a minute, idle, of two cores the tests need.
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
             "AIRFLOW__CORE__PARALLELISM": "4",
+            # A task's calls to the Execution API (its start first) wait 5 s each by default, 5 tries: on a
+            # loaded machine (make test beside another heavy run, load 28 on 2 cores) the api-server took
+            # longer, and the worker killed the task before it ran. Airflow's advice under high load.
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
         }
         self.processes: dict[str, subprocess.Popen] = {}
         self.logs = home / "component-logs"
@@ -89,7 +97,11 @@ class Stack:
             time.sleep(1)
         else:
             raise RuntimeError(f"the api-server did not answer: {self.log_tail('api-server')}")
-        self.client = httpx.Client(base_url=self.url, timeout=30, headers={"Authorization": f"Bearer {self.token()}"})
+        # The tests check states and results, not how fast the api-server answers: beside another heavy run
+        # (load 28 on 2 cores) one REST call took over 30 s.
+        self.client = httpx.Client(
+            base_url=self.url, timeout=REST_TIMEOUT_S, headers={"Authorization": f"Bearer {self.token()}"}
+        )
 
     def launch(self, name: str) -> None:
         args = [airflow_bin(), name] + (["--port", str(self.port)] if name == "api-server" else [])
@@ -117,7 +129,7 @@ class Stack:
             self.terminate(name)
 
     def token(self) -> str:
-        return httpx.get(f"{self.url}/auth/token", timeout=30).json()["access_token"]
+        return httpx.get(f"{self.url}/auth/token", timeout=REST_TIMEOUT_S).json()["access_token"]
 
     def log_tail(self, name: str, chars: int = 3000) -> str:
         path = self.logs / f"{name}.log"

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 import structlog.testing
-from support.airflow_cli import dags_test, tagged_json
+from support.airflow_cli import TEST_DAGS, dag_test, tagged_json
 
 from airflow_provider_horovod.exceptions import InfrastructureError, RayJobError
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
@@ -36,13 +36,17 @@ def check_trained(output: str, storage_prefix: str) -> dict:
     return result
 
 
-def test_deferred_operator_trains_to_s3(ray_cluster, moto_server, airflow_db):
+def test_deferred_operator_trains_to_s3(ray_cluster, moto_server, airflow_db, capfd):
     bucket = f"ahp-{uuid.uuid4().hex[:8]}"
     moto_server.make_bucket(bucket)
-    run = dags_test("ahp_train_deferred", conf={"storage_path": f"s3://{bucket}/runs"})
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
-    assert "[ray] " in run.stdout  # the trigger streamed the job's log
-    result = check_trained(run.stdout, f"s3://{bucket}/runs/")
+    run = dag_test(
+        "ahp_train_deferred", TEST_DAGS / "provider_test_dags.py", conf={"storage_path": f"s3://{bucket}/runs"}
+    )
+    captured = capfd.readouterr()
+    output = captured.out + captured.err
+    assert run.state == "success", output[-8000:]
+    assert "[ray] " in output  # the trigger streamed the job's log
+    result = check_trained(output, f"s3://{bucket}/runs/")
     # Deferred too, the cost comes from Ray's own times (the trigger's event carries them).
     (spent,) = result["cost"]["attempts"]
     assert not spent["failed"] and 0 < spent["queued_s"] < spent["wall_s"] and spent["worker_s"] > 0
