@@ -277,19 +277,23 @@ def _cluster_pids(temp_dir: str) -> list[int]:
     return pids
 
 
-def _stop(state: str, timeout: float = 5.0) -> bool:
-    data = _read_state(state)
-    if not data:
-        return False
-    temp_dir = data["temp_dir"]
+def end_cluster(temp_dir: str, timeout: float = 5.0) -> None:
+    """End the Ray cluster whose temp folder is ``temp_dir`` and no other (SIGTERM, then SIGKILL)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = _cluster_pids(temp_dir)
-        for pid in pids:
+        for pid in _cluster_pids(temp_dir):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + (timeout if sig == signal.SIGTERM else 5)
         while _cluster_pids(temp_dir) and time.monotonic() < deadline:
             time.sleep(0.2)
+
+
+def _stop(state: str, timeout: float = 5.0) -> bool:
+    data = _read_state(state)
+    if not data:
+        return False
+    temp_dir = data["temp_dir"]
+    end_cluster(temp_dir, timeout)
     os.remove(os.path.join(state, STATE_FILE))
     # Ray's session folder is the cluster's own (its logs): it goes with the cluster.
     if temp_dir.startswith("/tmp/ahp-ray-") or temp_dir == os.path.join(state, "tmp"):

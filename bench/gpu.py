@@ -26,6 +26,7 @@ import tempfile
 import time
 import uuid
 
+from airflow_provider_horovod.local import end_cluster
 from bench.common import (
     BENCH,
     OUT,
@@ -413,7 +414,7 @@ def main() -> int:
         checks = check(address, gpus, storage)
         records = measure(address, gpus, storage, n)
     finally:
-        subprocess.run([PY, "-m", "ray.scripts.scripts", "stop", "--force"], capture_output=True)
+        end_cluster(temp_dir)  # this head's processes only: `ray stop` would end every cluster of the machine
         shutil.rmtree(temp_dir, ignore_errors=True)
     save_raw("gpu", {"checks": checks, "records": records, "config": CONFIG})
     RESULTS.write_text(markdown(gpus, checks, records, n, time.monotonic() - started))
