@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from playwright.sync_api import Error as PlaywrightError
 
 from airflow_provider_horovod.contract import TaskRun
 from harness.ports import free_port
@@ -117,7 +118,15 @@ def open_page(browser, url: str, *, scheme: str = "light", height: int = 1000, o
     while not signed_in and not any(cookie["name"] == "_token" for cookie in context.cookies()):
         assert time.monotonic() < deadline, "the UI never logged in"
         page.wait_for_timeout(250)
-    page.goto(url, wait_until="networkidle")
+    # The login's answer sets the token and sends the browser home: seen before that navigation ends, the
+    # cookie lets the page's own navigation start, which the home redirect still in flight interrupts once.
+    try:
+        page.goto(url, wait_until="networkidle")
+    except PlaywrightError as err:
+        if "interrupted by another navigation" not in str(err):
+            raise
+        page.wait_for_load_state("networkidle")
+        page.goto(url, wait_until="networkidle")
     return page
 
 
