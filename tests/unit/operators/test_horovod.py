@@ -36,6 +36,7 @@ from airflow_provider_horovod.exceptions import (
     InvalidParameterError,
     RayJobError,
     RayJobPendingTimeoutError,
+    TaskKilledError,
     UserCodeError,
 )
 from airflow_provider_horovod.failures import Failure, FailureClass
@@ -363,7 +364,10 @@ def test_a_local_storage_path_needs_a_shared_filesystem(serve):
 
 
 @pytest.mark.parametrize("storage_path, shared", [("/data/checkpoints", True), ("s3://bucket/prefix", False)])
-def test_shared_or_s3_storage_passes_that_check(serve, storage_path, shared):
+def test_shared_or_s3_storage_passes_that_check(serve, storage_path, shared, monkeypatch):
+    # No S3 here (test_storage.py has moto): the storage answers that no attempt was submitted yet.
+    monkeypatch.setattr(Storage, "check_bucket", lambda self, uri: None)
+    monkeypatch.setattr(Storage, "exists", lambda self, uri: False)
     dashboard = serve(FakeRay(cluster={}), shared_storage=shared)
     op = operator(storage_path=storage_path)
     with pytest.raises(RayJobPendingTimeoutError):  # the next check: the cluster has no CPU at all
@@ -708,6 +712,23 @@ def test_a_killed_task_stops_its_job(serve, tmp_path):
     worker.join(10)
     assert not worker.is_alive()
     assert isinstance(outcome.get("error"), RayJobError) and "Task killed" in str(outcome["error"])
+    assert ray.stopped == [TASK_RUN.submission_id(1)]
+
+
+def test_a_task_killed_while_its_job_is_being_submitted_stops_that_job(serve, tmp_path):
+    """Airflow's SIGTERM handler runs on_kill and lets execute go on: a kill that lands while the job is
+    being submitted finds no job to stop yet; the job that submission makes must not outlive the task."""
+    op = train_op(tmp_path)
+
+    def killed_meanwhile(ray, call):
+        ray.set_job(call["submission_id"], {"status": "RUNNING", "metadata": call["metadata"]})
+        op.on_kill()  # the submission is on its way: no submission id on the operator yet
+
+    ray = FakeRay(on_submit=killed_meanwhile)
+    serve(ray)
+    with pytest.raises(TaskKilledError, match="the job was stopped"):
+        op.execute(context())
+    assert [call["submission_id"] for call in ray.submitted] == [TASK_RUN.submission_id(1)]
     assert ray.stopped == [TASK_RUN.submission_id(1)]
 
 
