@@ -29,7 +29,7 @@ from airflow_provider_horovod.contract import (
     SubmittedJob,
     TaskRun,
 )
-from airflow_provider_horovod.exceptions import TaskKilledError
+from airflow_provider_horovod.exceptions import HorovodProviderError, TaskKilledError
 from airflow_provider_horovod.hooks.ray import RayHook, WithRayHook
 from airflow_provider_horovod.links.ray import RayJobLink
 from airflow_provider_horovod.parameters import Declaration, Param
@@ -324,23 +324,36 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
         within_s: float | None = None,
     ) -> JobEvent:
         """The synchronous wait, in the worker (the trigger's, in an event loop of its own); with
-        ``within_s``, ``StillRunning`` when the job has not ended by then."""
-        from airflow_provider_horovod.jobs.wait import wait
+        ``within_s``, ``StillRunning`` when the job has not ended by then. A wait that could not go on
+        (the dashboard gone past its retries) ends as the trigger's does: an event of the error's class,
+        so that the task fails with one of the six classes, whichever way it waited."""
+        from airflow_provider_horovod import failures
+        from airflow_provider_horovod.jobs.wait import JobEvent, wait
 
-        def save(latest: LogCursor) -> None:
-            compat.state_set(context, XCOM_LOG_CURSOR, latest.to_dict())
+        latest = [cursor]
+
+        def save(saved: LogCursor) -> None:
+            latest[0] = saved
+            compat.state_set(context, XCOM_LOG_CURSOR, saved.to_dict())
 
         killed = self._killed
-        return wait(
-            self.hook,
-            sid,
-            policy=policy,
-            cursor=cursor,
-            write=self.log.log,
-            save_cursor=save,
-            stopped=killed.is_set if killed else lambda: False,
-            within_s=within_s,
-        )
+        try:
+            return wait(
+                self.hook,
+                sid,
+                policy=policy,
+                cursor=cursor,
+                write=self.log.log,
+                save_cursor=save,
+                stopped=killed.is_set if killed else lambda: False,
+                within_s=within_s,
+            )
+        except TaskKilledError:
+            raise
+        except HorovodProviderError as err:
+            return JobEvent.error(
+                sid, str(err), log_cursor=latest[0].to_dict(), failure_class=failures.class_of_provider_error(err)
+            )
 
     def execute_complete(self, context: Context, event: dict) -> Any:
         """Resume after the trigger's event (a new operator instance: everything comes from the event)."""

@@ -34,6 +34,7 @@ from airflow_provider_horovod.contract import (
 from airflow_provider_horovod.exceptions import (
     InfrastructureError,
     InvalidParameterError,
+    RayClusterUnreachableError,
     RayJobError,
     RayJobPendingTimeoutError,
     TaskKilledError,
@@ -730,6 +731,28 @@ def test_a_task_killed_while_its_job_is_being_submitted_stops_that_job(serve, tm
         op.execute(context())
     assert [call["submission_id"] for call in ray.submitted] == [TASK_RUN.submission_id(1)]
     assert ray.stopped == [TASK_RUN.submission_id(1)]
+
+
+@pytest.mark.parametrize("deferrable", [False, True])
+def test_a_dashboard_lost_while_waiting_fails_as_infrastructure_as_a_deferred_wait_does(
+    serve, tmp_path, monkeypatch, deferrable
+):
+    """The Ray head replaced mid-training: past the hook's retries the worker's wait fails with the class
+    the trigger gives the same error (infrastructure, retried), not with the bare RayClusterUnreachableError."""
+
+    def runs(ray, call):
+        ray.set_job(call["submission_id"], {"status": "RUNNING", "metadata": call["metadata"]})
+
+    serve(FakeRay(on_submit=runs))
+    op = train_op(tmp_path, deferrable=deferrable)
+
+    async def gone(self, submission_id, fresh_within_s=None):
+        raise RayClusterUnreachableError("The Ray dashboard at http://ray-head:8265 did not answer after 6 tries")
+
+    monkeypatch.setattr(RayHook, "a_get_job_info", gone)
+    with pytest.raises(InfrastructureError, match="did not answer after 6 tries") as err:
+        op.execute(context())
+    assert err.value.failure["failure_class"] == "infrastructure"
 
 
 def test_on_kill_before_a_job_exists_does_nothing(serve):
