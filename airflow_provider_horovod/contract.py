@@ -142,6 +142,10 @@ WORKER_GROUPS_FILE = "worker_groups.json"
 # Written by the Airflow side once a task try has taken an attempt's result: a later try of the same
 # task run (a user clearing a succeeded task) trains again instead of reusing it.
 CONSUMED_FILE = "consumed.json"
+# Written by the Airflow side just before it submits an attempt: an attempt number is used once. A later
+# try that finds the note but no job of that id on the cluster knows the job vanished (its Ray head was
+# replaced, or the job deleted) rather than never submitted, and goes on with the next attempt.
+SUBMITTED_FILE = "submitted.json"
 
 # The lines the runtime ends a job's log with: its record (success), or its one-line reason and its
 # verdict on the failure (failures.Failure, JSON).
@@ -295,6 +299,10 @@ def job_tags_of(metadata: dict[str, str]) -> dict[str, str]:
 
 def consumed_uri(storage_uri: str, attempt: int) -> str:
     return f"{attempt_uri(storage_uri, attempt)}/{CONSUMED_FILE}"
+
+
+def submitted_uri(storage_uri: str, attempt: int) -> str:
+    return f"{attempt_uri(storage_uri, attempt)}/{SUBMITTED_FILE}"
 
 
 def storage_root(uri: str) -> str:

@@ -53,6 +53,12 @@ class RayJobError(HorovodProviderError, RuntimeError):
         super().__init__(message)
 
 
+class TaskKilledError(RayJobError):
+    """The task was killed (its ``on_kill`` ran: a user's kill, the task marked failed or skipped, its DAG
+    run timed out) while the operator submitted or waited for its job: the job, if any, was stopped, and
+    nothing more is submitted. The task's state is Airflow's already; this only ends the try."""
+
+
 class UnknownJobStatusError(RayJobError):
     """Ray reported a job status the provider does not know (a Ray version it does not support)."""
 

@@ -246,7 +246,9 @@ def assess(seed, minutes, deployment, observer, injector, collected, loads, aske
         for job in jobs
         if job["head_epoch"] < collected["head_epoch"] and job.get("status") not in checks.TERMINAL_JOB
     ]
-    ended_jobs = [job for job in jobs if job.get("status") in checks.TERMINAL_JOB] + lost_jobs
+    lost = {(job["head_epoch"], job["submission_id"]) for job in lost_jobs}
+    # Every attempt as it ended: those of a replaced head that had not ended, lost with it.
+    attempt_jobs = [job for job in jobs if (job["head_epoch"], job["submission_id"]) not in lost] + lost_jobs
     promoted = [
         values["return_value"]
         for key, values in xcoms.items()
@@ -268,9 +270,9 @@ def assess(seed, minutes, deployment, observer, injector, collected, loads, aske
         "checkpoints_load": checks.checkpoints_load(tis, xcoms, loads),
         "no_orphan_jobs": checks.no_orphan_jobs(jobs, observer.job_polls, observer.ti_polls, collected["jobs_now"]),
         "one_job_per_attempt": checks.one_job_per_attempt(jobs, observer.job_polls),
-        "log_lines_once": checks.log_lines_once(tis, xcoms, logs, collected["job_logs"]),
+        "log_lines_once": checks.log_lines_once(tis, xcoms, logs, collected["job_logs"], collected["jobs_now"]),
         "champion_log": checks.champion_log(observer.champion, promoted),
-        "failed_attempt_records": checks.failed_attempt_records(ended_jobs, collected["records"]),
+        "failed_attempt_records": checks.failed_attempt_records(attempt_jobs, collected["records"]),
         "no_secrets": checks.no_secrets(deployment.secrets(), places),
     }
     runs = Counter(f"{run['dag_id']} {run['state']}" for run in collected["runs"])

@@ -60,6 +60,27 @@ def ti_key(ti: dict) -> str:
     return f"{ti['dag_id']}/{ti['task_id']}/{ti['dag_run_id']}/{-1 if index is None else int(index)}"
 
 
+# What Airflow writes in a task's log when something outside the task changed its state (a user, the REST
+# API, the DAG run marked failed or timed out): the supervisor of a running task, the triggerer of a
+# deferred one. The task's code then only stops its job; the state is not the provider's to give.
+STOPPED_FROM_OUTSIDE = (
+    "Server indicated the task shouldn't be running anymore",
+    "Trigger cancelled by user action",
+)
+
+
+def failed_from_outside(records: Iterable[dict]) -> bool:
+    """Whether a try's log shows Airflow stopping the task because its state was set to failed from outside
+    (for a running task the supervisor names the new state; a deferred one's trigger is cancelled)."""
+    for record in records:
+        event = str(record.get("event", ""))
+        if event.startswith(STOPPED_FROM_OUTSIDE[0]) and (record.get("detail") or {}).get("current_state") == "failed":
+            return True
+        if event.startswith(STOPPED_FROM_OUTSIDE[1]):
+            return True
+    return False
+
+
 def error_types(records: Iterable[dict]) -> list[str]:
     """The exception types a try's log records name (Airflow's ``error_detail``)."""
     found = []
@@ -75,7 +96,8 @@ def error_types(records: Iterable[dict]) -> list[str]:
 
 def runs_ended(runs: list[dict], tis: list[dict], logs: dict[str, list[list[dict]]], marked: set[str]) -> list[str]:
     """Every DAG run ended: succeeded, or failed with a reason, which is one of the six classes (or the
-    injector's own mark); none still running."""
+    injector's own mark, or another mark from outside that the task's log shows: a person, the drain cut
+    short); none still running."""
     found = []
     by_run = defaultdict(list)
     for ti in tis:
@@ -95,7 +117,10 @@ def runs_ended(runs: list[dict], tis: list[dict], logs: dict[str, list[list[dict
             if key in marked:
                 continue
             tries = logs.get(key) or []
-            types = error_types(tries[-1] if tries else [])
+            last = tries[-1] if tries else []
+            if failed_from_outside(last):
+                continue
+            types = error_types(last)
             if not any(t in CLASS_ERRORS for t in types):
                 found.append(f"{key} failed without a failure class: {types or 'no exception in its last log'}")
     return found
@@ -160,13 +185,18 @@ def one_job_per_attempt(jobs: list[dict], job_polls: list[tuple[float, int, list
     """Each attempt (submission id) is one Ray job, submitted once (not again after the head was
     replaced); and a task run never has two jobs unended at once."""
     found = []
-    epochs = defaultdict(set)
+    epochs = defaultdict(dict)  # submission id -> {job's start time (Ray's, ms): head epoch}
     for job in jobs:
         if job_ti(job):
-            epochs[job["submission_id"]].add(job["head_epoch"])
+            # One job is one start time: listed under two epochs with the same one, it is the same job (the
+            # head was replaced around that listing), not a second submission.
+            epochs[job["submission_id"]].setdefault(
+                job.get("start_time") or ("epoch", job["head_epoch"]), job["head_epoch"]
+            )
     for sid, seen in sorted(epochs.items()):
         if len(seen) > 1:
-            found.append(f"{sid} was submitted on {len(seen)} heads (epochs {sorted(seen)}): one attempt, two jobs")
+            heads = sorted(set(seen.values()))
+            found.append(f"{sid} was submitted {len(seen)} times (head epochs {heads}): one attempt, two jobs")
     reported = set()
     for t, _epoch, unended in job_polls:
         by_run = defaultdict(list)
@@ -195,10 +225,16 @@ def job_lines_in_task_log(tries: list[list[dict]], submission_id: str) -> list[s
 
 
 def log_lines_once(
-    tis: list[dict], xcoms: dict[str, dict], logs: dict[str, list[list[dict]]], job_logs: dict[str, str]
+    tis: list[dict],
+    xcoms: dict[str, dict],
+    logs: dict[str, list[list[dict]]],
+    job_logs: dict[str, str],
+    jobs: list[dict],
 ) -> list[str]:
     """The task log of every training whose job survived (succeeded, and its log is still on the head)
-    holds every line of the job's own log, once, in order."""
+    holds every line of the job's own log, once, in order. The job is the task's own, as its metadata
+    names it: a task downstream that returns a training's result (the sweep's ``pick_best``) has none."""
+    owners = {job["submission_id"]: job_ti(job) for job in jobs if job.get("submission_id")}
     found = []
     for ti in tis:
         key = ti_key(ti)
@@ -206,7 +242,7 @@ def log_lines_once(
         if ti.get("state") != "success" or not isinstance(result, dict) or "world_size" not in result:
             continue
         sid = result.get("submission_id")
-        if sid not in job_logs:
+        if sid not in job_logs or owners.get(sid) != key:
             continue
         expected = job_logs[sid].splitlines()
         streamed = job_lines_in_task_log(logs.get(key) or [], sid)
@@ -254,13 +290,24 @@ def champion_log(snapshots: list[tuple[float, dict]], promoted: list[dict]) -> l
 
 
 def failed_attempt_records(jobs: list[dict], records: dict[str, dict]) -> list[str]:
-    """Each failed or stopped attempt left its record beside its checkpoints, with one of the six classes."""
+    """Each failed or stopped attempt left its record beside its checkpoints, with one of the six classes.
+    An attempt lost with its Ray head (``lost_with_head``: its driver died with the head) gets its record
+    from its task's next try, which finds it vanished before it submits the next attempt
+    (docs/reliability.md, "An attempt lost with its Ray head"): it needs one only where a later attempt of
+    its task run was submitted."""
+    latest: dict[str, int] = defaultdict(int)
+    for job in jobs:
+        sid = job.get("submission_id") or ""
+        latest[base_of(sid)] = max(latest[base_of(sid)], attempt_of(sid) or 0)
     found = []
     seen = set()
     for job in jobs:
         meta = job.get("metadata") or {}
         uri = meta.get("ahp_result_uri")
         if not uri or job.get("status") not in ("FAILED", "STOPPED") or uri in seen:
+            continue
+        sid = job["submission_id"]
+        if job.get("lost_with_head") and latest[base_of(sid)] <= (attempt_of(sid) or 0):
             continue
         seen.add(uri)
         record = records.get(uri)

@@ -172,8 +172,11 @@ class Deployment:
         self.hosts.join(self.hosts[1], num_cpus=CPUS_PER_HOST)
 
     def stop_head(self) -> None:
-        """Every process of host 1 (the head, its dashboard, the drivers of the jobs) SIGKILLed at once."""
+        """Every process of host 1 (the head, its dashboard, the drivers of the jobs) SIGKILLed at once.
+        Whatever answers from now on is another head: the epoch moves here, not once the new head and its
+        worker node are up (the new dashboard answers, and takes jobs, well before that)."""
         self.hosts.stop_ray(self.hosts[0])
+        self.head_epoch += 1
 
     def start_head(self) -> None:
         """A new head on host 1 (same address and token), and host 2's node joined to it: a worker node
@@ -182,7 +185,6 @@ class Deployment:
         shutil.rmtree(f"{self.hosts.workdir}/ray", ignore_errors=True)  # the old session's folders
         self.hosts.start_head(num_cpus=CPUS_PER_HOST)
         self.hosts.join(self.hosts[1], num_cpus=CPUS_PER_HOST)
-        self.head_epoch += 1
 
     def s3_down(self) -> None:
         """S3 refuses connections and the open ones are cut; its buckets stay."""

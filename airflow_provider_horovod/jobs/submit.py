@@ -1,5 +1,6 @@
 """One Ray job per task run: find the attempts an earlier try started, re-attach to a running or
-succeeded one, and otherwise submit the plan's next attempt (resuming after a failed one)."""
+succeeded one, and otherwise submit the plan's next attempt (resuming after a failed or vanished one).
+An attempt number is used once: its submission is noted in storage just before it is sent."""
 
 from __future__ import annotations
 
@@ -7,11 +8,23 @@ import dataclasses
 import json
 import logging
 import tempfile
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from airflow_provider_horovod import failures
 from airflow_provider_horovod.checks import check_ray_features
-from airflow_provider_horovod.contract import SESSION_FILE, JobStatus, SubmittedJob, consumed_uri
-from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobPendingTimeoutError
+from airflow_provider_horovod.contract import (
+    SESSION_FILE,
+    JobStatus,
+    SubmittedJob,
+    TaskRecord,
+    attempt_uri,
+    consumed_uri,
+    result_uri,
+    submitted_uri,
+)
+from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobPendingTimeoutError, TaskKilledError
 
 if TYPE_CHECKING:
     from airflow_provider_horovod.jobs.api import RayJobsApi
@@ -41,9 +54,17 @@ class Attempt:
         return self.info is not None
 
 
-def start(hook: RayJobsApi, plan: JobPlan, storage: Storage, *, logger: Logger = log) -> SubmittedJob:
+def start(
+    hook: RayJobsApi,
+    plan: JobPlan,
+    storage: Storage,
+    *,
+    logger: Logger = log,
+    stopped: Callable[[], bool] = lambda: False,
+) -> SubmittedJob:
     """The task run's job: re-attached, or submitted from the plan after the checks that need the
-    cluster or the storage (they run only when something is to be submitted)."""
+    cluster or the storage (they run only when something is to be submitted). ``stopped``: the task was
+    killed meanwhile; nothing is submitted then (``TaskKilledError``)."""
     check_storage_is_shared(hook, plan)
     if plan.prices is None and hook.endpoint.prices:  # the connection's, for tasks that give none
         plan = dataclasses.replace(plan, prices=dict(hook.endpoint.prices))
@@ -65,6 +86,14 @@ def start(hook: RayJobsApi, plan: JobPlan, storage: Storage, *, logger: Logger =
         storage.check_bucket(plan.storage_uri)
         request = plan.request(attempt.number, resume=attempt.resume, extra_files=forwarded_credentials(plan, logger))
         logger.info("Submitting Ray job %s (dry run of the request):\n%s", request.submission_id, request.dry_run())
+        if stopped():
+            raise TaskKilledError(
+                f"Task killed before Ray job {request.submission_id} was submitted; nothing was submitted."
+            )
+        storage.write_json(
+            submitted_uri(plan.storage_uri, attempt.number),
+            {"submission_id": attempt.submission_id, "submitted_at": time.time()},
+        )
         submit(hook, request)
     return SubmittedJob(
         submission_id=attempt.submission_id,
@@ -80,12 +109,30 @@ def start(hook: RayJobsApi, plan: JobPlan, storage: Storage, *, logger: Logger =
 
 def find_attempt(hook: RayJobsApi, plan: JobPlan, storage: Storage, *, logger: Logger = log) -> Attempt:
     """The attempt to work with: the latest one if it runs, or succeeded and was not consumed by an
-    earlier try; else a new one (``resume`` after a failed or stopped one)."""
+    earlier try; else a new one (``resume`` after a failed, stopped or vanished one).
+
+    An attempt the cluster does not know, whose submission was noted in storage, vanished (its Ray head
+    was replaced, or the job deleted): it counts as failed, as infrastructure (``keep_vanished``), and is
+    never submitted again under its id. Storage is asked only where the latest known attempt has ended:
+    re-attaching to a running job needs the cluster alone."""
     task_run, latest, info = plan.task_run, 0, None
-    while (found := hook.get_job_info(task_run.submission_id(latest + 1))) is not None:
+    while True:
+        found = hook.get_job_info(task_run.submission_id(latest + 1))
+        if found is None and not (has_ended(info) and was_submitted(storage, plan, latest + 1)):
+            break
         latest, info = latest + 1, found
-    if info is None:
+    if latest == 0:
         return Attempt(1, task_run.submission_id(1))
+    if info is None:
+        keep_vanished(storage, plan, latest, logger=logger)
+        logger.info(
+            "Attempt %s (Ray job %s) was submitted, but the Ray cluster does not know it: it vanished with its "
+            "head (or was deleted). Submitting attempt %s, resuming from its last checkpoint.",
+            latest,
+            task_run.submission_id(latest),
+            latest + 1,
+        )
+        return Attempt(latest + 1, task_run.submission_id(latest + 1), resume=True)
     status = JobStatus.of(info.get("status"))
     if not status.is_terminal:
         return Attempt(latest, task_run.submission_id(latest), info)
@@ -102,6 +149,43 @@ def find_attempt(hook: RayJobsApi, plan: JobPlan, storage: Storage, *, logger: L
         latest + 1,
     )
     return Attempt(latest + 1, task_run.submission_id(latest + 1), resume=True)
+
+
+def has_ended(info: dict | None) -> bool:
+    """Whether a later attempt may exist after this one: it ended, vanished (None), or there is none yet."""
+    return info is None or JobStatus.of(info.get("status")).is_terminal
+
+
+def was_submitted(storage: Storage, plan: JobPlan, attempt: int) -> bool:
+    """Whether the attempt's submission was noted (``submitted_uri``), the bucket checked first so that a
+    missing or unreachable one fails fast and says so."""
+    storage.check_bucket(plan.storage_uri)
+    return storage.exists(submitted_uri(plan.storage_uri, attempt))
+
+
+def keep_vanished(storage: Storage, plan: JobPlan, attempt: int, *, logger: Logger = log) -> None:
+    """The record of an attempt that vanished from the cluster, unless its driver left one: class
+    infrastructure, so that the reason outlives the cluster as for any failed attempt. Best effort."""
+    uri = result_uri(plan.storage_uri, attempt)
+    sid = plan.task_run.submission_id(attempt)
+    try:
+        if storage.exists(uri):
+            return
+        failure = failures.Failure(
+            failures.FailureClass.INFRASTRUCTURE,
+            f"Ray job {sid} vanished: the Ray cluster no longer knows it (its head was replaced, or the job was "
+            "deleted), and its driver left no record",
+        )
+        record = TaskRecord(
+            submission_id=sid,
+            attempt=attempt,
+            storage_uri=plan.storage_uri,
+            run_uri=attempt_uri(plan.storage_uri, attempt),
+            failure=failure.to_dict(),
+        )
+        storage.write_json(uri, json.loads(record.to_json()))
+    except Exception as err:  # the next attempt matters more than the record of this one
+        logger.info("Could not keep the record of vanished attempt %s at %s: %s", attempt, uri, err)
 
 
 def check_storage_is_shared(hook: RayJobsApi, plan: JobPlan) -> None:

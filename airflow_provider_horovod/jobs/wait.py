@@ -29,7 +29,7 @@ from airflow_provider_horovod.contract import (
     STALL_TIMEOUT_S,
     JobStatus,
 )
-from airflow_provider_horovod.exceptions import HorovodProviderError, RayJobError
+from airflow_provider_horovod.exceptions import HorovodProviderError, TaskKilledError
 from airflow_provider_horovod.jobs.logs import LogCursor, LogReader, Write, task_log
 
 if TYPE_CHECKING:
@@ -404,7 +404,7 @@ async def follow(
         if result.event is not None:
             return result.event
         if stopped():
-            raise RayJobError(
+            raise TaskKilledError(
                 f"Task killed; Ray job {submission_id} was stopped.",
                 submission_id=submission_id,
                 status=JobStatus.STOPPED.value,

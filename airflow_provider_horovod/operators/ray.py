@@ -25,9 +25,11 @@ from airflow_provider_horovod.contract import (
     XCOM_JOB,
     XCOM_LOG_CURSOR,
     XCOM_SUBMISSION_ID,
+    JobStatus,
     SubmittedJob,
     TaskRun,
 )
+from airflow_provider_horovod.exceptions import HorovodProviderError, TaskKilledError
 from airflow_provider_horovod.hooks.ray import RayHook, WithRayHook
 from airflow_provider_horovod.links.ray import RayJobLink
 from airflow_provider_horovod.parameters import Declaration, Param
@@ -244,13 +246,22 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
         from airflow_provider_horovod.jobs.logs import LogCursor
         from airflow_provider_horovod.jobs.submit import start
 
-        self._killed = threading.Event()
+        self._killed = killed = threading.Event()
         policy = self.wait_policy()
         ti = context["ti"]
         plan = self.checked_plan(TaskRun.of(ti), policy, try_number=getattr(ti, "try_number", None))
         plan = with_parent_run(plan, context)
-        job = start(self.hook, plan, self.storage, logger=self.log)
+        job = start(self.hook, plan, self.storage, logger=self.log, stopped=killed.is_set)
         sid = self.submission_id = job["submission_id"]
+        if killed.is_set():
+            # Killed while the job was being submitted (Airflow's SIGTERM handler runs on_kill and lets the
+            # task go on): on_kill had no job to stop yet, so it is stopped here, and nothing waits for it.
+            self.stop_killed_job(sid)
+            raise TaskKilledError(
+                f"Task killed while Ray job {sid} was being submitted; the job was stopped.",
+                submission_id=sid,
+                status=JobStatus.STOPPED.value,
+            )
         self.dashboard_url = job["dashboard_url"]
         push_job(context, job)
         self.log.info("Ray job %s: %s", sid, job["dashboard_url"])
@@ -313,23 +324,36 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
         within_s: float | None = None,
     ) -> JobEvent:
         """The synchronous wait, in the worker (the trigger's, in an event loop of its own); with
-        ``within_s``, ``StillRunning`` when the job has not ended by then."""
-        from airflow_provider_horovod.jobs.wait import wait
+        ``within_s``, ``StillRunning`` when the job has not ended by then. A wait that could not go on
+        (the dashboard gone past its retries) ends as the trigger's does: an event of the error's class,
+        so that the task fails with one of the six classes, whichever way it waited."""
+        from airflow_provider_horovod import failures
+        from airflow_provider_horovod.jobs.wait import JobEvent, wait
 
-        def save(latest: LogCursor) -> None:
-            compat.state_set(context, XCOM_LOG_CURSOR, latest.to_dict())
+        latest = [cursor]
+
+        def save(saved: LogCursor) -> None:
+            latest[0] = saved
+            compat.state_set(context, XCOM_LOG_CURSOR, saved.to_dict())
 
         killed = self._killed
-        return wait(
-            self.hook,
-            sid,
-            policy=policy,
-            cursor=cursor,
-            write=self.log.log,
-            save_cursor=save,
-            stopped=killed.is_set if killed else lambda: False,
-            within_s=within_s,
-        )
+        try:
+            return wait(
+                self.hook,
+                sid,
+                policy=policy,
+                cursor=cursor,
+                write=self.log.log,
+                save_cursor=save,
+                stopped=killed.is_set if killed else lambda: False,
+                within_s=within_s,
+            )
+        except TaskKilledError:
+            raise
+        except HorovodProviderError as err:
+            return JobEvent.error(
+                sid, str(err), log_cursor=latest[0].to_dict(), failure_class=failures.class_of_provider_error(err)
+            )
 
     def execute_complete(self, context: Context, event: dict) -> Any:
         """Resume after the trigger's event (a new operator instance: everything comes from the event)."""
@@ -375,11 +399,15 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
         if self._killed is not None:
             self._killed.set()
         if self.submission_id:
-            self.log.info("Task killed: stopping Ray job %s", self.submission_id)
-            try:
-                self.hook.stop_job(self.submission_id)
-            except Exception:
-                self.log.exception("Could not stop Ray job %s", self.submission_id)
+            self.stop_killed_job(self.submission_id)
+
+    def stop_killed_job(self, sid: str) -> None:
+        """Stop the job of a killed task (never raises: it runs in a signal handler)."""
+        self.log.info("Task killed: stopping Ray job %s", sid)
+        try:
+            self.hook.stop_job(sid)
+        except Exception:
+            self.log.exception("Could not stop Ray job %s", sid)
 
 
 def with_parent_run(plan: JobPlan, context: Context) -> JobPlan:

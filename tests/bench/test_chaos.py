@@ -107,6 +107,27 @@ def test_runs_that_failed_need_a_failure_class_unless_the_injector_failed_them()
     assert len(found) == 2 and "r2" in found[0] and "KeyError" in found[0] and "r4" in found[1]
 
 
+def test_a_task_failed_from_outside_needs_no_failure_class():
+    """Marked failed by someone else than the injector (a person, the drain cut short): Airflow stops the
+    task, whose code only stops its job (the chaos run: a bare "Task killed" error, or none in a deferred
+    task's log). Only that sign in the last try's log excuses the missing class."""
+    runs = [{"dag_id": "chaos_retraining", "dag_run_id": r, "state": "failed"} for r in ("r1", "r2", "r3", "r4")]
+    tis = [ti(run=r, state="failed") for r in ("r1", "r2", "r3", "r4")]
+    killed = {"event": "Task failed with exception", "error_detail": [{"exc_type": "TaskKilledError"}]}
+    supervisor = {
+        "event": "Server indicated the task shouldn't be running anymore. Terminating process",
+        "detail": {"reason": "not_running", "current_state": "failed"},
+    }
+    logs = {
+        "chaos_retraining/train/r1/-1": [[supervisor, killed]],
+        "chaos_retraining/train/r2/-1": [[{"event": "Trigger cancelled by user action, invoking on_kill"}]],
+        "chaos_retraining/train/r3/-1": [[{**supervisor, "detail": {"current_state": "skipped"}}, killed]],
+        "chaos_retraining/train/r4/-1": [[supervisor], [killed]],  # an earlier try's sign excuses nothing
+    }
+    found = checks.runs_ended(runs, tis, logs, marked=set())
+    assert [line.split("/")[2] for line in found] == ["r3", "r4"]
+
+
 def test_a_job_running_long_after_its_task_ended_is_an_orphan():
     meta = {"airflow_dag_id": "d", "airflow_task_id": "t", "airflow_run_id": "r", "airflow_map_index": "-1"}
     jobs = [{"submission_id": "ahp-d-t-x-a1", "head_epoch": 0, "metadata": meta, "status": "RUNNING"}]
@@ -125,7 +146,12 @@ def test_two_jobs_of_one_task_run_at_once_or_one_attempt_on_two_heads_are_violat
     ]
     assert len(checks.one_job_per_attempt([], polls)) == 1
     jobs = [{"submission_id": "ahp-d-t-x-a1", "head_epoch": e, "metadata": meta} for e in (0, 1)]
-    assert "2 heads" in checks.one_job_per_attempt(jobs, [])[0]
+    assert "submitted 2 times (head epochs [0, 1])" in checks.one_job_per_attempt(jobs, [])[0]
+    jobs = [{**job, "start_time": 1000 + job["head_epoch"]} for job in jobs]
+    assert len(checks.one_job_per_attempt(jobs, [])) == 1
+    # One job (one start time) listed under two epochs, the head replaced around the listing: one job.
+    same = [{**job, "start_time": 1000} for job in jobs]
+    assert checks.one_job_per_attempt(same, []) == []
 
 
 def test_the_task_log_must_hold_each_line_of_its_job_once_across_tries():
@@ -135,11 +161,17 @@ def test_the_task_log_must_hold_each_line_of_its_job_once_across_tries():
         [{"event": "Ray job s-a2: http://x"}, {"event": "[ray] more"}],
     ]
     assert checks.job_lines_in_task_log(tries, "s-a2") == ["other", "more"]
+    meta = {"airflow_dag_id": "chaos_retraining", "airflow_task_id": "train", "airflow_run_id": "r1"}
+    jobs = [{"submission_id": "s-a2", "metadata": {**meta, "airflow_map_index": "-1"}}]
     tis = [ti()]
     xcoms = {"chaos_retraining/train/r1/-1": {"return_value": {"submission_id": "s-a2", "world_size": 2}}}
-    assert checks.log_lines_once(tis, xcoms, {"chaos_retraining/train/r1/-1": tries}, {"s-a2": "other\nmore\n"}) == []
-    found = checks.log_lines_once(tis, xcoms, {"chaos_retraining/train/r1/-1": tries}, {"s-a2": "other\nlost\nmore"})
+    logs = {"chaos_retraining/train/r1/-1": tries}
+    assert checks.log_lines_once(tis, xcoms, logs, {"s-a2": "other\nmore\n"}, jobs) == []
+    found = checks.log_lines_once(tis, xcoms, logs, {"s-a2": "other\nlost\nmore"}, jobs)
     assert "1 missing" in found[0]
+    # A task downstream returning a training's result (the sweep's pick_best) is not that job's task.
+    picked = {"chaos_retraining/pick_best/r1/-1": xcoms["chaos_retraining/train/r1/-1"]}
+    assert checks.log_lines_once([ti(task="pick_best")], picked, {}, {"s-a2": "other\nmore\n"}, jobs) == []
 
 
 def test_the_champions_log_may_only_grow_and_only_to_better_scores():
@@ -162,6 +194,22 @@ def test_a_failed_attempt_needs_its_record_with_a_class():
     records = {"s3://b/a1/result.json": {"failure": {"failure_class": "infrastructure"}}, "s3://b/a2/result.json": {}}
     found = checks.failed_attempt_records(jobs, records)
     assert len(found) == 2 and "s-a2" in found[0] and "left no record" in found[1]
+
+
+def test_an_attempt_lost_with_its_head_needs_its_record_once_a_later_attempt_was_submitted():
+    """docs/reliability.md: its record is written by the task's next try, before that try submits the next
+    attempt; with no next try there is none."""
+    lost = {
+        "submission_id": "ahp-d-t-x-a1",
+        "status": "FAILED",
+        "lost_with_head": True,
+        "metadata": {"ahp_result_uri": "s3://b/attempt-1/result.json"},
+    }
+    assert checks.failed_attempt_records([lost], {}) == []
+    later = {"submission_id": "ahp-d-t-x-a2", "status": "SUCCEEDED", "metadata": {}}
+    assert "ahp-d-t-x-a1 ended FAILED and left no record" in checks.failed_attempt_records([lost, later], {})[0]
+    record = {"s3://b/attempt-1/result.json": {"failure": {"failure_class": "infrastructure"}}}
+    assert checks.failed_attempt_records([lost, later], record) == []
 
 
 def test_a_secret_anywhere_is_found_and_named():

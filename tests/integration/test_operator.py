@@ -8,8 +8,10 @@ re-attach) run quick real Ray jobs under the operator's own submission ids (``qu
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import structlog.testing
@@ -147,6 +149,44 @@ def test_retry_reattaches_to_the_running_job(ray_hook, tmp_path, quick_jobs):
         assert ti.xcoms["checkpoint_uri"] == result["checkpoint_uri"]
         # Across the two tries' task logs, every line of the job's log once, in order.
         assert first_lines + streamed_lines(events) == ray_hook.get_job_logs(sid).splitlines()
+
+
+def forget(hook, sid: str, quiet_s: float = 3.0) -> None:
+    """Delete an ended job until Ray keeps no record of it for ``quiet_s``: a job deleted just as it ended
+    can come back as "Job supervisor actor died" when its supervisor's exit is noticed."""
+    deadline, quiet_since = time.monotonic() + 60, None
+    while True:
+        if hook.get_job_info(sid) is not None:
+            hook.delete_job(sid)
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_s:
+            return
+        assert time.monotonic() < deadline, f"Ray kept a record of {sid}"
+        time.sleep(0.5)
+
+
+def test_a_job_the_cluster_forgot_is_not_submitted_again_and_the_retry_resumes(ray_hook, tmp_path, quick_jobs):
+    """A replaced Ray head forgets its jobs, and a driver killed with its head leaves no record (here: the
+    job deleted, which leaves the head's job table as a new head's, and its record removed). The retry
+    finds the attempt's submission noted but no such job: it keeps that attempt's record and submits the
+    next attempt, resuming from it; the forgotten submission id is never submitted again."""
+    ti = FakeTI(f"forgot-{uuid.uuid4().hex[:6]}")
+    failing = {"quick_lines": 3, "quick_fail": "lost-with-its-head", "quick_fail_class": "infrastructure"}
+    with pytest.raises(InfrastructureError):
+        make_operator(tmp_path, train_loop_config=failing).execute({"ti": ti})
+    first, second = ti.task_run.submission_id(1), ti.task_run.submission_id(2)
+    forget(ray_hook, first)
+    attempt_1 = Path(ti.task_run.storage_uri(str(tmp_path))) / "attempt-1"
+    (attempt_1 / "result.json").unlink()
+
+    ti.try_number = 2
+    result = make_operator(tmp_path, train_loop_config={"quick_lines": 3}).execute({"ti": ti})
+    assert (result["submission_id"], result["resumed_from"]) == (second, str(attempt_1))
+    assert ray_hook.get_job_info(first) is None  # not submitted again
+    failure = json.loads((attempt_1 / "result.json").read_text())["failure"]
+    assert failure["failure_class"] == "infrastructure" and f"Ray job {first} vanished" in failure["summary"]
 
 
 def test_gpus_the_cluster_lacks_fail_before_submission(ray_hook, tmp_path):

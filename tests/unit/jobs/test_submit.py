@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from airflow_provider_horovod.contract import SPEC_FILE, TaskRun, TrainingSpec, consumed_uri
-from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobPendingTimeoutError
+from airflow_provider_horovod.contract import SPEC_FILE, TaskRun, TrainingSpec, consumed_uri, result_uri, submitted_uri
+from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobPendingTimeoutError, TaskKilledError
 from airflow_provider_horovod.jobs.submit import Attempt, find_attempt, start, submit
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
 from airflow_provider_horovod.plan import training_plan
@@ -107,6 +107,57 @@ def test_the_latest_attempt_decides(plan):
     assert find_attempt(ray, plan, Storage()) == Attempt(3, SID(3), resume=True)
 
 
+def test_each_submission_is_noted_in_storage_before_it_is_sent(plan):
+    ray = FakeRay()
+    noted = []
+    ray.on_submit = lambda fake, call: noted.append(Storage().read_json(submitted_uri(plan.storage_uri, 1)))
+    start(ray, plan, Storage())
+    assert noted == [{"submission_id": SID(1), "submitted_at": noted[0]["submitted_at"]}]
+
+
+def test_a_job_that_vanished_with_its_head_is_never_submitted_again_and_the_next_attempt_resumes(plan):
+    """Attempt 1 was submitted (noted), then the Ray head was replaced: the new head does not know it.
+    One attempt is one job, so the retry submits attempt 2, resuming, and keeps attempt 1's record."""
+    Storage().write_json(submitted_uri(plan.storage_uri, 1), {"submission_id": SID(1)})
+    ray = FakeRay()  # the new head: no job of this task run
+    assert find_attempt(ray, plan, Storage()) == Attempt(2, SID(2), resume=True)
+    start(ray, plan, Storage())
+    (submitted,) = ray.submitted
+    assert submitted["submission_id"] == SID(2)
+    assert spec_sent(submitted).resume_from == [f"{plan.storage_uri}/attempt-1"]
+    record = Storage().read_json(result_uri(plan.storage_uri, 1))
+    assert (record["submission_id"], record["attempt"], record["failure"]["failure_class"]) == (
+        SID(1),
+        1,
+        "infrastructure",
+    )
+    assert "vanished" in record["failure"]["summary"]
+
+
+def test_a_vanished_attempts_record_written_by_its_driver_is_kept(plan):
+    Storage().write_json(submitted_uri(plan.storage_uri, 1), {"submission_id": SID(1)})
+    Storage().write_json(result_uri(plan.storage_uri, 1), {"submission_id": SID(1), "failure": {"summary": "own"}})
+    find_attempt(FakeRay(), plan, Storage())
+    assert Storage().read_json(result_uri(plan.storage_uri, 1))["failure"] == {"summary": "own"}
+
+
+def test_an_attempt_the_new_head_runs_after_a_vanished_one_is_reattached(plan):
+    for n in (1, 2):
+        Storage().write_json(submitted_uri(plan.storage_uri, n), {"submission_id": SID(n)})
+    ray = FakeRay({SID(2): {"status": "RUNNING"}})  # attempt 1 vanished, attempt 2 runs on the new head
+    assert find_attempt(ray, plan, Storage()).submission_id == SID(2)
+    assert ray.submitted == []
+
+
+def test_a_task_killed_before_its_submission_submits_nothing(plan):
+    ray = FakeRay()
+    with pytest.raises(TaskKilledError, match="nothing was submitted"):
+        start(ray, plan, Storage(), stopped=lambda: True)
+    assert ray.submitted == [] and not Storage().exists(submitted_uri(plan.storage_uri, 1))
+    # never submitted: the retry submits attempt 1
+    assert find_attempt(ray, plan, Storage()) == Attempt(1, SID(1))
+
+
 def test_resources_no_node_has_are_refused_before_submitting(tmp_path):
     ray = FakeRay(cluster={"CPU": 8.0, "memory": 1e9})
     with pytest.raises(RayJobPendingTimeoutError) as err:
@@ -152,7 +203,10 @@ def test_s3_storage_needs_no_shared_filesystem():
     plan = make_plan("/unused", storage_path="s3://bucket/prefix")
     ray = FakeRay(shared_storage=False)
     storage = Storage()
-    storage.check_bucket = lambda uri: None  # S3 itself is tested against moto in test_storage.py
+    # S3 itself is tested against moto in test_storage.py
+    storage.check_bucket = lambda uri: None
+    storage.exists = lambda uri: False
+    storage.write_json = lambda uri, data: None
     assert start(ray, plan, storage)["storage_uri"].startswith("s3://bucket/prefix/dag/train/")
 
 

@@ -34,8 +34,10 @@ from airflow_provider_horovod.contract import (
 from airflow_provider_horovod.exceptions import (
     InfrastructureError,
     InvalidParameterError,
+    RayClusterUnreachableError,
     RayJobError,
     RayJobPendingTimeoutError,
+    TaskKilledError,
     UserCodeError,
 )
 from airflow_provider_horovod.failures import Failure, FailureClass
@@ -363,7 +365,10 @@ def test_a_local_storage_path_needs_a_shared_filesystem(serve):
 
 
 @pytest.mark.parametrize("storage_path, shared", [("/data/checkpoints", True), ("s3://bucket/prefix", False)])
-def test_shared_or_s3_storage_passes_that_check(serve, storage_path, shared):
+def test_shared_or_s3_storage_passes_that_check(serve, storage_path, shared, monkeypatch):
+    # No S3 here (test_storage.py has moto): the storage answers that no attempt was submitted yet.
+    monkeypatch.setattr(Storage, "check_bucket", lambda self, uri: None)
+    monkeypatch.setattr(Storage, "exists", lambda self, uri: False)
     dashboard = serve(FakeRay(cluster={}), shared_storage=shared)
     op = operator(storage_path=storage_path)
     with pytest.raises(RayJobPendingTimeoutError):  # the next check: the cluster has no CPU at all
@@ -709,6 +714,45 @@ def test_a_killed_task_stops_its_job(serve, tmp_path):
     assert not worker.is_alive()
     assert isinstance(outcome.get("error"), RayJobError) and "Task killed" in str(outcome["error"])
     assert ray.stopped == [TASK_RUN.submission_id(1)]
+
+
+def test_a_task_killed_while_its_job_is_being_submitted_stops_that_job(serve, tmp_path):
+    """Airflow's SIGTERM handler runs on_kill and lets execute go on: a kill that lands while the job is
+    being submitted finds no job to stop yet; the job that submission makes must not outlive the task."""
+    op = train_op(tmp_path)
+
+    def killed_meanwhile(ray, call):
+        ray.set_job(call["submission_id"], {"status": "RUNNING", "metadata": call["metadata"]})
+        op.on_kill()  # the submission is on its way: no submission id on the operator yet
+
+    ray = FakeRay(on_submit=killed_meanwhile)
+    serve(ray)
+    with pytest.raises(TaskKilledError, match="the job was stopped"):
+        op.execute(context())
+    assert [call["submission_id"] for call in ray.submitted] == [TASK_RUN.submission_id(1)]
+    assert ray.stopped == [TASK_RUN.submission_id(1)]
+
+
+@pytest.mark.parametrize("deferrable", [False, True])
+def test_a_dashboard_lost_while_waiting_fails_as_infrastructure_as_a_deferred_wait_does(
+    serve, tmp_path, monkeypatch, deferrable
+):
+    """The Ray head replaced mid-training: past the hook's retries the worker's wait fails with the class
+    the trigger gives the same error (infrastructure, retried), not with the bare RayClusterUnreachableError."""
+
+    def runs(ray, call):
+        ray.set_job(call["submission_id"], {"status": "RUNNING", "metadata": call["metadata"]})
+
+    serve(FakeRay(on_submit=runs))
+    op = train_op(tmp_path, deferrable=deferrable)
+
+    async def gone(self, submission_id, fresh_within_s=None):
+        raise RayClusterUnreachableError("The Ray dashboard at http://ray-head:8265 did not answer after 6 tries")
+
+    monkeypatch.setattr(RayHook, "a_get_job_info", gone)
+    with pytest.raises(InfrastructureError, match="did not answer after 6 tries") as err:
+        op.execute(context())
+    assert err.value.failure["failure_class"] == "infrastructure"
 
 
 def test_on_kill_before_a_job_exists_does_nothing(serve):
