@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -42,6 +43,14 @@ DRAIN_MARGIN_S = 120.0
 TRAININGS = {("chaos_retraining", "train"), ("chaos_sweep", "train"), ("chaos_elastic", "train")}
 
 
+def fresh_folder(folder: Path) -> Path:
+    """The run's folder, emptied: every run asks for the same DAG runs (the same run ids, so the same Ray
+    submission ids on its empty bucket), and Airflow appends a try's log to a file an earlier run left."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
+
+
 def say(message: str) -> None:
     print(f"[chaos {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
@@ -52,8 +61,7 @@ def main() -> int:
     say(f"seed {seed} (CHAOS_SEED={seed} repeats this schedule), {minutes:g} minutes")
     faults = schedule.fault_schedule(seed, minutes)
     workload = schedule.workload_schedule(seed, minutes)
-    out = OUT / "chaos"
-    out.mkdir(parents=True, exist_ok=True)
+    out = fresh_folder(OUT / "chaos")
     (out / "schedule.json").write_text(
         json.dumps({"faults": [f.to_dict() for f in faults], "workload": [r.to_dict() for r in workload]}, indent=1)
     )

@@ -210,6 +210,24 @@ def test_an_attempt_lost_with_its_head_needs_its_record_once_a_later_attempt_was
     assert "ahp-d-t-x-a1 ended FAILED and left no record" in checks.failed_attempt_records([lost, later], {})[0]
     record = {"s3://b/attempt-1/result.json": {"failure": {"failure_class": "infrastructure"}}}
     assert checks.failed_attempt_records([lost, later], record) == []
+    # Its driver had finished before the head went: its own record says it succeeded, and it did.
+    finished = {"s3://b/attempt-1/result.json": {"attempt": 1, "failure": None, "return_value": {"mse": 0.1}}}
+    assert checks.failed_attempt_records([lost, later], finished) == []
+    # A job that Ray saw fail needs the class whatever it wrote.
+    assert "has no failure class" in checks.failed_attempt_records([{**lost, "lost_with_head": False}], finished)[0]
+
+
+def test_a_run_starts_from_an_empty_folder(tmp_path):
+    """The last run's task logs are gone: Airflow would append this run's tries of the same run ids to them
+    (seen: every line of a backfill's training twice in its task log)."""
+    from bench.chaos import fresh_folder
+
+    old = tmp_path / "chaos" / "deployment" / "airflow" / "logs" / "attempt=1.log"
+    old.parent.mkdir(parents=True)
+    old.write_text("an earlier run's line\n")
+    assert fresh_folder(tmp_path / "chaos") == tmp_path / "chaos"
+    assert list((tmp_path / "chaos").iterdir()) == []
+    assert fresh_folder(tmp_path / "new").is_dir()
 
 
 def test_a_secret_anywhere_is_found_and_named():
