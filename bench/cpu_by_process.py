@@ -93,7 +93,8 @@ def measure(cmd: list[str]) -> dict:
             # A process counts as what it became: Ray's workers are forked by the raylet, then idle, then
             # named after the actor they hold.
             kind = kind_of(cmdline)
-            if kind != "ray: idle worker" or pid not in kinds:
+            # An ended process waiting to be reaped has no command line: it keeps the kind it had.
+            if pid not in kinds or (cmdline and kind != "ray: idle worker"):
                 kinds[pid] = kind
             cpu_of[pid] = cpu
         lost += sum(1 for pid in seen if pid not in now) * 1.0
