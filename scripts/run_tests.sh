@@ -25,7 +25,8 @@ rm -rf "$logs" "$AHP_TIMINGS_DIR"
 mkdir -p "$logs"
 pytest_args="-p no:cacheprovider -q -r fEs"
 airflow=".venv-airflow/bin/pytest $pytest_args"
-stack_files="tests/integration/test_stack.py tests/integration/test_training_view.py tests/integration/test_horovod_v2.py"
+# The Ray Train tests first: the deployment starts with the first test that needs it, and idles no longer.
+stack_files="tests/integration/test_horovod_v2.py tests/integration/test_stack.py tests/integration/test_training_view.py"
 ray_layer=$(scripts/setup_ray_layer.sh) || exit 1
 
 declare -A commands=(

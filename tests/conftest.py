@@ -96,6 +96,14 @@ def ray_cluster(moto_server):
     )
     os.environ["AIRFLOW_CONN_RAY_DEFAULT"] = cluster.connection(head)
     yield Cluster(head["dashboard_url"], head["gcs_address"], head["token"], state)
+    try:
+        from support.timing import save_jobs
+
+        from airflow_provider_horovod.hooks.ray import RayHook
+
+        save_jobs(RayHook().list_jobs())
+    except Exception as error:  # a figure for the record; the head may be gone with a test's fault
+        print(f"the session's Ray jobs were not recorded: {error}")
     os.environ.pop("AIRFLOW_CONN_RAY_DEFAULT", None)
     cluster.down(state)
 

@@ -17,14 +17,27 @@ START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
 
 def bug_on_rank_1(config):
-    """Rank 1 divides by zero after the first allreduce; rank 0 goes on until it is stopped."""
+    """Three reports on each rank (rank 0's with a checkpoint), then rank 1 divides by zero; rank 0
+    goes on until it is stopped."""
+    import os
+    import tempfile
     import time
 
     import horovod.torch as hvd
+    import ray.train
     import torch
+    from ray.train import Checkpoint
 
     hvd.init()
-    ranks = hvd.allreduce(torch.tensor(1.0), op=hvd.Sum, name="ranks").item()
+    for step in range(1, 4):
+        ranks = hvd.allreduce(torch.tensor(1.0), op=hvd.Sum, name=f"step{step}").item()
+        with tempfile.TemporaryDirectory() as folder:
+            checkpoint = None
+            if hvd.rank() == 0:
+                with open(os.path.join(folder, "step.txt"), "w") as f:
+                    f.write(str(step))
+                checkpoint = Checkpoint.from_directory(folder)
+            ray.train.report({"step": step, "loss": 1.0 / step}, checkpoint=checkpoint)
     if hvd.rank() == 1:
         return config["steps"] / (ranks - 2)
     time.sleep(300)

@@ -105,48 +105,72 @@ def champion_events(storage: Path) -> list[dict]:
     return [extra for (extra,) in rows if str(extra.get("checkpoint_uri", "")).startswith(str(storage))]
 
 
+def seeded_checkpoint(folder: Path) -> str:
+    """A checkpoint of the example's model as its training writes one (``model.pt``, ``meta.json``),
+    made where torch is: an older champion's, untrained, for a backfilled day to warm-start from."""
+    from harness.cluster import run_in_cluster_env
+
+    run_in_cluster_env(
+        "import json, os, sys, torch\n"
+        "from airflow_provider_horovod.examples.retraining import N_FEATURES, build_model\n"
+        f"folder = {str(folder)!r}\n"
+        "os.makedirs(folder)\n"
+        "torch.manual_seed(1)\n"
+        "torch.save(build_model().state_dict(), os.path.join(folder, 'model.pt'))\n"
+        "json.dump({'epoch': 4, 'n_features': N_FEATURES}, open(os.path.join(folder, 'meta.json'), 'w'))\n"
+    )
+    return str(folder)
+
+
 def test_a_backfill_after_a_newer_champion_reproduces_the_past(retraining_env, ray_hook, capfd):
-    """The daily run of 2026-11-10 has made a champion (its holdout MSE 0.32, as seen on a real
-    deployment; its checkpoint does not exist, so a run that warm-starts from it fails). Two past days
-    are then backfilled, in order: each trains, evaluates and warm-starts from the champion of its own
-    time (none, then the first backfilled day's, not the newer one), a win is recorded as the champion
-    of its day, and the current champion, the newest day's, stays and is not published again. (Two days
-    show it; each more costs three Ray jobs, about 40 s.)"""
+    """Two champions were made: one on 2026-10-25 (a real checkpoint) and a newer one by the daily run
+    of 2026-11-10 (its holdout MSE 0.32, as seen on a real deployment; its checkpoint does not exist, so a
+    run that warm-starts from it fails). A past day is then backfilled: it trains, evaluates and
+    warm-starts from the champion of its own time (the older one, not the newer), a win is recorded as
+    the champion of its day, and the current champion, the newest day's, stays and is not published
+    again. (A day with no champion of its own time starts cold: ``champion_as_of`` in the unit tests,
+    and every first run, such as the stack's.)"""
     from airflow_provider_horovod.storage import Storage
 
+    older = {
+        "logical_date": "2026-10-25",
+        "holdout_mse": 5.0,
+        "run_id": "scheduled__2026-10-25",
+        "checkpoint_uri": seeded_checkpoint(retraining_env / "older" / "checkpoint_000004"),
+        "submission_id": "ahp-x-a0",
+        "replaces": None,
+    }
     newest = {
         "logical_date": "2026-11-10",
         "holdout_mse": 0.32,
         "run_id": "scheduled__2026-11-10",
         "checkpoint_uri": str(retraining_env / "gone" / "checkpoint_000004"),
         "submission_id": "ahp-x-a1",
-        "replaces": None,
+        "replaces": {key: older[key] for key in ("logical_date", "holdout_mse", "run_id")},
     }
-    Storage().write_json(str(retraining_env / DAG_ID / "champion.json"), {"current": newest, "moves": [newest]})
+    Storage().write_json(str(retraining_env / DAG_ID / "champion.json"), {"current": newest, "moves": [older, newest]})
 
-    for day in ("2026-11-01", "2026-11-02"):
-        before = champion(retraining_env)
-        summary = run_retraining(day, capfd)
-        own_time = champion_as_of(before, day)
-        # Warm-started from the champion of its own time: none for the first day, then the backfilled day's.
-        assert summary["warm_start"] == (own_time["checkpoint_uri"] if own_time else "") != newest["checkpoint_uri"]
-        assert summary["checkpoint_uri"].startswith(str(retraining_env))
-        assert summary["holdout_mse"] < 0.2 * summary["baseline_mse"]  # it learnt
-        in_force = champion_as_of(before, day, inclusive=True)
-        beat = in_force is None or summary["holdout_mse"] < in_force["holdout_mse"]
-        assert summary["promoted"] == beat and not summary["current"], summary
-        record = champion(retraining_env)
-        if beat:  # recorded as the champion of its day, though a newer champion exists
-            assert record["moves"][-1]["run_id"] == summary["run_id"] and record["moves"][-1]["logical_date"] == day
-        assert record["current"] == newest
+    day = "2026-11-02"
+    summary = run_retraining(day, capfd)
+    # Warm-started from the champion of its own time, the older one, not the newer one.
+    assert champion_as_of(champion(retraining_env), day) == older
+    assert summary["warm_start"] == older["checkpoint_uri"] != newest["checkpoint_uri"]
+    assert summary["checkpoint_uri"].startswith(str(retraining_env))
+    assert summary["holdout_mse"] < 0.2 * summary["baseline_mse"]  # it learnt
+    # It beat the champion in force on its day: recorded as the champion of its day, though a newer exists.
+    assert summary["holdout_mse"] < older["holdout_mse"]
+    assert summary["promoted"] and not summary["current"], summary
     record = champion(retraining_env)
-    assert champion_as_of(record, "2026-11-02")["logical_date"] == "2026-11-01"  # there was none before it
+    assert record["moves"][-1]["run_id"] == summary["run_id"] and record["moves"][-1]["logical_date"] == day
+    assert record["current"] == newest
+    assert champion_as_of(record, "2026-11-03")["run_id"] == summary["run_id"]
+    assert champion_as_of(record, "2026-11-01") == older
     assert champion_as_of(record, "2026-11-11") == newest
-    # The data, the training and the evaluation of each day ran as Ray jobs of their own (where torch is);
-    # the training's job carries the DAG's job_tags.
+    # The data, the training and the evaluation ran as Ray jobs of their own (where torch is); the
+    # training's job carries the DAG's job_tags.
     jobs = [j for j in ray_hook.list_jobs() if j.get("metadata", {}).get("airflow_dag_id") == DAG_ID]
     for task_id in ("prepare_data", "train", "evaluate"):
-        assert [j["status"] for j in jobs if j["metadata"]["airflow_task_id"] == task_id] == ["SUCCEEDED"] * 2
+        assert [j["status"] for j in jobs if j["metadata"]["airflow_task_id"] == task_id] == ["SUCCEEDED"]
     assert {j["metadata"].get("team") for j in jobs if j["metadata"]["airflow_task_id"] == "train"} == {"forecasting"}
     # Downstream DAGs heard nothing: the current champion did not move.
     assert champion_events(retraining_env) == []

@@ -42,6 +42,11 @@ def jobs_of_dag(hook, dag_id: str) -> list[dict]:
 def test_a_users_bug_on_one_rank_runs_one_job_one_worker_group_and_fails_after_one_try(
     airflow_db, ray_cluster, ray_hook, tmp_path
 ):
+    """Rank 1 divides by zero right after its third report: one try, one worker group, the answer in
+    the task log; the failed attempt's record and the live history the Training view reads hold all
+    three of rank 0's reports (not only the first)."""
+    from airflow_provider_horovod.plugins.data import Storage, read_attempt
+
     dag_id = "ahp_bug_on_one_rank"
     run = dags_test(dag_id, conf={"storage_path": str(tmp_path)}, timeout=400)
     output = run.stdout + run.stderr
@@ -55,8 +60,13 @@ def test_a_users_bug_on_one_rank_runs_one_job_one_worker_group_and_fails_after_o
     assert f'File "{DAG_FILE}"' in answer and "in bug_on_rank_1" in answer
     assert 'return config["steps"] / (ranks - 2)' in answer and "What to do: fix the function" in answer
     assert "UserCodeFailed" in output  # an AirflowFailException: Airflow does not retry it
-    record = json.loads(open(result_uri(job["metadata"]["ahp_storage_uri"], 1)).read())
+    storage_uri = job["metadata"]["ahp_storage_uri"]
+    record = json.loads(open(result_uri(storage_uri, 1)).read())
     assert record["failure"]["failure_class"] == "user_code" and record["failure"]["rank"] == 1
+    assert [p["metrics"]["step"] for p in record["history"]] == [1.0, 2.0, 3.0], record["history"]
+    assert all(p["checkpoint"] for p in record["history"]), record["history"]
+    live = read_attempt(Storage(), storage_uri, 1, history=True).history  # as the Training view reads it
+    assert [p["metrics"]["step"] for p in live] == [1.0, 2.0, 3.0], live
 
 
 def test_a_runtime_env_package_that_does_not_exist_is_configuration_and_fails_once(ray_hook, tmp_path):
@@ -121,59 +131,3 @@ def _jobs(head: dict) -> list[dict]:
     response = httpx.get(f"{head['dashboard_url']}/api/jobs/", headers={"Authorization": f"Bearer {head['token']}"})
     response.raise_for_status()
     return response.json()
-
-
-def three_reports_then_rank_1_raises(config):
-    """Three reports on each rank (rank 0's with a checkpoint), then rank 1 raises; rank 0 waits in its
-    next collective for the rank that is gone, until Ray Train stops the workers."""
-    import os
-    import tempfile
-    import time
-
-    import horovod.torch as hvd
-    import ray.train
-    import torch
-    from ray.train import Checkpoint
-
-    hvd.init()
-    for step in range(1, 4):
-        hvd.allreduce(torch.tensor(1.0), name=f"step{step}")
-        with tempfile.TemporaryDirectory() as folder:
-            checkpoint = None
-            if hvd.rank() == 0:
-                with open(os.path.join(folder, "step.txt"), "w") as f:
-                    f.write(str(step))
-                checkpoint = Checkpoint.from_directory(folder)
-            ray.train.report({"step": step, "loss": 1.0 / step}, checkpoint=checkpoint)
-    if hvd.rank() == 1:
-        raise ValueError("rank 1 gives up after three reports")
-    hvd.allreduce(torch.tensor(1.0), name="after")
-    time.sleep(300)
-
-
-def test_every_report_made_before_a_users_error_is_in_the_record_and_the_training_view(ray_cluster, tmp_path):
-    """Rank 1 raises right after its third report: the failed attempt's record and the live history the
-    Training view reads hold all three of rank 0's reports (not only the first)."""
-    from airflow_provider_horovod.exceptions import UserCodeError
-    from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
-    from airflow_provider_horovod.plugins.data import Storage, read_attempt
-
-    ti = FakeTI(f"reports-{uuid.uuid4().hex[:6]}")
-    op = HorovodTrainOperator(
-        task_id="train",
-        train_fn=three_reports_then_rank_1_raises,
-        train_loop_config={},
-        num_workers=2,
-        deferrable=False,
-        storage_path=str(tmp_path),
-        poll_interval_seconds=0.5,
-    )
-    with pytest.raises(UserCodeError):
-        op.execute({"ti": ti})
-    storage_uri = ti.task_run.storage_uri(str(tmp_path))
-    record = json.loads(open(result_uri(storage_uri, 1)).read())
-    assert record["failure"]["failure_class"] == "user_code" and record["failure"]["rank"] == 1
-    assert [p["metrics"]["step"] for p in record["history"]] == [1.0, 2.0, 3.0], record["history"]
-    assert all(p["checkpoint"] for p in record["history"]), record["history"]
-    live = read_attempt(Storage(), storage_uri, 1, history=True).history  # as the Training view reads it
-    assert [p["metrics"]["step"] for p in live] == [1.0, 2.0, 3.0], live

@@ -62,15 +62,51 @@ class Timings:
         Path(folder, f"{name}.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
 
 
+def job_wall_s(job: dict) -> float:
+    """A Ray job's time from its start to its end (to now while it runs; 0 if it never started)."""
+    if not job.get("start_time"):
+        return 0.0
+    return round(((job.get("end_time") or time.time() * 1000) - job["start_time"]) / 1000, 1)
+
+
+def save_jobs(jobs: list[dict]) -> None:
+    """The Ray jobs a run's head ran (``$AHP_TIMINGS_DIR/jobs/<run name>.json``): how many, and for how
+    long, so work nobody checks (a job left running, a run started behind the tests) shows."""
+    folder = os.environ.get("AHP_TIMINGS_DIR")
+    if not folder:
+        return
+    rows = [
+        {
+            "submission_id": job.get("submission_id") or job.get("job_id"),
+            "task": "/".join(
+                str((job.get("metadata") or {}).get(k, "")) for k in ("airflow_dag_id", "airflow_task_id")
+            ),
+            "status": job.get("status"),
+            "wall_s": job_wall_s(job),
+        }
+        for job in jobs
+    ]
+    name = os.environ.get("AHP_TIMINGS_NAME", "tests")
+    Path(folder, "jobs").mkdir(parents=True, exist_ok=True)
+    Path(folder, "jobs", f"{name}.json").write_text(json.dumps(rows, indent=1))
+
+
 def report(folder: str, slowest: int = 20) -> str:
     runs = {p.stem: json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.json"))}
     rows = [(nodeid, run, t) for run, data in runs.items() for nodeid, t in data["tests"].items()]
-    lines = [f"{'run':<28} {'tests':>6} {'wall':>9} {'cpu':>9}"]
+    jobs = {p.stem: json.loads(p.read_text()) for p in sorted(Path(folder).glob("jobs/*.json"))}
+    lines = [f"{'run':<28} {'tests':>6} {'wall':>9} {'cpu':>9} {'ray jobs':>9}"]
     for run, data in runs.items():
-        lines.append(f"{run:<28} {len(data['tests']):>6} {data['wall_s']:>8.1f}s {data['cpu_s']:>8.1f}s")
+        counted = str(len(jobs[run])) if run in jobs else "-"
+        lines.append(f"{run:<28} {len(data['tests']):>6} {data['wall_s']:>8.1f}s {data['cpu_s']:>8.1f}s {counted:>9}")
     lines.append(f"\n{slowest} slowest tests (wall; cpu = the whole machine's busy seconds meanwhile):")
     for nodeid, run, t in sorted(rows, key=lambda r: -r[2]["wall_s"])[:slowest]:
         lines.append(f"{t['wall_s']:>8.1f}s {t['cpu_s']:>8.1f}s  [{run}] {nodeid}")
+    longest = sorted(((job, run) for run, rows_ in jobs.items() for job in rows_), key=lambda r: -r[0]["wall_s"])
+    if longest:
+        lines.append("\nThe longest Ray jobs of the runs' own heads:")
+        for job, run in longest[:5]:
+            lines.append(f"{job['wall_s']:>8.1f}s  [{run}] {job['submission_id']} {job['task']} {job['status']}")
     return "\n".join(lines)
 
 
