@@ -371,5 +371,7 @@ def test_hosts_that_cannot_connect_fail_saying_where_within_the_timeout(cluster)
     ):
         assert needed in message, (needed, message)
     assert "Fatal Python error" not in message
-    # The job's start and end, the workers' start and the check's own wait.
-    assert took < timeout_s + 40, took
+    # The check's own wait was its timeout (the message says so: the probe's connect timed out); the
+    # rest is the job's start and end and the workers' start, which a loaded machine stretches (up to
+    # 50 s measured, a full `make test` beside a busy-looping process). Bounded all the same: no hang.
+    assert took < timeout_s + 60, took
