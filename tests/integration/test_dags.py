@@ -111,7 +111,7 @@ def seeded_checkpoint(folder: Path) -> str:
     from harness.cluster import run_in_cluster_env
 
     run_in_cluster_env(
-        "import json, os, sys, torch\n"
+        "import json, os, torch\n"
         "from airflow_provider_horovod.examples.retraining import N_FEATURES, build_model\n"
         f"folder = {str(folder)!r}\n"
         "os.makedirs(folder)\n"
