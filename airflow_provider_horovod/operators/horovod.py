@@ -58,7 +58,8 @@ class HorovodTrainOperator(BaseRayJobOperator):
             Param(
                 "Dict name -> URI of parquet/csv/json files (read with Ray Data on the cluster), or a function "
                 "run on the cluster returning a `ray.data.Dataset` (a callable, or an import path). `train` is "
-                "sharded across workers.",
+                "sharded across workers. URIs that each name one parquet file are read with one footer reader "
+                "(`RAY_DATA_PARQUET_FOOTER_NUM_ACTORS=1`, unless `runtime_env` sets it), not Ray Data's 32.",
                 templated=True,
             ),
         ] = None,

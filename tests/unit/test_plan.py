@@ -333,3 +333,28 @@ def test_an_mlflow_connections_credentials_travel_in_the_payload_only():
 def test_a_bad_tracking_uri_fails_the_plan():
     with pytest.raises(InvalidParameterError, match="mlflow_tracking_uri"):
         plan(mlflow_tracking_uri="mlflow:5000")
+
+
+@pytest.mark.parametrize(
+    "datasets, readers",
+    [
+        ({"train": "s3://b/day/train.parquet", "valid": "/data/valid.PARQUET"}, "1"),
+        ({"train": "s3://b/day/train.parquet", "extra": "s3://b/day/extra.csv"}, "1"),
+        ({"train": "s3://b/day/train/"}, None),  # a folder: its files' footers read in parallel
+        ({"train": "s3://b/day/train.parquet", "more": "s3://b/day/more"}, None),
+        ({"train": "s3://b/day/train.parquet", "built": "json:loads"}, None),  # a function may read a folder
+        ({"train": "/data/train.csv"}, None),  # no parquet: nothing to size
+        (None, None),
+    ],
+)
+def test_parquet_datasets_that_name_one_file_each_get_one_footer_reader(datasets, readers):
+    env = request(datasets=datasets).runtime_env["env_vars"]
+    assert env.get("RAY_DATA_PARQUET_FOOTER_NUM_ACTORS") == readers
+
+
+def test_the_users_runtime_env_sets_the_footer_readers_it_wants():
+    made = request(
+        datasets={"train": "s3://b/train.parquet"},
+        runtime_env={"env_vars": {"RAY_DATA_PARQUET_FOOTER_NUM_ACTORS": "8"}},
+    )
+    assert made.runtime_env["env_vars"]["RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"] == "8"
