@@ -109,11 +109,14 @@ class Failure:
 
 
 def of_line(line: str) -> Failure | None:
-    """The runtime's verdict from its ``AHP_FAILURE`` line (None for any other line)."""
+    """The runtime's verdict from its ``AHP_FAILURE`` line (None for any other line). Text that another
+    thread of the driver wrote onto the same line (Ray forwards its actors' output from one) may come
+    before the mark or after the verdict's JSON."""
     if FAILURE_MARK not in line:
         return None
     try:
-        return Failure.from_dict(json.loads(line.split(FAILURE_MARK, 1)[1]))
+        found, _ = json.JSONDecoder().raw_decode(line.split(FAILURE_MARK, 1)[1])
+        return Failure.from_dict(found)
     except (ValueError, KeyError, TypeError):
         return None
 

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         if stop_signalled():
             report_stop(spec, started_at)
         raise
-    print(f"{RESULT_MARK}{record.to_json().replace(chr(10), '')}", flush=True)
+    say(f"{RESULT_MARK}{record.to_json().replace(chr(10), '')}")
     if isinstance(spec, TrainingSpec):
         leave_ray()
     return 0
@@ -203,9 +203,17 @@ def python_mismatch(airflow_python: str, pickled: dict[str, str]) -> str | None:
 
 def report_failure(spec: JobSpec, failure: Failure, started_at: float) -> None:
     """Say why the attempt failed, in the job's log and in the attempt's record beside its checkpoints."""
-    print(f"{ERROR_MARK}{failure.failure_class.value}: {failure.summary}", flush=True)
-    print(failure.line(), flush=True)
+    say(f"{ERROR_MARK}{failure.failure_class.value}: {failure.summary}")
+    say(failure.line())
     keep_failed_record(spec, failure, started_at)
+
+
+def say(line: str) -> None:
+    """A line the Airflow side reads, in one write: print() writes the text and its newline apart, and
+    Ray's thread that forwards the actors' output to this driver wrote between them (seen: a verdict
+    with an actor's traceback line glued to it, unreadable, and the task's error without its reason)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 # --- a stop ------------------------------------------------------------------------------------------

@@ -42,6 +42,8 @@ def test_a_verdict_travels_as_one_line_and_comes_back_whole():
     line = verdict.line()
     assert line.startswith(FAILURE_MARK) and "\n" not in line
     assert of_line(f"(TrainController pid=4) {line}") == verdict
+    # Another thread's output glued after the verdict, before its newline.
+    assert of_line(f"{line}\x1b[36m(TrainController pid=4, ip=10.77.0.2)\x1b[0m     raise e") == verdict
     assert of_line("epoch 3: loss 0.1") is None and of_line(FAILURE_MARK + "{not json") is None
     assert json.loads(line[len(FAILURE_MARK) :])["hint"] == verdict.hint
 
