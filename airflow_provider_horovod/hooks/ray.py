@@ -443,7 +443,9 @@ class RayHook(BaseHook):
         return text
 
     def stop_job(self, submission_id: str) -> bool:
-        """Stop a job; False when it had already ended or does not exist."""
+        """Stop a job; idempotent. Ray's answer: True while the job's supervisor is there to signal (a
+        job already STOPPED may still have it for a moment, on a busy head), False once it is gone or the
+        job does not exist."""
         return self._call(STOP_JOB, submission_id=submission_id)
 
     async def a_stop_job(self, submission_id: str) -> bool:

@@ -47,7 +47,10 @@ def test_submit_status_logs_stop_delete_round_trip(ray_hook):
     assert ray_hook.stop_job(long_id)
     assert wait_terminal(ray_hook, long_id, timeout=15) == "STOPPED"
     assert time.monotonic() - started < 15
-    assert ray_hook.stop_job(long_id) is False  # idempotent
+    # Idempotent: a second stop changes nothing. Its answer is Ray's: True while the job's supervisor is
+    # still winding down (seen on a loaded machine), False once it is gone.
+    ray_hook.stop_job(long_id)
+    assert ray_hook.get_job_info(long_id)["status"] == "STOPPED"
     assert ray_hook.delete_job(long_id) and ray_hook.get_job_info(long_id) is None
     assert ray_hook.get_job_info("no-such-job") is None
 
