@@ -210,8 +210,8 @@ def report_failure(spec: JobSpec, failure: Failure, started_at: float) -> None:
 
 def say(line: str) -> None:
     """A line the Airflow side reads, in one write: print() writes the text and its newline apart, and
-    Ray's thread that forwards the actors' output to this driver wrote between them (seen: a verdict
-    with an actor's traceback line glued to it, unreadable, and the task's error without its reason)."""
+    Ray's thread that forwards the actors' output to this driver wrote between them (seen: a line of
+    the driver's traceback glued to one of the controller's; a verdict glued so is unreadable)."""
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
 
