@@ -150,7 +150,7 @@ def ensure_running(timeout: float = 120.0) -> LocalCluster:
         return _start(state, timeout)
 
 
-def _ray_env(state: str, *, joinable: bool = False) -> dict[str, str]:
+def _ray_env(state: str) -> dict[str, str]:
     bin_dir = os.path.dirname(sys.executable)
     return {
         **os.environ,
@@ -162,14 +162,11 @@ def _ray_env(state: str, *, joinable: bool = False) -> dict[str, str]:
         "RAY_USAGE_STATS_ENABLED": "0",
         # Ray's single-machine mode (its default on macOS and Windows): the node's address is
         # 127.0.0.1, not the machine's external one, so its agents and servers listen on loopback.
-        # A cluster other nodes join needs the external address (cluster mode).
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1" if joinable else "0",
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     }
 
 
-def _start(
-    state: str, timeout: float, num_cpus: int | None = None, extra_args: tuple[str, ...] = (), joinable: bool = False
-) -> LocalCluster:
+def _start(state: str, timeout: float, num_cpus: int | None = None, extra_args: tuple[str, ...] = ()) -> LocalCluster:
     token = _token(state)
     temp_dir = _temp_dir(state)
     os.makedirs(temp_dir, exist_ok=True)
@@ -193,7 +190,7 @@ def _start(
         "--disable-usage-stats",
         *extra_args,
     ]
-    run = subprocess.run(cmd, env=_ray_env(state, joinable=joinable), capture_output=True, text=True, timeout=timeout)
+    run = subprocess.run(cmd, env=_ray_env(state), capture_output=True, text=True, timeout=timeout)
     if run.returncode != 0:
         raise RuntimeError(f"Could not start the local Ray head:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
     cluster = LocalCluster(f"http://127.0.0.1:{dashboard}", f"127.0.0.1:{gcs}", temp_dir, token)
@@ -213,47 +210,6 @@ def _start(
             f,
         )
     return cluster
-
-
-def join_node(
-    state: str,
-    cluster: LocalCluster,
-    *,
-    num_cpus: int,
-    num_gpus: int = 0,
-    extra_args: tuple[str, ...] = (),
-    hostname: str | None = None,
-    timeout: float = 120.0,
-) -> None:
-    """Start one more node on this machine and join it to the cluster (for tests across nodes; the
-    head started ``joinable``); ``down`` stops it with the head, since it keeps its logs in the
-    head's session folder.
-
-    ``num_gpus``: GPUs the node declares (Ray schedules them, and sets CUDA_VISIBLE_DEVICES, whether
-    or not the machine has them). ``hostname``: run the node under a host name of its own, as on a
-    second machine (Ray's legacy HorovodTrainer counts nodes by host name): new UTS and mount
-    namespaces (needs root) with a private /etc/hosts that resolves the name, as Gloo needs.
-    """
-    cmd = [
-        _ray_cli(),
-        "start",
-        f"--address={cluster.gcs_address}",
-        "--node-ip-address=127.0.0.1",
-        f"--dashboard-agent-listen-port={_free_port()}",
-        f"--num-cpus={num_cpus}",
-        f"--num-gpus={num_gpus}",
-        "--disable-usage-stats",
-        *extra_args,
-    ]
-    if hostname:
-        hosts = os.path.join(state, f"hosts-{hostname}")
-        with open("/etc/hosts") as src, open(hosts, "w") as dst:
-            dst.write(src.read().rstrip("\n") + f"\n127.0.0.1 {hostname}\n")
-        setup = 'mount --bind "$1" /etc/hosts && hostname "$0" && shift && exec "$@"'
-        cmd = ["unshare", "--uts", "--mount", "sh", "-c", setup, hostname, hosts, *cmd]
-    run = subprocess.run(cmd, env=_ray_env(state, joinable=True), capture_output=True, text=True, timeout=timeout)
-    if run.returncode != 0:
-        raise RuntimeError(f"Could not join a Ray node:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
 
 
 def _cluster_pids(temp_dir: str) -> list[int]:
@@ -301,12 +257,11 @@ def _stop(state: str, timeout: float = 5.0) -> bool:
     return True
 
 
-def start_head(state: str, *, num_cpus: int, extra_args: tuple[str, ...] = (), joinable: bool = False) -> LocalCluster:
-    """A fresh head with its state in ``state`` (for tests that need a cluster of their own);
-    ``joinable``: on the machine's external address, for ``join_node``."""
+def start_head(state: str, *, num_cpus: int, extra_args: tuple[str, ...] = ()) -> LocalCluster:
+    """A fresh head with its state in ``state`` (for tests that need a cluster of their own)."""
     with _locked(state):
         _stop(state)
-        return _start(state, 120.0, num_cpus, extra_args, joinable)
+        return _start(state, 120.0, num_cpus, extra_args)
 
 
 def down(state: str | None = None) -> bool:

@@ -42,28 +42,17 @@ def run_in_cluster_env(code: str, *, env: dict | None = None, timeout: float = 3
     return done.stdout
 
 
-def start_head(
-    state: str, *, num_cpus: int, extra_args: tuple[str, ...] = (), joinable: bool = False, env: dict | None = None
-) -> dict:
+def start_head(state: str, *, num_cpus: int, extra_args: tuple[str, ...] = (), env: dict | None = None) -> dict:
     """A Ray head with its state in ``state``; its dashboard URL, GCS address and token. ``env`` is
     added to the environment its processes start with."""
     out = run_in_cluster_env(
         "import json; from airflow_provider_horovod import local\n"
-        f"c = local.start_head({state!r}, num_cpus={num_cpus}, extra_args={tuple(extra_args)!r}, "
-        f"joinable={joinable!r})\n"
+        f"c = local.start_head({state!r}, num_cpus={num_cpus}, extra_args={tuple(extra_args)!r})\n"
         "print('CLUSTER', json.dumps({'dashboard_url': c.dashboard_url, 'gcs_address': c.gcs_address, "
         "'token': c.token}))",
         env=env,
     )
     return json.loads(out.split("CLUSTER ", 1)[1])
-
-
-def join_node(state: str, head: dict, **kwargs) -> None:
-    run_in_cluster_env(
-        "from airflow_provider_horovod import local\n"
-        f"head = local.LocalCluster({head['dashboard_url']!r}, {head['gcs_address']!r}, '', {head['token']!r})\n"
-        f"local.join_node({state!r}, head, **{kwargs!r})"
-    )
 
 
 def down(state: str) -> None:

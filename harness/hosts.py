@@ -384,7 +384,9 @@ class Hosts:
         """Reachable from the root namespace (the tests, Airflow) as from the hosts."""
         return f"http://{self.hosts[0].address}:{DASHBOARD_PORT}"
 
-    def _ray(self, host: Host, *args: str, num_cpus: int, resources: dict | None, timeout: float) -> None:
+    def _ray(
+        self, host: Host, *args: str, num_cpus: int, resources: dict | None, timeout: float, num_gpus: int = 0
+    ) -> None:
         # Each node also holds one `host<i>` resource, so a test can pin a worker to a host.
         self.run(
             host,
@@ -394,7 +396,8 @@ class Hosts:
                 *args,
                 f"--node-ip-address={host.address}",
                 f"--num-cpus={num_cpus}",
-                "--num-gpus=0",
+                # GPUs the machine does not have: Ray schedules them and sets CUDA_VISIBLE_DEVICES all the same.
+                f"--num-gpus={num_gpus}",
                 f"--resources={json.dumps({f'host{host.index}': 1, **(resources or {})})}",
                 "--disable-usage-stats",
             ],
@@ -417,9 +420,18 @@ class Hosts:
             timeout=timeout,
         )
 
-    def join(self, host: Host, *, num_cpus: int = 2, resources: dict | None = None, timeout: float = 120) -> None:
+    def join(
+        self, host: Host, *, num_cpus: int = 2, num_gpus: int = 0, resources: dict | None = None, timeout: float = 120
+    ) -> None:
         """A Ray worker node on ``host``, joined to the head on host 1 (which must be up)."""
-        self._ray(host, f"--address={self.gcs_address}", num_cpus=num_cpus, resources=resources, timeout=timeout)
+        self._ray(
+            host,
+            f"--address={self.gcs_address}",
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            resources=resources,
+            timeout=timeout,
+        )
 
     def start_cluster(self, *, num_cpus: int = 2, timeout: float = 120) -> None:
         """A head on host 1 and a worker node on every other host; returns once all are alive."""

@@ -7,12 +7,14 @@
 #
 #   main      most of the tests, from Airflow's environment (the provider installed from its wheel)
 #   stack     the tests of one Airflow deployment (api-server, scheduler, dag-processor, triggerer on
-#             PostgreSQL) and of the Ray Train paths across nodes, from Airflow's environment
+#             PostgreSQL) and of both trainer APIs resuming a killed worker, from Airflow's environment
 #   cluster   the cluster side's own tests, in its environment (Ray, torch, Horovod)
 #   rayold    the oldest tested Ray minor (laid over the cluster's environment): its cluster-side probes
 #             and the operator's checks that depend on Ray's behaviour
-#   hosts     the multi-host tests (their own hosts, made of network namespaces, and their own cluster)
-#   oldest    the oldest supported Airflow's share
+#   hosts     the multi-host tests (their own hosts, made of network namespaces, and their own cluster):
+#             both trainer APIs across hosts, host loss, elastic resizing, GPU workers' devices
+#   oldest    the oldest supported Airflow's share, and the tests marked oldest_airflow_only (which
+#             the main run leaves out: other tests check their parts on the newest Airflow)
 #
 # Each run's output goes to .test-airflow/logs/<run>.log; a failed run's tail is printed. At the end:
 # each run's result, the total time and the slowest tests (wall, and the machine's CPU meanwhile).
@@ -30,7 +32,7 @@ stack_files="tests/integration/test_horovod_v2.py tests/integration/test_stack.p
 ray_layer=$(scripts/setup_ray_layer.sh) || exit 1
 
 declare -A commands=(
-  [main]="$airflow --basetemp=.test-airflow/pytest -m 'not cross_python' tests --ignore=tests/unit/runtime \
+  [main]="$airflow --basetemp=.test-airflow/pytest -m 'not cross_python and not oldest_airflow_only' tests --ignore=tests/unit/runtime \
     --ignore=tests/integration/test_multihost.py $(printf -- '--ignore=%s ' $stack_files)"
   [stack]="$airflow --basetemp=.test-airflow/pytest-stack -m 'not cross_python' $stack_files"
   [cluster]=".venv/bin/python -m pytest $pytest_args --basetemp=.test-airflow/pytest-cluster tests/unit/runtime"
@@ -39,7 +41,7 @@ declare -A commands=(
     --basetemp=.test-airflow/pytest-rayold -m ray_oldest tests/integration/test_ray_versions.py"
   [hosts]="$airflow --basetemp=.test-airflow/pytest-hosts tests/integration/test_multihost.py"
   [oldest]=".venv-airflow-oldest/bin/pytest $pytest_args --basetemp=.test-airflow/pytest-oldest \
-    -m 'oldest_airflow or cross_python' tests/integration"
+    -m 'oldest_airflow or oldest_airflow_only or cross_python' tests/integration"
 )
 # Longest first (wall seconds on this machine, two at a time): main ~1030, stack ~480, hosts ~190,
 # oldest ~190, rayold ~110, cluster ~15.

@@ -1,5 +1,5 @@
-"""Horovod on both trainer APIs (the provider's own V2 backend and Ray's legacy HorovodTrainer):
-across two Ray nodes with Horovod's cross ranks really used, and resuming after a worker is killed."""
+"""Horovod on both trainer APIs (the provider's own V2 backend and Ray's legacy HorovodTrainer): resuming
+after a worker is killed. Both across hosts, and GPU workers' devices: ``test_multihost.py``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import uuid
 
 import pytest
 
-from harness import cluster
 from harness.tasks import FakeTI, run_in_thread
 
 from .test_operator import make_operator
@@ -19,157 +18,6 @@ from .test_operator import make_operator
 pytestmark = pytest.mark.integration
 
 TRAINER_APIS = ["v2", "legacy"]
-TWO_NODE_CONN = "ray_two_nodes"
-
-
-@pytest.fixture(scope="module")
-def two_nodes(ray_cluster, tmp_path_factory):
-    """A cluster of its own: a head and a second node joined with `ray start --address` under a host
-    name of its own (as on a second machine), each with one `ahp_slot`, so two workers asking for a
-    slot each land on different nodes. The second node also declares two GPUs (Ray schedules them
-    and sets CUDA_VISIBLE_DEVICES though the machine has none)."""
-    from airflow_provider_horovod.hooks.ray import RayHook
-
-    state = str(tmp_path_factory.mktemp("two-nodes"))
-    slot = ("--resources", json.dumps({"ahp_slot": 1}))
-    head = cluster.start_head(state, num_cpus=2, extra_args=slot, joinable=True)
-    try:
-        cluster.join_node(state, head, num_cpus=2, num_gpus=2, extra_args=slot, hostname="ahp-second-node")
-        # With two clusters on one machine, Ray's state API (used by Train V2's placement-group
-        # cleaner) needs to be told which one is its own; the connection's default runtime_env does.
-        os.environ[f"AIRFLOW_CONN_{TWO_NODE_CONN.upper()}"] = cluster.connection(
-            head, extra={"runtime_env": {"env_vars": {"RAY_ADDRESS": head["gcs_address"]}}}
-        )
-        hook = RayHook(ray_conn_id=TWO_NODE_CONN)
-        deadline = time.monotonic() + 60
-        while hook.get_cluster_resources().get("ahp_slot", 0) < 2:
-            assert time.monotonic() < deadline, "the second node never joined"
-            time.sleep(1)
-        yield hook
-    finally:
-        os.environ.pop(f"AIRFLOW_CONN_{TWO_NODE_CONN.upper()}", None)
-        cluster.down(state)
-
-
-def allreduce_probe(config):
-    """Every rank contributes rank + 1; the ranks report what Horovod and Ray saw."""
-    import json
-    import os
-    import socket
-    import tempfile
-
-    import horovod.torch as hvd
-    import ray
-    import ray.train
-    import torch
-    from ray.train import Checkpoint
-
-    hvd.init()
-    summed = hvd.allreduce(torch.tensor([hvd.rank() + 1.0, 10.0 * (hvd.rank() + 1)]), op=hvd.Sum, name="probe")
-    averaged = hvd.allreduce(torch.tensor(float(hvd.rank())), op=hvd.Average, name="avg")
-    seen = hvd.allgather_object(
-        {
-            "rank": hvd.rank(),
-            "local_rank": hvd.local_rank(),
-            "cross_rank": hvd.cross_rank(),
-            "node_id": ray.get_runtime_context().get_node_id(),
-            "host": socket.gethostname(),
-            "world_rank": ray.train.get_context().get_world_rank(),
-        }
-    )
-    metrics = {
-        "sum": summed.tolist(),
-        "average": averaged.item(),
-        "size": hvd.size(),
-        "local_size": hvd.local_size(),
-        "cross_size": hvd.cross_size(),
-        "ranks": json.dumps(seen),
-    }
-    if hvd.rank() == 0:
-        with tempfile.TemporaryDirectory() as folder:
-            with open(os.path.join(folder, "probe.json"), "w") as f:
-                json.dump(metrics, f)
-            ray.train.report(metrics, checkpoint=Checkpoint.from_directory(folder))
-    else:
-        ray.train.report(metrics)
-
-
-@pytest.mark.parametrize("trainer_api", TRAINER_APIS)
-def test_horovod_across_two_nodes(two_nodes, tmp_path, trainer_api):
-    op = make_operator(
-        tmp_path,
-        train_fn=allreduce_probe,
-        trainer_api=trainer_api,
-        ray_conn_id=TWO_NODE_CONN,
-        resources_per_worker={"CPU": 1, "ahp_slot": 1},
-    )
-    ti = FakeTI(f"nodes-{trainer_api}-{uuid.uuid4().hex[:6]}")
-    result = op.execute({"ti": ti})
-    metrics = result["metrics"]
-    assert metrics["sum"] == [3.0, 30.0] and metrics["average"] == 0.5
-    assert (metrics["size"], metrics["local_size"], metrics["cross_size"]) == (2, 1, 2)
-    ranks = sorted(json.loads(metrics["ranks"]), key=lambda r: r["rank"])
-    assert len({r["node_id"] for r in ranks}) == 2  # one worker on each node
-    assert "ahp-second-node" in {r["host"] for r in ranks}
-    assert [(r["rank"], r["world_rank"], r["local_rank"], r["cross_rank"]) for r in ranks] == [
-        (0, 0, 0, 0),
-        (1, 1, 0, 1),
-    ]
-    assert result["world_size"] == 2 and result["trainer_api"] == trainer_api
-    assert os.path.isfile(os.path.join(result["checkpoint_uri"], "probe.json"))
-
-
-def gpu_visibility_probe(config):
-    """What each rank would hand to torch.cuda.set_device(hvd.local_rank()): the devices it sees."""
-    import json
-    import os
-    import tempfile
-
-    import horovod.torch as hvd
-    import ray
-    import ray.train
-    from ray.train import Checkpoint
-
-    hvd.init()
-    seen = hvd.allgather_object(
-        {
-            "rank": hvd.rank(),
-            "local_rank": hvd.local_rank(),
-            "visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-            "assigned": ray.get_runtime_context().get_accelerator_ids()["GPU"],
-            "node_id": ray.get_runtime_context().get_node_id(),
-        }
-    )
-    metrics = {"ranks": json.dumps(seen)}
-    if hvd.rank() == 0:
-        with tempfile.TemporaryDirectory() as folder:
-            with open(os.path.join(folder, "seen.json"), "w") as f:
-                json.dump(seen, f)
-            ray.train.report(metrics, checkpoint=Checkpoint.from_directory(folder))
-    else:
-        ray.train.report(metrics)
-
-
-def test_gpu_workers_of_a_node_each_see_all_its_gpus(two_nodes, tmp_path, trainer_api="v2"):
-    """Horovod pins one GPU per local rank, so every GPU worker of a node must see the node's GPUs
-    (not only the one Ray gave it), as Ray's own HorovodTrainer arranges (the provider's V2 backend
-    does it too; the legacy trainer is Ray's own code)."""
-    op = make_operator(
-        tmp_path,
-        train_fn=gpu_visibility_probe,
-        trainer_api=trainer_api,
-        ray_conn_id=TWO_NODE_CONN,
-        use_gpu=True,
-        resources_per_worker={"CPU": 1, "GPU": 1},
-    )
-    result = op.execute({"ti": FakeTI(f"gpus-{trainer_api}-{uuid.uuid4().hex[:6]}")})
-    ranks = sorted(json.loads(result["metrics"]["ranks"]), key=lambda r: r["rank"])
-    assert len({r["node_id"] for r in ranks}) == 1  # the node with the GPUs holds both workers
-    assert sorted(g for r in ranks for g in r["assigned"]) == ["0", "1"]  # one GPU each
-    for rank in ranks:
-        visible = rank["visible"].split(",")
-        assert sorted(visible) == ["0", "1"], ranks
-        assert rank["local_rank"] < len(visible)  # set_device(local_rank) has a device to pin
 
 
 def train_until_killed(config):

@@ -6,7 +6,7 @@ namespace's address of the hosts' network. The operator runs in this process, as
 would, against the head's dashboard.
 
 The tests share one cluster and run in order: the elastic test that loses host 2 leaves it down, the
-next one brings it back.
+next one brings it back; the last gives host 2 a Ray node with GPUs.
 """
 
 from __future__ import annotations
@@ -33,11 +33,13 @@ BUCKET = "multihost"
 
 def allreduce_probe(config):
     """``inits`` times hvd.init() (hvd.shutdown() between, as test suites and phased trainings do), an
-    allreduce checked after each; what every rank saw."""
+    allreduce checked after each; what every rank saw, Horovod's ranks and Ray's."""
     import os
     import socket
 
     import horovod.torch as hvd
+    import ray
+    import ray.train
     import torch
 
     for i in range(config["inits"]):
@@ -54,6 +56,9 @@ def allreduce_probe(config):
             "sum": summed.tolist(),
             "size": hvd.size(),
             "gloo_iface": os.environ.get("HOROVOD_GLOO_IFACE"),
+            "ranks": (hvd.rank(), ray.train.get_context().get_world_rank(), hvd.local_rank(), hvd.cross_rank()),
+            "sizes": (hvd.size(), hvd.local_size(), hvd.cross_size()),
+            "node_id": ray.get_runtime_context().get_node_id(),
         }
     )
     report_checkpoint(hvd.rank(), {"inits": config["inits"]})
@@ -220,12 +225,40 @@ def test_debian_hosts_with_differently_named_interfaces_train_without_horovod_ni
     result = operator(
         cluster, allreduce_probe, num_workers=2, resources_per_worker={"CPU": 2}, train_loop_config={"inits": 20}
     ).execute({"ti": ti})
+    ranks = one_rank_per_host(result)
+    assert (ranks["ahp-node1"]["gloo_iface"], ranks["ahp-node2"]["gloo_iface"]) == ("eth0", "ens5")
+    assert [s["reason"] for s in result["segments"]] == ["start"]
+
+
+def one_rank_per_host(result: dict) -> dict:
+    """The probe's ranks by host, checked: one rank on each host, the sums right, Horovod's cross ranks
+    used (local size 1, cross size 2) and its ranks Ray Train's world ranks; a checkpoint in S3."""
     ranks = {r["host"]: r for r in result["return_value"]}
     assert sorted(ranks) == ["ahp-node1", "ahp-node2"], result["return_value"]
-    assert all(r["sum"] == [3.0, 30.0] and r["size"] == 2 for r in ranks.values()), ranks
-    assert (ranks["ahp-node1"]["gloo_iface"], ranks["ahp-node2"]["gloo_iface"]) == ("eth0", "ens5")
-    assert result["world_size"] == 2 and [s["reason"] for s in result["segments"]] == ["start"]
+    assert len({r["node_id"] for r in ranks.values()}) == 2, ranks
+    assert all(r["sum"] == [3.0, 30.0] and r["sizes"] == [2, 1, 2] for r in ranks.values()), ranks
+    # (Horovod's rank, Ray Train's world rank, local rank, cross rank)
+    assert sorted(r["ranks"] for r in ranks.values()) == [[0, 0, 0, 0], [1, 1, 0, 1]], ranks
+    assert result["world_size"] == 2
     assert result["checkpoint_uri"].startswith(f"s3://{BUCKET}/runs/")
+    return ranks
+
+
+def test_rays_legacy_horovod_trainer_trains_across_the_hosts(cluster):
+    """trainer_api="legacy" (Ray's own HorovodTrainer, which picks Gloo's interface by itself): one rank
+    on each host, Horovod's cross ranks used, the checkpoint in S3."""
+    ensure_nodes(cluster, 2)
+    ti = FakeTI(f"legacy-{uuid.uuid4().hex[:6]}")
+    result = operator(
+        cluster,
+        allreduce_probe,
+        trainer_api="legacy",
+        num_workers=2,
+        resources_per_worker={"CPU": 2},
+        train_loop_config={"inits": 1},
+    ).execute({"ti": ti})
+    one_rank_per_host(result)
+    assert result["trainer_api"] == "legacy"
 
 
 def test_elastic_training_loses_a_host_and_finishes_smaller_from_its_checkpoint(cluster):
@@ -375,3 +408,52 @@ def test_hosts_that_cannot_connect_fail_saying_where_within_the_timeout(cluster)
     # rest is the job's start and end and the workers' start, which a loaded machine stretches (up to
     # 50 s measured, a full `make test` beside a busy-looping process). Bounded all the same: no hang.
     assert took < timeout_s + 60, took
+
+
+def gpu_visibility_probe(config):
+    """What each rank would hand to torch.cuda.set_device(hvd.local_rank()): the devices it sees."""
+    import os
+
+    import horovod.torch as hvd
+    import ray
+
+    hvd.init()
+    seen = hvd.allgather_object(
+        {
+            "rank": hvd.rank(),
+            "local_rank": hvd.local_rank(),
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+            "assigned": ray.get_runtime_context().get_accelerator_ids()["GPU"],
+            "node_id": ray.get_runtime_context().get_node_id(),
+        }
+    )
+    report_checkpoint(hvd.rank(), {"ranks": len(seen)})
+    return seen
+
+
+def test_gpu_workers_of_a_host_each_see_all_its_gpus(cluster):
+    """Horovod pins one GPU per local rank, so every GPU worker of a host must see the host's GPUs (not
+    only the one Ray gave it), as Ray's own HorovodTrainer arranges (the provider's V2 backend does it
+    too; the legacy trainer is Ray's own code). Host 2's node is replaced by one that declares two GPUs
+    (Ray schedules them and sets CUDA_VISIBLE_DEVICES though the machine has none)."""
+    from airflow_provider_horovod.hooks.ray import RayHook
+
+    ensure_nodes(cluster, 2)
+    # The old node is killed as a lost machine is; the GPU workers can only land on the new one.
+    cluster.stop_ray(cluster[1])
+    cluster.join(cluster[1], num_cpus=2, num_gpus=2)
+    hook = RayHook(ray_conn_id=CONN_ID)
+    wait_until(lambda: hook.get_cluster_resources().get("GPU", 0) >= 2, 60, "host 2's node with GPUs joining")
+    result = operator(
+        cluster,
+        gpu_visibility_probe,
+        num_workers=2,
+        use_gpu=True,
+        resources_per_worker={"CPU": 1, "GPU": 1},
+    ).execute({"ti": FakeTI(f"gpus-{uuid.uuid4().hex[:6]}")})
+    ranks = sorted(result["return_value"], key=lambda r: r["rank"])
+    assert len({r["node_id"] for r in ranks}) == 1, ranks  # the host with the GPUs holds both workers
+    assert sorted(g for r in ranks for g in r["assigned"]) == ["0", "1"], ranks  # one GPU each
+    for rank in ranks:
+        assert sorted(rank["visible"].split(",")) == ["0", "1"], ranks
+        assert rank["local_rank"] < 2  # set_device(local_rank) has a device to pin
