@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import types
+import uuid
 from pathlib import Path
 
 import pytest
@@ -328,9 +329,13 @@ def timeline_events(path: Path) -> list[dict]:
     return json.loads(text if text.endswith("]") else text + "]")
 
 
-def test_sensor_example_end_to_end(airflow_db, ray_cluster, ray_hook, tmp_path, capfd):
+def test_sensor_example_end_to_end(airflow_db, ray_cluster, ray_hook, moto_server, capfd):
+    """Its training checkpoints to S3 (moto), and its evaluation job loads the model from there."""
+    bucket = moto_server.make_bucket(f"ahp-sensor-{uuid.uuid4().hex[:8]}")
     before = {j["submission_id"] for j in ray_hook.list_jobs()}
-    run = dag_test("horovod_sensor_example", DAGS / "horovod_sensor_example.py", conf={"storage_path": str(tmp_path)})
+    run = dag_test(
+        "horovod_sensor_example", DAGS / "horovod_sensor_example.py", conf={"storage_path": f"s3://{bucket}/runs"}
+    )
     captured = capfd.readouterr()
     output = captured.out + captured.err
     assert run.state == "success", output[-6000:]
@@ -338,8 +343,10 @@ def test_sensor_example_end_to_end(airflow_db, ray_cluster, ray_hook, tmp_path, 
     checkpoints = set(re.findall(r"checkpoint: (\S+)", output))
     assert len(checkpoints) == 1, checkpoints
     (checkpoint,) = checkpoints
-    assert checkpoint.startswith(str(tmp_path)) and "/attempt-1/" in checkpoint
-    assert (Path(checkpoint) / "model.pt").is_file()
+    assert checkpoint.startswith(f"s3://{bucket}/runs/") and "/attempt-1/" in checkpoint
+    keys = [o["Key"] for o in moto_server.client().list_objects_v2(Bucket=bucket)["Contents"]]
+    assert checkpoint.split(f"s3://{bucket}/", 1)[1] + "/model.pt" in keys
+    assert any(k.endswith("result.json") for k in keys), keys
     assert float(output.split("holdout MSE: ", 1)[1].split()[0]) < 0.05
     # One training job; the sensor waited on it, deferred, rather than submitting anything.
     new = [j for j in ray_hook.list_jobs() if j["submission_id"] not in before]

@@ -89,8 +89,11 @@ def test_a_training_reports_its_data_its_checkpoint_and_its_run_after_a_deferral
     assert facet["metrics"] == result["metrics"] and "train_mse" in facet["metrics"]
     assert facet["attempts"] == 1 and facet["failedAttempts"] == []
     assert facet["submissionId"] == result["submission_id"]
-    if "cost" in result:  # the events leave out what is None
-        assert facet["cost"] == without_none(result["cost"])
+    # Deferred too, the cost comes from Ray's own times (the trigger's event carries them).
+    (spent,) = result["cost"]["attempts"]
+    assert not spent["failed"] and 0 < spent["queued_s"] < spent["wall_s"] and spent["worker_s"] > 0
+    assert facet["cost"] == without_none(result["cost"])  # the events leave out what is None
+    assert result["dashboard_url"].endswith("/#/jobs/" + result["submission_id"])
     # The start event already names the data read, before the job runs.
     start = [e for e in events if e["eventType"] == "START"][0]
     assert [(d["namespace"], d["name"]) for d in start["inputs"]] == data

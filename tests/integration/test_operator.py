@@ -1,10 +1,8 @@
-"""HorovodTrainOperator and RayJobTrigger against the real stack, from Airflow's own environment: a
-Ray head with token auth started from the cluster's environment, 2 Horovod workers over Gloo,
-checkpoints on S3 (moto). The sync operator on local disk and the sensor are run by the example
-DAGs' tests (test_dags.py).
-
-The DAG test trains for real; the in-process tests of the Airflow side (failure, kill, stop,
-re-attach) run quick real Ray jobs under the operator's own submission ids (``quick_jobs``)."""
+"""HorovodTrainOperator against the real stack, from Airflow's own environment: a Ray head with token
+auth started from the cluster's environment. The in-process tests of the Airflow side (failure, kill,
+stop, re-attach) run quick real Ray jobs under the operator's own submission ids (``quick_jobs``).
+Real trainings through the operator: deferred in the lineage test (test_lineage.py), to S3 with the
+sensor example (test_dags.py), and in the tests of failures, tracking and a busy cluster."""
 
 from __future__ import annotations
 
@@ -15,46 +13,12 @@ from pathlib import Path
 
 import pytest
 import structlog.testing
-from support.airflow_cli import TEST_DAGS, dag_test, tagged_json
 
 from airflow_provider_horovod.exceptions import InfrastructureError, RayJobError
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
 from harness.tasks import FakeTI, StateStore, jobs_of, run_in_thread, slow_train, wait_for_status
 
 pytestmark = pytest.mark.integration
-
-RESULT_KEYS = {"checkpoint_uri", "metrics", "submission_id", "dashboard_url", "storage_uri", "world_size"}
-
-
-def check_trained(output: str, storage_prefix: str) -> dict:
-    (evaluation,) = tagged_json(output, "AHP_EVAL")
-    result = evaluation["result"]
-    assert RESULT_KEYS <= set(result)
-    assert result["checkpoint_uri"].startswith(storage_prefix)
-    assert result["world_size"] == 2
-    assert result["dashboard_url"].endswith("/#/jobs/" + result["submission_id"])
-    # The quickstart learns: the holdout error of the trained model is small.
-    assert evaluation["mse"] < 0.05, evaluation
-    return result
-
-
-def test_deferred_operator_trains_to_s3(ray_cluster, moto_server, airflow_db, capfd):
-    bucket = f"ahp-{uuid.uuid4().hex[:8]}"
-    moto_server.make_bucket(bucket)
-    run = dag_test(
-        "ahp_train_deferred", TEST_DAGS / "provider_test_dags.py", conf={"storage_path": f"s3://{bucket}/runs"}
-    )
-    captured = capfd.readouterr()
-    output = captured.out + captured.err
-    assert run.state == "success", output[-8000:]
-    assert "[ray] " in output  # the trigger streamed the job's log
-    result = check_trained(output, f"s3://{bucket}/runs/")
-    # Deferred too, the cost comes from Ray's own times (the trigger's event carries them).
-    (spent,) = result["cost"]["attempts"]
-    assert not spent["failed"] and 0 < spent["queued_s"] < spent["wall_s"] and spent["worker_s"] > 0
-    keys = [o["Key"] for o in moto_server.client().list_objects_v2(Bucket=bucket)["Contents"]]
-    assert any(k.endswith("result.json") for k in keys) and any("/checkpoint_" in k for k in keys)
-    assert result["checkpoint_uri"].split(f"s3://{bucket}/", 1)[1] in {k.rsplit("/", 1)[0] for k in keys}
 
 
 # --- in-process: a task's operator driven directly, with the real cluster -----------------------
