@@ -1,7 +1,7 @@
 """Why did the 2 a.m. retraining fail: each failed attempt gets its class, a user's bug fails once (by
 Airflow and by Ray Train), a lost driver is retried unless the task's Airflow 3.3 retry_policy says
 otherwise, and the reason outlives the cluster. Real Ray heads, real Horovod over Gloo, Airflow's
-own retries through ``airflow dags test``."""
+own retries through ``dag.test()`` (what ``airflow dags test`` runs, here in the test's process)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from support.airflow_cli import dags_test
+from support.airflow_cli import dag_test
 
 from airflow_provider_horovod.contract import ResultRecord, TaskRun, result_uri
 from harness import cluster
@@ -40,7 +40,7 @@ def jobs_of_dag(hook, dag_id: str) -> list[dict]:
 
 
 def test_a_users_bug_on_one_rank_runs_one_job_one_worker_group_and_fails_after_one_try(
-    airflow_db, ray_cluster, ray_hook, tmp_path
+    airflow_db, ray_cluster, ray_hook, tmp_path, capfd
 ):
     """Rank 1 divides by zero right after its third report: one try, one worker group, the answer in
     the task log; the failed attempt's record and the live history the Training view reads hold all
@@ -48,9 +48,10 @@ def test_a_users_bug_on_one_rank_runs_one_job_one_worker_group_and_fails_after_o
     from airflow_provider_horovod.plugins.data import Storage, read_attempt
 
     dag_id = "ahp_bug_on_one_rank"
-    run = dags_test(dag_id, conf={"storage_path": str(tmp_path)}, timeout=400)
-    output = run.stdout + run.stderr
-    assert run.returncode != 0, output[-3000:]
+    run = dag_test(dag_id, DAG_FILE, conf={"storage_path": str(tmp_path)})
+    captured = capfd.readouterr()
+    output = captured.out + captured.err
+    assert run.state == "failed", output[-3000:]
     assert task_instances(dag_id) == [("train", "failed", 1)]  # retries=3, max_failures=2: one try
     (job,) = jobs_of_dag(ray_hook, dag_id)
     log = ray_hook.get_job_logs(job["submission_id"])
@@ -103,15 +104,16 @@ def own_head(tmp_path_factory, moto_server):
 
 
 def test_a_retry_policy_on_the_infrastructure_class_is_honoured_and_the_reason_outlives_the_cluster(
-    airflow_db, own_head, tmp_path
+    airflow_db, own_head, tmp_path, monkeypatch, capfd
 ):
     pytest.importorskip("airflow.sdk.definitions.retry_policy", reason="Airflow 3.3 has retry_policy")
     state, head = own_head
     dag_id = "ahp_retry_policy"
-    env = {"AIRFLOW_CONN_RAY_DEFAULT": cluster.connection(head)}
-    run = dags_test(dag_id, conf={"storage_path": str(tmp_path)}, env=env, timeout=300)
-    output = run.stdout + run.stderr
-    assert run.returncode != 0, output[-3000:]
+    monkeypatch.setenv("AIRFLOW_CONN_RAY_DEFAULT", cluster.connection(head))
+    run = dag_test(dag_id, DAG_FILE, conf={"storage_path": str(tmp_path)})
+    captured = capfd.readouterr()
+    output = captured.out + captured.err
+    assert run.state == "failed", output[-3000:]
     # Without the policy the killed driver (infrastructure) would be retried twice more.
     assert task_instances(dag_id) == [("lost", "failed", 1)], output[-3000:]
     assert "this team retries lost nodes by hand" in output
