@@ -72,6 +72,7 @@ def chromium():
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        launched.ahp_sessions = {}  # (server, colour scheme) -> its browser context (open_page)
         try:
             yield launched
         finally:
@@ -84,14 +85,22 @@ def browser(chromium):
     while open: a page left open keeps a core's fraction busy for the rest of the run)."""
     yield chromium
     for context in chromium.contexts:
-        context.close()
+        for page in context.pages:
+            page.close()
 
 
 def open_page(browser, url: str, *, scheme: str = "light", height: int = 1000, only_under: str | None = None):
-    """``only_under``: a sub-path (``/airflow``); requests outside it are refused, as the proxy in front of
-    a deployment under it does (and listed in ``page.refused``)."""
-    context = browser.new_context(viewport={"width": 1400, "height": height}, color_scheme=scheme)
+    """A new page of the browser's session with the URL's server in ``scheme``, as a user's browser keeps
+    one: signed in once, Airflow's UI from its cache after the first page. ``only_under``: a sub-path
+    (``/airflow``); requests outside it are refused, as the proxy in front of a deployment under it does
+    (and listed in ``page.refused``)."""
+    origin = "{0.scheme}://{0.netloc}".format(urlsplit(url))
+    context = browser.ahp_sessions.get((origin, scheme))
+    signing_in = context is None
+    if signing_in:
+        context = browser.ahp_sessions[origin, scheme] = browser.new_context(color_scheme=scheme)
     page = context.new_page()
+    page.set_viewport_size({"width": 1400, "height": height})
     errors: list[str] = []
     page.on("pageerror", lambda err: errors.append(str(err)))
     page.errors = errors
@@ -106,7 +115,10 @@ def open_page(browser, url: str, *, scheme: str = "light", height: int = 1000, o
                 page.refused.append(route.request.url)
                 route.abort()
 
-        context.route("**/*", proxy)
+        page.route("**/*", proxy)
+    if not signing_in:
+        page.goto(url, wait_until="networkidle")
+        return page
     # Airflow 3.1 sends a new session to its home page after the login: the page is opened after it,
     # once the login has set the session's token (a loaded machine reaches networkidle before). With
     # every user an admin, Airflow 3.3 sets no token and answers the UI's "who am I" at once.
