@@ -233,15 +233,28 @@ def _cluster_pids(temp_dir: str) -> list[int]:
     return pids
 
 
+def _is_gcs(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"gcs_server" in f.read()
+    except OSError:
+        return False
+
+
 def end_cluster(temp_dir: str, timeout: float = 5.0) -> None:
-    """End the Ray cluster whose temp folder is ``temp_dir`` and no other (SIGTERM, then SIGKILL)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in _cluster_pids(temp_dir):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + (timeout if sig == signal.SIGTERM else 5)
-        while _cluster_pids(temp_dir) and time.monotonic() < deadline:
-            time.sleep(0.2)
+    """End the Ray cluster whose temp folder is ``temp_dir`` and no other (SIGTERM, then SIGKILL), its
+    GCS last. Signalled together with the processes that report to it, the GCS and the autoscaler's
+    monitor outlived the SIGTERM by over 15 s; the others first, then the GCS, all ended within a second."""
+    for pids_of in (lambda: [p for p in _cluster_pids(temp_dir) if not _is_gcs(p)], lambda: _cluster_pids(temp_dir)):
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in pids_of():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + (timeout if sig == signal.SIGTERM else 5)
+            while pids_of() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if not pids_of():
+                break
 
 
 def _stop(state: str, timeout: float = 5.0) -> bool:
