@@ -302,6 +302,34 @@ def test_elastic_training_loses_a_host_and_finishes_smaller_from_its_checkpoint(
     assert 0 < value["resumed_at"] < steps, value  # from a checkpoint, not from scratch
 
 
+def test_elastic_training_grows_when_a_host_returns(cluster):
+    """(2, 4) with host 2 gone: starts at 2 on host 1; host 2 comes back; at the next look (every 3 s
+    here) Horovod restarts at 4 from the last checkpoint and finishes with the right total."""
+    ensure_nodes(cluster, 1)
+    ti = FakeTI(f"grow-{uuid.uuid4().hex[:6]}")
+    steps = 24
+    op = operator(
+        cluster,
+        elastic_train,
+        num_workers=[2, 4],
+        elastic_resize_monitor_interval_s=3,
+        train_loop_config={"steps": steps, "step_s": 0.5},
+    )
+    thread, outcome = run_in_thread(op, {"ti": ti})
+    wait_until(lambda: groups_started(ti), 120, "the first group", outcome)
+    wait_until(lambda: checkpoints_written(ti) >= 2, 60, "two checkpoints at 2", outcome)
+    cluster.join(cluster[1], num_cpus=2)
+    thread.join(150)
+    assert not thread.is_alive(), "the training did not finish"
+    if "error" in outcome:
+        raise outcome["error"]
+    result = outcome["result"]
+    assert [(s["world_size"], s["reason"]) for s in result["segments"]] == [(2, "start"), (4, "grow")], result
+    value = result["return_value"]
+    assert result["world_size"] == 4 and value["size"] == 4 and value["total"] == steps, value
+    assert 0 < value["resumed_at"] < steps, value
+
+
 def test_a_fixed_size_training_that_loses_a_host_fails_as_infrastructure_and_its_retry_resumes(cluster):
     """Two ranks of 2 CPUs, one per host, max_failures=0: host 2's machine goes away (SIGKILL, nothing
     graceful); the attempt fails at once as infrastructure, not after a timeout; with host 2 back, the
@@ -338,34 +366,6 @@ def test_a_fixed_size_training_that_loses_a_host_fails_as_infrastructure_and_its
     assert result["attempt"] == 2 and [a["failure_class"] for a in result["attempts"]] == ["infrastructure"]
     value = result["return_value"]
     assert value["total"] == steps == value["steps"] and 0 < value["resumed_at"] < steps, value
-
-
-def test_elastic_training_grows_when_a_host_returns(cluster):
-    """(2, 4) with host 2 gone: starts at 2 on host 1; host 2 comes back; at the next look (every 3 s
-    here) Horovod restarts at 4 from the last checkpoint and finishes with the right total."""
-    ensure_nodes(cluster, 1)
-    ti = FakeTI(f"grow-{uuid.uuid4().hex[:6]}")
-    steps = 24
-    op = operator(
-        cluster,
-        elastic_train,
-        num_workers=[2, 4],
-        elastic_resize_monitor_interval_s=3,
-        train_loop_config={"steps": steps, "step_s": 0.5},
-    )
-    thread, outcome = run_in_thread(op, {"ti": ti})
-    wait_until(lambda: groups_started(ti), 120, "the first group", outcome)
-    wait_until(lambda: checkpoints_written(ti) >= 2, 60, "two checkpoints at 2", outcome)
-    cluster.join(cluster[1], num_cpus=2)
-    thread.join(150)
-    assert not thread.is_alive(), "the training did not finish"
-    if "error" in outcome:
-        raise outcome["error"]
-    result = outcome["result"]
-    assert [(s["world_size"], s["reason"]) for s in result["segments"]] == [(2, "start"), (4, "grow")], result
-    value = result["return_value"]
-    assert result["world_size"] == 4 and value["size"] == 4 and value["total"] == steps, value
-    assert 0 < value["resumed_at"] < steps, value
 
 
 def test_hosts_that_cannot_connect_fail_saying_where_within_the_timeout(cluster):

@@ -62,6 +62,9 @@ def mlflow_server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("mlflow")
     port = free_port()
     log = open(folder / "server.log", "wb")
+    # Tracking only: MLflow 3's job execution (GenAI scorers, periodic tasks) would start a job runner
+    # and ten huey consumers, each importing mlflow, about 30 CPU-s that no test here uses.
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     server = subprocess.Popen(
         [
             str(mlflow),
@@ -80,6 +83,7 @@ def mlflow_server(tmp_path_factory):
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        env=env,
     )
     uri = f"http://127.0.0.1:{port}"
     try:

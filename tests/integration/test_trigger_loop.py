@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -36,6 +37,9 @@ from support.loop_watch import watched
 import airflow.jobs.triggerer_job_runner  # what a triggerer has loaded before it runs a trigger
 
 sids, threshold = json.loads(sys.argv[1]), float(sys.argv[2])
+# Loaded as a triggerer is before its first trigger: the test loads the machine, then says go.
+print("AHP_READY", flush=True)
+sys.stdin.readline()
 
 
 async def main():
@@ -88,29 +92,29 @@ def test_a_hundred_triggers_never_block_their_loop_on_a_loaded_machine(ray_hook,
     # The loop's console goes to files, as a triggerer's logs do: a pipe to this process (9 MB of lines)
     # would block the loop's writes whenever this process waits for a CPU, the test's stall, not a trigger's.
     out, err = tmp_path / "loop.out", tmp_path / "loop.err"
-    burners = burn()
+    burners = []
+    with out.open("w") as stdout, err.open("w") as stderr:
+        loop = subprocess.Popen(
+            [sys.executable, "-c", LOOP, json.dumps(sids), str(THRESHOLD_S), TESTS],
+            stdin=subprocess.PIPE,
+            stdout=stdout,
+            stderr=stderr,
+            text=True,
+            env=os.environ,
+        )
     try:
-        with out.open("w") as stdout, err.open("w") as stderr:
-            done = subprocess.run(
-                [
-                    sys.executable,
-                    "-c",
-                    LOOP,
-                    json.dumps(sids),
-                    str(THRESHOLD_S),
-                    TESTS,
-                ],
-                stdout=stdout,
-                stderr=stderr,
-                timeout=300,
-                env=os.environ,
-            )
+        # The cores are kept busy from the loop's start, not through the interpreter's imports before it.
+        deadline = time.monotonic() + 120
+        while "AHP_READY" not in out.read_text() and loop.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        burners = burn()
+        loop.communicate("go\n", timeout=300)
     finally:
-        for burner in burners:
-            burner.kill()
-            burner.wait()
+        for process in (loop, *burners):
+            process.kill()
+            process.wait()
     written = out.read_text() + err.read_text()
-    assert done.returncode == 0, err.read_text()[-3000:]
+    assert loop.returncode == 0, err.read_text()[-3000:]
     (line,) = [ln for ln in out.read_text().splitlines() if ln.startswith("AHP_LOOP ")]
     seen = json.loads(line.split(" ", 1)[1])
     assert seen["outcomes"] == ["success"] * len(sids) and set(seen["statuses"]) == {"SUCCEEDED"}
