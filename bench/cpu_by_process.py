@@ -46,7 +46,8 @@ KINDS = (  # (kind, a pattern of the command line), first match wins
     ("moto s3", r"moto"),
     ("mlflow", r"mlflow"),
     ("horovodrun, mpirun, gloo", r"horovodrun|mpirun"),
-    ("compilers", r"cc1|ld |g\+\+|gcc|nvcc"),
+    # By the program's own name: a Python script's text may hold "ld " ("threshold = ") or "gcc".
+    ("compilers", r"^(\S*/)?([\w.-]+-)?(cc1|cc1plus|collect2|ld(\.\w+)?|as|g\+\+|gcc|cc|nvcc)( |$)"),
 )
 ACTOR = re.compile(r"^ray::([A-Za-z_][\w.]*)")
 
