@@ -241,20 +241,25 @@ def _is_gcs(pid: int) -> bool:
         return False
 
 
+def _end(pids_of, timeout: float) -> None:
+    """SIGTERM the processes ``pids_of()`` lists, SIGKILL those left after ``timeout``."""
+    for sig, wait_s in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        for pid in pids_of():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait_s
+        while pids_of() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not pids_of():
+            return
+
+
 def end_cluster(temp_dir: str, timeout: float = 5.0) -> None:
     """End the Ray cluster whose temp folder is ``temp_dir`` and no other (SIGTERM, then SIGKILL), its
     GCS last. Signalled together with the processes that report to it, the GCS and the autoscaler's
     monitor outlived the SIGTERM by over 15 s; the others first, then the GCS, all ended within a second."""
-    for pids_of in (lambda: [p for p in _cluster_pids(temp_dir) if not _is_gcs(p)], lambda: _cluster_pids(temp_dir)):
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in pids_of():
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, sig)
-            deadline = time.monotonic() + (timeout if sig == signal.SIGTERM else 5)
-            while pids_of() and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if not pids_of():
-                break
+    _end(lambda: [p for p in _cluster_pids(temp_dir) if not _is_gcs(p)], timeout)
+    _end(lambda: _cluster_pids(temp_dir), timeout)
 
 
 def _stop(state: str, timeout: float = 5.0) -> bool:
