@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from support.browser import chromium
 
 from airflow_provider_horovod.contract import SYNC_WAIT_BEFORE_DEFER_S, TaskRun
 from harness.tasks import jobs_of, wait_for_status
@@ -144,29 +145,12 @@ def test_marking_a_deferred_task_failed_stops_its_job_within_15_s(stack, ray_hoo
 
 # --- the UI, in a real browser -------------------------------------------------------------------
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
-
 
 @pytest.fixture(scope="module")
 def page(stack):
-    from playwright.sync_api import sync_playwright
-
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            context = browser.new_context(viewport={"width": 1400, "height": 900})
-            yield context.new_page()
-        finally:
-            browser.close()
+    with chromium() as browser:
+        yield browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
 
 
 def test_the_connection_form_shows_the_ray_fields_in_reading_order_with_switches(stack, page):

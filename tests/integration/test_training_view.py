@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from playwright.sync_api import Error as PlaywrightError
+from support.browser import chromium
 
 from airflow_provider_horovod.contract import TaskRun
 from harness.ports import free_port
@@ -29,15 +30,6 @@ REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "docs" / "screenshots"
 TRAINING, HISTORY = "ahp_stack_view_training", "ahp_stack_view_history"
 HISTORY_DAYS = ("2026-11-01", "2026-11-02", "2026-11-03")
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 VIEW = "[data-testid=training-view]"
 # The oldest supported Airflow runs the tests marked oldest_airflow too: its screenshots apart from
 # those of the Airflow the project is tested with first (scripts/versions.env).
@@ -66,25 +58,19 @@ def runs(stack, history_runs):
 
 
 @pytest.fixture(scope="module")
-def chromium():
-    from playwright.sync_api import sync_playwright
-
+def browser_session():
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    with chromium() as launched:
         launched.ahp_sessions = {}  # (server, colour scheme) -> its browser context (open_page)
-        try:
-            yield launched
-        finally:
-            launched.close()
+        yield launched
 
 
 @pytest.fixture
-def browser(chromium):
+def browser(browser_session):
     """The module's browser; the pages a test opened are closed after it (Airflow's UI and the views poll
     while open: a page left open keeps a core's fraction busy for the rest of the run)."""
-    yield chromium
-    for context in chromium.contexts:
+    yield browser_session
+    for context in browser_session.contexts:
         for page in context.pages:
             page.close()
 
