@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_provider_horovod.contract import AttemptCost, Cost
+from airflow_provider_horovod.documents import AttemptCost, Cost
 
 # The figures that add up over attempts.
 SUMMED = ("wall_s", "queued_s", "held_s", "worker_s", "cpu_s", "gpu_s")

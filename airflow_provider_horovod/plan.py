@@ -31,15 +31,13 @@ from airflow_provider_horovod.contract import (
     PAYLOAD_PREFIX,
     SPEC_FILE,
     JobKind,
-    JobSpec,
     TaskRun,
-    TaskSpec,
     TrainerApi,
-    TrainingSpec,
     attempt_uri,
     default_storage_path,
     python_minor,
 )
+from airflow_provider_horovod.documents import JobSpec, TaskSpec, TrainingSpec
 from airflow_provider_horovod.functions import ship_function
 
 RUNTIME_ENTRYPOINT = "airflow_provider_horovod.runtime.entrypoint"

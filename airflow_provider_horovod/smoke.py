@@ -24,7 +24,8 @@ import math
 from typing import Any
 
 from airflow_provider_horovod import checks
-from airflow_provider_horovod.contract import SMOKE_ROWS, SMOKE_RUN_ENV, TrainingSpec
+from airflow_provider_horovod.contract import SMOKE_ROWS, SMOKE_RUN_ENV
+from airflow_provider_horovod.documents import TrainingSpec
 from airflow_provider_horovod.plan import JobPlan
 
 CONFIG_SECTION = "horovod"

@@ -127,7 +127,8 @@ def run_entrypoint(
     train_fn, config: dict, *, trainer_api: str, num_workers: int, storage: str, name: str, address: str
 ) -> tuple[dict, str, float]:
     """Run the provider's job entrypoint as the Ray job would; (result record, output, wall seconds)."""
-    from airflow_provider_horovod.contract import ResultRecord, TaskRun
+    from airflow_provider_horovod.contract import TaskRun
+    from airflow_provider_horovod.documents import ResultRecord
     from airflow_provider_horovod.plan import training_plan
 
     # HorovodTrainOperator's parameters as its plan gets them, each checked (no Airflow on the GPU machine).

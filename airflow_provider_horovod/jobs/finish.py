@@ -23,15 +23,12 @@ from airflow_provider_horovod.contract import (
     META_RESULT_URI,
     META_WORKER_RESOURCES,
     XCOM_CHECKPOINT_URI,
-    Cost,
     JobKind,
-    ResultRecord,
-    TaskRecord,
     attempt_of_record,
     consumed_uri,
     job_tags_of,
-    training_result,
 )
+from airflow_provider_horovod.documents import Cost, ResultRecord, TaskRecord, training_result
 from airflow_provider_horovod.exceptions import JobFailure, TrainingResultError, UserCodeError
 
 if TYPE_CHECKING:

@@ -17,13 +17,12 @@ from airflow_provider_horovod.checks import check_ray_features
 from airflow_provider_horovod.contract import (
     SESSION_FILE,
     JobStatus,
-    SubmittedJob,
-    TaskRecord,
     attempt_uri,
     consumed_uri,
     result_uri,
     submitted_uri,
 )
+from airflow_provider_horovod.documents import SubmittedJob, TaskRecord
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobPendingTimeoutError, TaskKilledError
 
 if TYPE_CHECKING:

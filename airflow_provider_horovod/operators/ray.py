@@ -26,9 +26,9 @@ from airflow_provider_horovod.contract import (
     XCOM_LOG_CURSOR,
     XCOM_SUBMISSION_ID,
     JobStatus,
-    SubmittedJob,
     TaskRun,
 )
+from airflow_provider_horovod.documents import SubmittedJob
 from airflow_provider_horovod.exceptions import HorovodProviderError, TaskKilledError
 from airflow_provider_horovod.hooks.ray import RayHook, WithRayHook
 from airflow_provider_horovod.links.ray import RayJobLink

@@ -27,17 +27,13 @@ from airflow_provider_horovod.contract import (
     ERROR_MARK,
     RESULT_MARK,
     JobKind,
-    JobSpec,
     JobStatus,
-    ResultRecord,
-    TaskRecord,
-    TaskSpec,
-    TrainingSpec,
     check_ray_version,
     python_minor,
     timings,
     untested_ray_version,
 )
+from airflow_provider_horovod.documents import JobSpec, ResultRecord, TaskRecord, TaskSpec, TrainingSpec
 from airflow_provider_horovod.failures import Failure, FailureClass
 from airflow_provider_horovod.runtime import ray_compat
 from airflow_provider_horovod.runtime.ray_compat import RayIncompatibleError

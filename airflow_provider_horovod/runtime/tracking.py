@@ -23,7 +23,8 @@ import re
 import urllib.parse
 from typing import Any
 
-from airflow_provider_horovod.contract import MLFLOW_AUTH_FILE, TrainingSpec
+from airflow_provider_horovod.contract import MLFLOW_AUTH_FILE
+from airflow_provider_horovod.documents import TrainingSpec
 
 # The tag a task run's MLflow run is found by: the task run's submission id stem (contract.TaskRun.base_id).
 TASK_RUN_TAG = "airflow_provider_horovod.task_run"

@@ -16,12 +16,11 @@ from airflow_provider_horovod.contract import (
     SEGMENT_FAILURE,
     SEGMENT_START,
     WORKER_GROUP_REASON_ENV,
-    ResultRecord,
     TrainerApi,
-    TrainingSpec,
     required_positional,
     timings,
 )
+from airflow_provider_horovod.documents import ResultRecord, TrainingSpec
 from airflow_provider_horovod.runtime import ray_compat, smoke
 from airflow_provider_horovod.runtime.storage import (
     HISTORY,

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from support.airflow_cli import dag_test
 
-from airflow_provider_horovod.contract import ResultRecord, TaskRun, result_uri
+from airflow_provider_horovod.contract import TaskRun, result_uri
+from airflow_provider_horovod.documents import ResultRecord
 from harness import cluster
 from harness.tasks import FakeTI
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from airflow_provider_horovod import checks
-from airflow_provider_horovod.contract import TrainingSpec
+from airflow_provider_horovod.documents import TrainingSpec
 from airflow_provider_horovod.exceptions import InvalidParameterError
 
 SECRET = "s3cr3t-value-0123"

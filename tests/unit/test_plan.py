@@ -21,9 +21,8 @@ from airflow_provider_horovod.contract import (
     MLFLOW_AUTH_FILE,
     SPEC_FILE,
     TaskRun,
-    TaskSpec,
-    TrainingSpec,
 )
+from airflow_provider_horovod.documents import TaskSpec, TrainingSpec
 from airflow_provider_horovod.exceptions import InvalidParameterError
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
 from airflow_provider_horovod.operators.ray import RayTaskOperator

@@ -26,7 +26,7 @@ NOT_MIRRORED = {
 # Who may import whom: a module imports only modules of its own layer or of lower ones. The
 # runtime is a tower of its own beside the Airflow side, on the contract.
 LAYERS = [
-    ["exceptions", "contract", "failures", "local_files"],
+    ["exceptions", "contract", "documents", "failures", "local_files"],
     [
         "checks",
         "functions",
@@ -48,7 +48,7 @@ LAYERS = [
     ["operators/ray", "operators/horovod", "sensors/ray"],
     ["decorators/horovod", "decorators/ray", "plugins/*"],
 ]
-RUNTIME_MAY_IMPORT = {"contract", "exceptions", "failures", "local_files"}
+RUNTIME_MAY_IMPORT = {"contract", "documents", "exceptions", "failures", "local_files"}
 CLUSTER_LIBRARIES = {
     "ray",
     "torch",

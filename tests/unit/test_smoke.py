@@ -9,15 +9,8 @@ import logging
 import pytest
 
 from airflow_provider_horovod import smoke
-from airflow_provider_horovod.contract import (
-    META_SMOKE_RUN,
-    SMOKE_ROWS,
-    SMOKE_RUN_ENV,
-    SPEC_FILE,
-    TaskRun,
-    TaskSpec,
-    TrainingSpec,
-)
+from airflow_provider_horovod.contract import META_SMOKE_RUN, SMOKE_ROWS, SMOKE_RUN_ENV, SPEC_FILE, TaskRun
+from airflow_provider_horovod.documents import TaskSpec, TrainingSpec
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobPendingTimeoutError
 from airflow_provider_horovod.jobs.submit import start
 from airflow_provider_horovod.jobs.wait import WaitPolicy

@@ -3,7 +3,7 @@ import sys
 import time
 
 from airflow_provider_horovod import failures
-from airflow_provider_horovod.contract import ResultRecord, TrainingSpec
+from airflow_provider_horovod.documents import ResultRecord, TrainingSpec
 from airflow_provider_horovod.runtime.entrypoint import report_failure
 from airflow_provider_horovod.runtime.storage import _fs, read_payload, write_record
 

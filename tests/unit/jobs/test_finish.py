@@ -16,11 +16,11 @@ from airflow_provider_horovod.contract import (
     META_TAGS,
     META_WORKER_RESOURCES,
     XCOM_CHECKPOINT_URI,
-    ResultRecord,
     consumed_uri,
     result_uri,
     worker_groups_uri,
 )
+from airflow_provider_horovod.documents import ResultRecord
 from airflow_provider_horovod.exceptions import (
     CapacityError,
     ConfigurationError,
@@ -451,7 +451,7 @@ def test_a_job_that_is_not_the_providers():
 
 
 def test_a_task_job_returns_its_functions_value(tmp_path):
-    from airflow_provider_horovod.contract import TaskRecord
+    from airflow_provider_horovod.documents import TaskRecord
 
     run = Run(tmp_path)
     record = TaskRecord(

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from airflow_provider_horovod.contract import SPEC_FILE, TaskRun, TrainingSpec, consumed_uri, result_uri, submitted_uri
+from airflow_provider_horovod.contract import SPEC_FILE, TaskRun, consumed_uri, result_uri, submitted_uri
+from airflow_provider_horovod.documents import TrainingSpec
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobPendingTimeoutError, TaskKilledError
 from airflow_provider_horovod.jobs.submit import Attempt, find_attempt, start, submit
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator

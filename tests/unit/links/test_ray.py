@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 from airflow.sdk.bases.xcom import BaseXCom
 
-from airflow_provider_horovod.contract import SubmittedJob
+from airflow_provider_horovod.documents import SubmittedJob
 from airflow_provider_horovod.links.ray import RayJobLink
 from airflow_provider_horovod.operators.ray import push_job
 from unit.fakes import FakeTI

@@ -26,11 +26,10 @@ from airflow_provider_horovod.contract import (
     XCOM_JOB,
     XCOM_LOG_CURSOR,
     XCOM_SUBMISSION_ID,
-    ResultRecord,
     TaskRun,
-    TrainingSpec,
     attempt_uri,
 )
+from airflow_provider_horovod.documents import ResultRecord, TrainingSpec
 from airflow_provider_horovod.exceptions import (
     InfrastructureError,
     InvalidParameterError,

@@ -12,15 +12,8 @@ import cloudpickle
 import pytest
 
 from airflow_provider_horovod import checks, functions, plan
-from airflow_provider_horovod.contract import (
-    META_KIND,
-    META_RESOURCES,
-    SPEC_FILE,
-    XCOM_SUBMISSION_ID,
-    TaskRecord,
-    TaskRun,
-    TaskSpec,
-)
+from airflow_provider_horovod.contract import META_KIND, META_RESOURCES, SPEC_FILE, XCOM_SUBMISSION_ID, TaskRun
+from airflow_provider_horovod.documents import TaskRecord, TaskSpec
 from airflow_provider_horovod.exceptions import InvalidParameterError, UserCodeError
 from airflow_provider_horovod.failures import Failure, FailureClass
 from airflow_provider_horovod.hooks.ray import RayHook

@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from airflow_provider_horovod import failures
-from airflow_provider_horovod.contract import ResultRecord, TaskRecord, TaskRun, TaskSpec, TrainingSpec
+from airflow_provider_horovod.contract import TaskRun
+from airflow_provider_horovod.documents import ResultRecord, TaskRecord, TaskSpec, TrainingSpec
 from airflow_provider_horovod.failures import FailureClass
 from airflow_provider_horovod.plan import task_plan
 from airflow_provider_horovod.runtime import entrypoint
@@ -279,7 +280,7 @@ def test_a_training_leaves_ray_once_its_result_is_printed_and_a_task_does_not(tm
     """Ray's exit hook sleeps half a second before it disconnects: a training's driver leaves before it."""
     import ray
 
-    from airflow_provider_horovod.contract import ResultRecord
+    from airflow_provider_horovod.documents import ResultRecord
 
     printed_before: list[str] = []
     monkeypatch.setattr(ray, "is_initialized", lambda: True)

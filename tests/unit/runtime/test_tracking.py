@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_horovod.contract import MLFLOW_AUTH_FILE, TrainingSpec
+from airflow_provider_horovod.contract import MLFLOW_AUTH_FILE
+from airflow_provider_horovod.documents import TrainingSpec
 from airflow_provider_horovod.runtime import storage, tracking
 
 URI = "http://mlflow.internal:5000"

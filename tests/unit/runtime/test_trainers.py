@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from airflow_provider_horovod.contract import TrainingSpec
+from airflow_provider_horovod.documents import TrainingSpec
 from airflow_provider_horovod.runtime.ray_compat import WORKER_GROUP_START_TIMEOUT_ENV
 from airflow_provider_horovod.runtime.trainers import (
     NO_LIMIT_S,

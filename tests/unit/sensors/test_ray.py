@@ -16,9 +16,9 @@ from airflow_provider_horovod.contract import (
     META_RESOURCES,
     META_RESULT_URI,
     XCOM_CHECKPOINT_URI,
-    ResultRecord,
     result_uri,
 )
+from airflow_provider_horovod.documents import ResultRecord
 from airflow_provider_horovod.exceptions import InfrastructureError, InvalidParameterError, RayJobError, UserCodeError
 from airflow_provider_horovod.links.ray import RayJobLink
 from airflow_provider_horovod.sensors.ray import RayJobSensor
