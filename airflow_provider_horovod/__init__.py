@@ -46,6 +46,10 @@ def get_provider_info() -> dict:
         ],
         "task-decorators": [
             {"name": "horovod", "class-name": "airflow_provider_horovod.decorators.horovod.horovod_task"},
+            {
+                "name": "horovod_script",
+                "class-name": "airflow_provider_horovod.decorators.horovod.horovod_script_task",
+            },
             {"name": "ray", "class-name": "airflow_provider_horovod.decorators.ray.ray_task"},
         ],
         "config": {

@@ -168,6 +168,10 @@ WORKER_GROUP_REASON_ENV = "AHP_WORKER_GROUP_REASON"
 SMOKE_RUN_ENV = "AHP_SMOKE_RUN"
 # Rows a smoke run reads of each Ray dataset, unless smoke_rows says otherwise.
 SMOKE_ROWS = 64
+# A script run (runtime.script): the folder whose files rank 0 leaves are the checkpoint (a retry finds the
+# last checkpoint's files there), and how rank 0 prints its metrics without an import of Ray.
+SCRIPT_CHECKPOINT_ENV = "AHP_CHECKPOINT_DIR"
+SCRIPT_METRICS_PREFIX = "METRICS "
 
 # XCom keys the provider pushes (the return value aside).
 XCOM_CHECKPOINT_URI = "checkpoint_uri"

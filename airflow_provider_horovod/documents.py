@@ -115,6 +115,9 @@ class TrainingSpec(JobSpec):
     tracking: dict[str, Any] | None = None
     # A smoke run reads this many rows of each dataset (None: all of them).
     smoke_rows: int | None = None
+    # A script run unchanged on every worker instead of ``train_fn`` (runtime.script):
+    # ``{"path": "train.py"}`` (relative to the job's working_dir) or ``{"module": "pkg.train"}``, and ``args``.
+    script: dict[str, Any] | None = None
 
     @property
     def history_uri(self) -> str:
@@ -227,6 +230,9 @@ class ResultRecord(TaskRecord):
     tracking: dict[str, Any] | None = None
     # A smoke run's record: its checkpoint is real, its model is not one to promote.
     smoke_run: bool = False
+    # The script a script run ran (``TrainingSpec.script``'s path or module); None for a function. A script
+    # may end without a checkpoint; a function may not.
+    script: str | None = None
 
 
 # --- What a task returns (its XCom) ---------------------------------------------------------------
@@ -248,7 +254,7 @@ class SubmittedJob(TypedDict):
 
 
 class TrainingResult(TypedDict):
-    """A training task's ``return_value`` (the README documents it)."""
+    """A training task's ``return_value`` (docs/tasks.md documents it)."""
 
     checkpoint_uri: str | None
     best_checkpoint_uri: str | None

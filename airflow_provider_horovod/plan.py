@@ -38,7 +38,9 @@ from airflow_provider_horovod.contract import (
     python_minor,
 )
 from airflow_provider_horovod.documents import JobSpec, TaskSpec, TrainingSpec
+from airflow_provider_horovod.exceptions import InvalidParameterError
 from airflow_provider_horovod.functions import ship_function
+from airflow_provider_horovod.script_checks import check_script
 
 RUNTIME_ENTRYPOINT = "airflow_provider_horovod.runtime.entrypoint"
 # runtime_env fields that bring code to the cluster: an import path is then not looked up here.
@@ -187,6 +189,7 @@ def training_plan(
     *,
     train_call: tuple[Any, Any] | None,
     pending_timeout_s: float | None,
+    dag_folder: str | None = None,
     mlflow_tracking_uri: str | None = None,
     mlflow_auth: dict[str, str] | None = None,
     try_number: int | None = None,
@@ -195,17 +198,32 @@ def training_plan(
     (``HorovodTrainOperator.parameters``); those that depend on others are checked here.
     ``train_call``: the arguments every worker calls ``train_fn`` with (``@task.horovod``); None: Ray
     Train's ``train_fn(config)``. ``mlflow_tracking_uri``: the tracking URI, the MLflow connection's
-    when one is given (``mlflow_auth``, its credentials)."""
+    when one is given (``mlflow_auth``, its credentials). ``dag_folder``: where a relative ``train_script`` is."""
     env = given["runtime_env"]
     code_ships = any(env.get(k) for k in CODE_FIELDS)
-    fn, fn_files = ship_function(
-        "train_fn",
-        given["train_fn"],
-        "train_fn.pkl",
-        code_ships=code_ships,
-        max_args=None if train_call else 1,
-        arity_fix="it must take no argument or one (`config`, from train_loop_config).",
-    )
+    script: dict[str, Any] | None = None
+    fn: dict[str, str] = {}
+    fn_files: dict[str, bytes] = {}
+    if (given["train_fn"] is None) == (given.get("train_script") is None):
+        raise InvalidParameterError(
+            "train_fn", given["train_fn"], "give train_fn (a function) or train_script (a script): one of them."
+        )
+    if given.get("train_script") is not None:
+        script, ship_folder = check_script(
+            "train_script", given["train_script"], dag_folder=dag_folder, runtime_env=env
+        )
+        script["args"] = given.get("script_args") or []
+        if ship_folder:  # the script's folder is the job's working_dir: its neighbour modules and files come along
+            env = {**env, "working_dir": ship_folder}
+    else:
+        fn, fn_files = ship_function(
+            "train_fn",
+            given["train_fn"],
+            "train_fn.pkl",
+            code_ships=code_ships,
+            max_args=None if train_call else 1,
+            arity_fix="it must take no argument or one (`config`, from train_loop_config).",
+        )
     dataset_refs, dataset_files = checks.check_datasets(given["datasets"], code_ships=code_ships)
     aws_conn_id, ttl_s = given["aws_conn_id"], given["aws_credentials_ttl_seconds"]
     forward = checks.check_forwarding(given["forward_aws_credentials"], aws_conn_id, ttl_s)
@@ -224,6 +242,7 @@ def training_plan(
         "train_args": checks.check_args("op_args", train_call[0]) if train_call else None,
         "train_kwargs": checks.check_json("op_kwargs", train_call[1]) if train_call else None,
         "tracking": tracking_settings(task_run, tracking_uri, given["mlflow_experiment_name"], try_number),
+        "script": script,
     }
     spec = TrainingSpec(**fields)
     # Train V2 routes a worker's print() to a logger and, as Ray's workers replace sys.stdout, to

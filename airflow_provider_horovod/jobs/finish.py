@@ -173,6 +173,8 @@ def missing_checkpoint(record: ResultRecord, present: dict[str, bool | Exception
     """The first checkpoint the record names that holds no file; raises when it names none, or when one
     could not be checked (no dangling URI either way)."""
     sid = record.submission_id
+    if not record.checkpoint_uri and record.script:  # a script may leave none; the task log says so
+        return None
     if not record.checkpoint_uri:
         raise UserCodeError(
             f"Ray job {sid} succeeded without a checkpoint: call ray.train.report(metrics, "

@@ -16,6 +16,7 @@ from airflow_provider_horovod.contract import (
 from airflow_provider_horovod.links.mlflow import MlflowRunLink
 from airflow_provider_horovod.operators.ray import BaseRayJobOperator
 from airflow_provider_horovod.parameters import Declaration, Param
+from airflow_provider_horovod.script_checks import check_script_args
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperatorLink, Context
@@ -42,13 +43,31 @@ class HorovodTrainOperator(BaseRayJobOperator):
         self,
         *,
         train_fn: Annotated[
-            Callable[..., Any] | str,
+            Callable[..., Any] | str | None,
             Param(
                 "The function every worker runs: a callable (shipped with cloudpickle; code in DAG files "
                 'travels by value) or an import path `"package.module:function"`. It takes no argument or one '
-                "(`config`). Written for Ray's `HorovodTrainer`, it runs unchanged."
+                "(`config`). Written for Ray's `HorovodTrainer`, it runs unchanged. Give it or `train_script`."
             ),
-        ],
+        ] = None,
+        train_script: Annotated[
+            str | None,
+            Param(
+                "A Horovod script every worker runs unchanged as `__main__`, as `horovodrun` would: a `.py` file "
+                "(relative to the DAG file's folder, which travels with the job) or `-m package.module` "
+                '(docs/migrating.md, "From horovodrun").',
+                templated=True,
+            ),
+        ] = None,
+        script_args: Annotated[
+            list[str] | None,
+            Param(
+                "The script's arguments (its `sys.argv[1:]`), strings; `$AHP_CHECKPOINT_DIR` names the folder "
+                "whose files rank 0 leaves are the checkpoint.",
+                templated=True,
+                check=check_script_args,
+            ),
+        ] = None,
         train_loop_config: Annotated[
             dict[str, Any] | None,
             Param("Dict passed to `train_fn` as `config`.", templated=True, renderer="json", check=checks.check_json),
@@ -231,6 +250,13 @@ class HorovodTrainOperator(BaseRayJobOperator):
         ``train_fn(config)`` with ``train_loop_config``."""
         return None
 
+    def dag_folder(self) -> str | None:
+        """Where a relative ``train_script`` is found: the DAG file's folder."""
+        import os
+
+        fileloc = getattr(getattr(self, "dag", None), "fileloc", None) if self.has_dag() else None
+        return os.path.dirname(os.path.abspath(fileloc)) if fileloc else None
+
     def mlflow_target(self) -> tuple[str | None, dict[str, str]]:
         """(tracking URI, credentials): ``mlflow_tracking_uri`` as given, or the MLflow connection's."""
         from airflow_provider_horovod.checks import check_mlflow, mlflow_connection
@@ -250,6 +276,7 @@ class HorovodTrainOperator(BaseRayJobOperator):
             task_run,
             given,
             train_call=self.train_call(),
+            dag_folder=self.dag_folder(),
             pending_timeout_s=policy.pending_timeout_s,
             mlflow_tracking_uri=tracking_uri,
             mlflow_auth=tracking_auth,
@@ -265,7 +292,10 @@ class HorovodTrainOperator(BaseRayJobOperator):
         from airflow_provider_horovod.cost import summary
         from airflow_provider_horovod.jobs.finish import push_result
 
-        self.log.info("Checkpoint: %s  metrics: %s", result["checkpoint_uri"], result["metrics"])
+        if result["checkpoint_uri"] is None:  # only a script may end so (jobs.finish.missing_checkpoint)
+            self.log.info("The script left no checkpoint (XCom checkpoint_uri: None).  metrics: %s", result["metrics"])
+        else:
+            self.log.info("Checkpoint: %s  metrics: %s", result["checkpoint_uri"], result["metrics"])
         if result.get("smoke_run"):
             self.log.info("Smoke run: the checkpoint is real, the model is not one to promote (XCom smoke_run).")
         self.mlflow_run_url = (result.get("mlflow") or {}).get("run_url")
@@ -289,7 +319,7 @@ class HorovodTrainOperator(BaseRayJobOperator):
             outlets=self.outlets,
             num_workers=self.num_workers,
             trainer_api=self.trainer_api,
-            train_fn=self.train_fn,
+            train_fn=self.train_fn if self.train_fn is not None else self.train_script,
             train_loop_config=config,
             submission_id=self.submission_id,
             result=result,

@@ -398,7 +398,12 @@ def process_started_at(started_at: float) -> float:
 
 def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
     """Train, then write the attempt's result record. Raises when training fails."""
-    train_fn = load_callable(spec.train_fn, folder)
+    if spec.script:
+        from airflow_provider_horovod.runtime import script
+
+        train_fn = script.runner(spec)
+    else:
+        train_fn = load_callable(spec.train_fn, folder)
     s3_fs = None
     if session := read_session(folder):
         print(
@@ -439,6 +444,10 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
     latest = result.checkpoint
     best = best_checkpoint(result, spec)
     ran = segments(read_json(spec.worker_groups_uri) or [])
+    history = read_json(spec.history_uri) or []
+    metrics = dict(result.metrics or {})
+    if not metrics and spec.script and history:  # Train V2 keeps only a checkpoint's metrics; a script may have none
+        metrics = dict(history[-1].get("metrics") or {})
     latest_uri = to_uri(spec.storage_uri, latest.path) if latest else resume_from
     record = ResultRecord(
         submission_id=spec.submission_id,
@@ -448,7 +457,7 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
         # Resumed past the last epoch: the model is the checkpoint it resumed from.
         checkpoint_uri=latest_uri,
         best_checkpoint_uri=to_uri(spec.storage_uri, best.path) if best else latest_uri,
-        metrics=json_safe(dict(result.metrics or {})),
+        metrics=json_safe(metrics),
         world_size=ran[-1]["world_size"] if ran else spec.min_workers,
         segments=ran,
         trainer_api=spec.trainer_api,
@@ -462,9 +471,10 @@ def run(spec: TrainingSpec, folder: str, started_at: float) -> ResultRecord:
             fit_s=round(fit_s, 3),
         ),
         return_value=read_json(spec.return_value_uri),
-        history=read_json(spec.history_uri) or [],
+        history=history,
         timeline_uri=spec.timeline_uri if spec.horovod_timeline and exists(spec.timeline_uri) else None,
         smoke_run=spec.smoke_run,
+        script=(spec.script.get("path") or spec.script.get("module")) if spec.script else None,
     )
     write_record(spec.result_uri, record)
     return record

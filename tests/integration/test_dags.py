@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from support.airflow_cli import airflow_bin, dag_test, dags_test, tagged_json
+from support.airflow_cli import airflow_bin, dag_test, dags_test, tagged_json, xcom_values
 
 from airflow_provider_horovod.contract import TaskRun
 from airflow_provider_horovod.examples.retraining import champion_as_of
@@ -40,23 +40,8 @@ def test_every_dag_file_imports_without_the_training_stack():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")]
     assert line, out.stderr[-3000:]
-    assert "'horovod_quickstart', 'horovod_retraining', 'horovod_sensor_example'" in line[0], line[0]
+    assert "'horovod_quickstart', 'horovod_retraining', 'horovod_script', 'horovod_sensor_example'" in line[0], line[0]
     assert line[0].endswith("{} []"), line[0]
-
-
-def xcom_values(dag_id: str, task_id: str, run_id: str | None = None) -> dict:
-    """The XComs a task left in Airflow's database (of its latest run, or of ``run_id``)."""
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        query = session.query(XComModel.key, XComModel.value, XComModel.run_id).filter(
-            XComModel.dag_id == dag_id, XComModel.task_id == task_id
-        )
-        rows = query.all()
-    if run_id is None and rows:
-        run_id = sorted({r[2] for r in rows})[-1]
-    return {key: value for key, value, run in rows if run == run_id}
 
 
 # On the newest Airflow its parts run in other tests: the quickstart's functions by import path (the

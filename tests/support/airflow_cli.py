@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness.stack import airflow_bin
 
-__all__ = ["TEST_DAGS", "airflow_bin", "dag_test", "dags_test", "tagged_json"]
+__all__ = ["TEST_DAGS", "airflow_bin", "dag_test", "dags_test", "tagged_json", "xcom_values"]
 
 TEST_DAGS = Path(__file__).resolve().parents[1] / "dags"
 
@@ -59,3 +59,18 @@ def tagged_json(output: str, tag: str) -> list[dict]:
     """Objects that tasks printed as `<tag> {json}` lines (the task log may add its own suffix)."""
     decoder = json.JSONDecoder()
     return [decoder.raw_decode(line.split(tag + " ", 1)[1])[0] for line in output.splitlines() if tag + " " in line]
+
+
+def xcom_values(dag_id: str, task_id: str, run_id: str | None = None) -> dict:
+    """The XComs a task left in Airflow's database (of its latest run, or of ``run_id``)."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        query = session.query(XComModel.key, XComModel.value, XComModel.run_id).filter(
+            XComModel.dag_id == dag_id, XComModel.task_id == task_id
+        )
+        rows = query.all()
+    if run_id is None and rows:
+        run_id = sorted({r[2] for r in rows})[-1]
+    return {key: value for key, value, run in rows if run == run_id}

@@ -24,5 +24,4 @@ RayTaskOperator(task_id="evaluate", python_callable="my_project.evaluation:score
 
 HorovodTrainOperator(task_id="train", train_fn="m:f", use_gpu="yes")  # type: ignore[arg-type]
 HorovodTrainOperator(task_id="train", train_fn="m:f", max_failures="1")  # type: ignore[arg-type]
-HorovodTrainOperator(task_id="train")  # type: ignore[call-arg]
 RayTaskOperator(task_id="evaluate", python_callable="m:f", num_cpus="2")  # type: ignore[arg-type]

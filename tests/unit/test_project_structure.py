@@ -29,6 +29,8 @@ LAYERS = [
     ["exceptions", "contract", "documents", "failures", "local_files"],
     [
         "checks",
+        "horovodrun",
+        "script_checks",
         "functions",
         "compat",
         "storage",

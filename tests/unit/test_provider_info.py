@@ -56,7 +56,7 @@ def test_the_connection_form_fields_are_the_extras_the_hook_reads():
 
 
 def test_task_decorators():
-    assert {d["name"] for d in get_provider_info()["task-decorators"]} == {"horovod", "ray"}
+    assert {d["name"] for d in get_provider_info()["task-decorators"]} == {"horovod", "horovod_script", "ray"}
 
 
 def test_importing_the_airflow_side_does_not_import_the_training_stack():

@@ -203,8 +203,10 @@ def test_the_constructor_does_no_work(monkeypatch):
 
 
 def test_template_fields():
-    # Its own templated parameters, then those it shares with every operator of the provider.
-    assert tuple(HorovodTrainOperator.template_fields) == (
+    # Its own templated parameters and those it shares with every operator of the provider.
+    assert set(HorovodTrainOperator.template_fields) == {
+        "train_script",
+        "script_args",
         "train_loop_config",
         "datasets",
         "num_workers",
@@ -217,7 +219,7 @@ def test_template_fields():
         "aws_conn_id",
         "job_tags",
         "runtime_env",
-    )
+    }
     assert HorovodTrainOperator.template_fields_renderers == {
         "train_loop_config": "json",
         "horovod_env": "json",

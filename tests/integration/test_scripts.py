@@ -1,0 +1,180 @@
+"""Horovod scripts run unchanged (``train_script``), on the real cluster over Gloo: the example DAG with
+templated arguments, a neighbour module, its checkpoint on S3 read by the evaluation downstream; a rank
+that exits early while the other waits in a collective, a script that leaves nothing, a restart that resumes
+from the stored folder, and a smoke run stopped after its first checkpoint."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+
+import pytest
+from support.airflow_cli import TEST_DAGS, dag_test, xcom_values
+
+from airflow_provider_horovod.exceptions import UserCodeError
+from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
+from harness.tasks import FakeTI, jobs_of
+
+pytestmark = pytest.mark.integration
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+
+
+def test_the_script_example_trains_from_its_templated_arguments_and_its_model_is_evaluated_from_s3(
+    airflow_db, ray_cluster, ray_hook, moto_server, capfd
+):
+    bucket = moto_server.make_bucket(f"ahp-script-{uuid.uuid4().hex[:8]}")
+    run = dag_test(
+        "horovod_script",
+        DAGS / "horovod_script.py",
+        conf={"storage_path": f"s3://{bucket}/runs"},
+        logical_date="2026-03-04",
+    )
+    captured = capfd.readouterr()
+    output = captured.out + captured.err
+    assert run.state == "success", output[-8000:]
+    # Each rank's lines, marked as horovodrun marks them, with the ranks horovodrun would give on one host.
+    assert "[0]<stdout>:rank 0 of 2 (local rank 0, cross rank 0)" in output
+    assert "[1]<stdout>:rank 1 of 2 (local rank 1, cross rank 0)" in output
+    (checkpoint,) = set(re.findall(r"checkpoint: (s3://\S+) \(epoch", output))
+    assert checkpoint.startswith(f"s3://{bucket}/runs/")
+    keys = [o["Key"] for o in moto_server.client().list_objects_v2(Bucket=bucket)["Contents"]]
+    assert checkpoint.split(f"s3://{bucket}/", 1)[1] + "/model.pt" in keys
+    # The evaluation loaded the last epoch's model, saved from the rendered {{ ds }}.
+    assert "(epoch 2, data of '2026-03-04')" in output
+    assert float(output.split("holdout accuracy: ", 1)[1].split()[0]) > 0.8
+    # The METRICS lines of rank 0 are the run's metrics.
+    metrics = re.findall(r"metrics: (\{[^}]*\})", output)
+    assert metrics, output[-4000:]
+    assert "'epoch': 2.0" in metrics[-1]
+
+
+def write_script(folder: Path, body: str) -> str:
+    """The script in a folder of its own: the folder travels with the job."""
+    (folder / "scripts").mkdir()
+    path = folder / "scripts" / "train.py"
+    path.write_text(body)
+    return str(path)
+
+
+def script_operator(tmp_path, body: str, **kwargs):
+    return HorovodTrainOperator(
+        task_id="train",
+        train_script=write_script(tmp_path, body),
+        num_workers=2,
+        storage_path=str(tmp_path / "storage"),
+        deferrable=False,
+        poll_interval_seconds=0.5,
+        **kwargs,
+    )
+
+
+RANK_1_EXITS_EARLY = """
+import sys
+import horovod.torch as hvd
+import torch
+hvd.init()
+if hvd.rank() == 1:
+    sys.exit(3)
+hvd.allreduce(torch.tensor([1.0]), name="never-joined")
+"""
+
+
+def test_a_rank_that_exits_early_fails_the_task_once_naming_it_and_its_exit_code(ray_hook, tmp_path):
+    """Rank 1 exits with code 3 while rank 0 waits in an allreduce: no hang, one job, the user's error.
+    (An exception on a rank, with the script's own frames, is the same path as a function's: the unit tests
+    of runtime.script and test_failures.py.)"""
+    ti = FakeTI(f"script-fail-{uuid.uuid4().hex[:6]}")
+    with pytest.raises(UserCodeError) as err:
+        script_operator(tmp_path, RANK_1_EXITS_EARLY, horovod_timeout_s=60).execute({"ti": ti})
+    assert "rank 1 (exit code 3)" in str(err.value), str(err.value)
+    (job,) = jobs_of(ray_hook, ti.run_id)
+    assert job["status"] == "FAILED"
+
+
+def test_a_taskflow_command_line_runs_its_script_which_leaves_no_checkpoint(airflow_db, ray_cluster, tmp_path, capfd):
+    """``@task.horovod_script`` returning ``horovodrun -np 2 ... python scripts/report_world.py --date {ds}``."""
+    run = dag_test(
+        "ahp_script_command",
+        TEST_DAGS / "script_dags.py",
+        conf={"storage_path": str(tmp_path)},
+        logical_date="2026-05-06",
+    )
+    captured = capfd.readouterr()
+    output = captured.out + captured.err
+    assert run.state == "success", output[-8000:]
+    assert "[0]<stdout>:date 2026-05-06" in output
+    assert "The script left no checkpoint (XCom checkpoint_uri: None)" in output
+    result = xcom_values("ahp_script_command", "report_world", run.run_id)["return_value"]
+    assert result["checkpoint_uri"] is None
+    assert result["metrics"] == {"size": 2.0, "rank_sum": 1.0}
+    assert result["world_size"] == 2
+
+
+# Rank 0 saves each epoch; its checkpoint folder is stored once it holds still for a couple of seconds.
+# After epoch 1, rank 1's process dies as an OOM kill would, but only on the group's first start (nothing
+# to resume from then); Ray Train starts a new group and the script finds epoch 1's files.
+DIES_ONCE = """
+import os, signal, sys, time
+import horovod.torch as hvd
+import torch
+
+checkpoint_dir = sys.argv[sys.argv.index("--checkpoint-dir") + 1]
+state_file = os.path.join(checkpoint_dir, "state.txt")
+hvd.init()
+first = 0
+if os.path.exists(state_file):
+    first = int(open(state_file).read()) + 1
+    print(f"resuming at epoch {first}")
+resumed = first > 0
+first = int(hvd.broadcast(torch.tensor([first]), root_rank=0).item())
+for epoch in range(first, 4):
+    hvd.allreduce(torch.tensor([1.0]), name=f"epoch-{epoch}")
+    if hvd.rank() == 0:
+        with open(state_file, "w") as f:
+            f.write(str(epoch))
+        print(f"METRICS epoch={epoch}")
+    if epoch == 1:
+        time.sleep(5)  # the folder holds still: it is stored before the kill
+        if hvd.rank() == 1 and not resumed:
+            os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_worker_restarts_the_script_from_its_last_stored_checkpoint(ray_hook, tmp_path):
+    ti = FakeTI(f"script-resume-{uuid.uuid4().hex[:6]}")
+    op = script_operator(tmp_path, DIES_ONCE, max_failures=1, script_args=["--checkpoint-dir", "$AHP_CHECKPOINT_DIR"])
+    result = op.execute({"ti": ti})
+    log = ray_hook.get_job_logs(result["submission_id"])
+    assert "[0]<stdout>:resuming at epoch 2" in log, log[-4000:]
+    assert [s["reason"] for s in result["segments"]] == ["start", "failure"]
+    assert result["metrics"] == {"epoch": 3.0}
+    assert (Path(result["checkpoint_uri"]) / "state.txt").read_text() == "3"
+
+
+# 60 epochs of a second, a checkpoint each: a minute whole, stopped far sooner in a smoke run.
+LONG_TRAINING = """
+import os, time
+import horovod.torch as hvd
+import torch
+
+hvd.init()
+assert os.environ["AHP_SMOKE_RUN"] == "1"
+for epoch in range(60):
+    hvd.allreduce(torch.tensor([1.0]), name=f"epoch-{epoch}")
+    if hvd.rank() == 0:
+        with open(os.path.join(os.environ["AHP_CHECKPOINT_DIR"], "state.txt"), "w") as f:
+            f.write(str(epoch))
+    time.sleep(1)
+"""
+
+
+def test_a_smoke_run_stops_the_script_after_its_first_stored_checkpoint(ray_hook, tmp_path):
+    ti = FakeTI(f"script-smoke-{uuid.uuid4().hex[:6]}")
+    result = script_operator(tmp_path, LONG_TRAINING, smoke_run=True).execute({"ti": ti})
+    assert result["smoke_run"] is True
+    epoch = int((Path(result["checkpoint_uri"]) / "state.txt").read_text())
+    assert epoch < 30, f"the smoke run trained to epoch {epoch}"
+    log = ray_hook.get_job_logs(result["submission_id"])
+    assert "[1] Smoke run: the script was stopped after its first stored checkpoint." in log, log[-4000:]
