@@ -4,6 +4,7 @@ include scripts/versions.env
 CLUSTER_VENV := .venv
 AIRFLOW_VENV := .venv-airflow
 OLDEST_VENV := .venv-airflow-oldest
+DOCS_VENV := .venv-docs
 # Airflow's home, database and logs stay inside the checkout, in an ignored folder.
 export AIRFLOW_HOME := $(CURDIR)/.airflow
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
@@ -18,7 +19,7 @@ PYTEST := -p no:cacheprovider --durations=15
 # costs 6.0 CPU-s instead of 2.8, Airflow's models 3.9 instead of 1.8.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup setup-test demo ui-check lint check test compat bench chaos clean
+.PHONY: setup setup-test demo ui-check lint docs check test compat bench chaos clean
 
 # Independent set-up steps run side by side (scripts/run_parallel.sh fails if any of them does).
 setup:
@@ -43,9 +44,17 @@ lint: setup-test ui-check
 	$(AIRFLOW_VENV)/bin/ruff format --check .
 	$(AIRFLOW_VENV)/bin/mypy
 
-# The development loop, in under a minute: the checks above and the unit tests of both sides (no Ray
-# head, no training) side by side, the Airflow side's in two workers. `make test` runs everything.
-check: lint
+# The documentation site (mkdocs.yml: docs/, the README as its home page, the API reference read from the
+# docstrings) into .build/site. --strict: a broken link or anchor, a page left out of the nav or a reference
+# that does not resolve fails it. Its tools are pyproject.toml's `docs` group, in an environment of their own.
+docs:
+	@scripts/setup_docs_env.sh $(DOCS_VENV) $(PYTHON_CLUSTER)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
+
+# The development loop, in under a minute: the checks above, the documentation site, and the unit tests of
+# both sides (no Ray head, no training) side by side, the Airflow side's in two workers. `make test` runs
+# everything.
+check: lint docs
 	@scripts/run_parallel.sh "$(AIRFLOW_VENV)/bin/pytest -p no:cacheprovider -q -n 2 tests/unit --ignore=tests/unit/runtime" \
 	  "$(CLUSTER_VENV)/bin/python -m pytest -p no:cacheprovider -q tests/unit/runtime"
 

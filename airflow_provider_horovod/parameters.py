@@ -7,7 +7,7 @@ The signature gives the name, the type and the default, as mypy and users' edito
 the ``Param`` gives the rest: the parameter's doc, whether it is templated (and how the UI renders it),
 and the check its value gets before anything is submitted. From that one declaration come the
 operator's ``template_fields`` and ``template_fields_renderers``, its attributes, the checked values
-its plan is built from, its docstring's parameters and the README's parameter tables
+its plan is built from, its docstring's parameters and the parameter tables of docs/parameters.md
 (``scripts/parameter_tables.py``). An operator's declaration composes its base's, as the Amazon
 provider composes ``aws_template_fields``.
 
@@ -39,7 +39,7 @@ REQUIRED: Any = inspect.Parameter.empty
 class Param:
     """What a parameter's signature does not say.
 
-    :param doc: what it does, one paragraph (the docstring and the README show it).
+    :param doc: what it does, one paragraph (the docstring and docs/parameters.md show it).
     :param templated: rendered by Jinja before ``execute`` (one of the ``template_fields``).
     :param renderer: how Airflow's UI shows the rendered value (``"json"``).
     :param check: its check alone; None where the plan checks it together with the parameters it
@@ -158,7 +158,7 @@ class Declaration:
         return "\n".join(lines)
 
     def markdown(self) -> str:
-        """This operator's own parameters as a Markdown table (the README's)."""
+        """This operator's own parameters as a Markdown table (docs/parameters.md's)."""
         rows = ["| parameter | type | default | templated | what it does |", "|---|---|---|---|---|"]
         for declared in self.own:
             default = "required" if declared.required else f"`{declared.default!r}`"

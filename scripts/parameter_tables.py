@@ -1,9 +1,9 @@
-"""The README's parameter tables, made from the operators' declarations (their ``__init__`` signatures,
+"""The parameter tables of docs/parameters.md, made from the operators' declarations (their ``__init__`` signatures,
 ``airflow_provider_horovod.parameters``): after a parameter is added or changed, run
 
     .venv-airflow/bin/python scripts/parameter_tables.py
 
-A unit test (tests/unit/test_parameters.py) fails while README.md holds other tables than these.
+A unit test (tests/unit/test_parameters.py) fails while the page holds other tables than these.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
+PAGE = REPO / "docs" / "parameters.md"
 START = "<!-- The parameter tables: made by scripts/parameter_tables.py from the operators' signatures. -->"
 END = "<!-- End of the parameter tables. -->"
 
@@ -34,22 +34,22 @@ def tables() -> str:
     return "\n\n".join(f"{title}:\n\n{operator.parameters.markdown()}" for title, operator in sections)
 
 
-def with_tables(readme: str) -> str:
-    """``readme`` with the tables between its two markers made anew."""
-    head, start, rest = readme.partition(START)
+def with_tables(page: str) -> str:
+    """``page`` with the tables between its two markers made anew."""
+    head, start, rest = page.partition(START)
     _, end, tail = rest.partition(END)
     if not start or not end:
-        raise ValueError(f"README.md has no {START!r} ... {END!r} markers")
+        raise ValueError(f"docs/parameters.md has no {START!r} ... {END!r} markers")
     return f"{head}{START}\n\n{tables()}\n\n{END}{tail}"
 
 
 def main() -> int:
     sys.path.insert(0, str(REPO))  # the checkout's operators, not an installed copy
-    text = README.read_text()
+    text = PAGE.read_text()
     made = with_tables(text)
     if made != text:
-        README.write_text(made)
-        print("README.md: parameter tables made anew")
+        PAGE.write_text(made)
+        print("docs/parameters.md: parameter tables made anew")
     return 0
 
 

@@ -31,8 +31,8 @@ class _RayDecoratedOperator(DecoratedOperator, RayTaskOperator):
 def ray_task(python_callable: Callable | None = None, multiple_outputs: bool | None = None, **kwargs):
     """Run the decorated function as one Ray job: ``@task.ray(num_gpus=1) def evaluate(uri): ...``.
 
-    Takes ``RayTaskOperator``'s parameters but ``python_callable``, ``op_args`` and ``op_kwargs`` (README,
-    "Parameters"). The call's arguments
+    Takes ``RayTaskOperator``'s parameters but ``python_callable``, ``op_args`` and ``op_kwargs``
+    (docs/parameters.md). The call's arguments
     (literals, templates, XComArgs) are the function's arguments, as JSON values; its return value
     must be JSON too (numbers, strings, lists, dicts): anything else fails the job saying so.
     """

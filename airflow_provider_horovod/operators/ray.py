@@ -50,7 +50,7 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
 
     With the ``[openlineage]`` extra, the OpenLineage listener reads the task's lineage from it
     (``lineage``: ``inlets``/``outlets`` Assets with URIs count too), and the job gets the task's
-    OpenLineage run as ``OPENLINEAGE_PARENT_ID``/``OPENLINEAGE_ROOT_PARENT_ID`` (README, "Lineage").
+    OpenLineage run as ``OPENLINEAGE_PARENT_ID``/``OPENLINEAGE_ROOT_PARENT_ID`` (docs/lineage.md).
     Its parameters, shared by every operator of the provider, are declared in ``__init__``'s signature
     (``parameters``).
     """
@@ -82,7 +82,7 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
                 "default_deferrable` says: a training waits for hours). A job that ends within its first "
                 "seconds is finished in the worker, without a deferral; so is a task with a task-level limit "
                 "(`max_active_tis_per_dag`, `max_active_tis_per_dagrun`), whose resume would wait for a slot "
-                'behind other task instances (README, "Backfills and a busy cluster"). False: wait in the worker.',
+                "behind other task instances (docs/backfills.md). False: wait in the worker.",
                 check=checks.check_bool,
             ),
         ] = DEFERRABLE,

@@ -1,7 +1,7 @@
 """A parameter declared once, in an operator's signature with its Param: what is read from it (name,
 type as written, default, templated, renderer, check, doc, attribute), what is made of it (template
-fields composed with the base's, attributes, checked values, the docstring, the README's tables), and
-that Airflow and the README agree with it."""
+fields composed with the base's, attributes, checked values, the docstring, the tables of
+docs/parameters.md), and that Airflow and that page agree with it."""
 
 from __future__ import annotations
 
@@ -138,12 +138,12 @@ def test_default_args_reach_declared_parameters():
     assert (op.ray_conn_id, op.storage_path) == ("ray_prod", "s3://b/p")
 
 
-def test_the_readmes_tables_are_those_of_the_declarations():
+def test_the_parameters_pages_tables_are_those_of_the_declarations():
     spec = importlib.util.spec_from_file_location("parameter_tables", REPO / "scripts" / "parameter_tables.py")
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    readme = (REPO / "README.md").read_text()
-    assert script.with_tables(readme) == readme, "README.md is stale: run scripts/parameter_tables.py"
+    page = (REPO / "docs" / "parameters.md").read_text()
+    assert script.with_tables(page) == page, "docs/parameters.md is stale: run scripts/parameter_tables.py"
     for name in HorovodTrainOperator.parameters.names + RayTaskOperator.parameters.names:
-        assert f"| `{name}` |" in readme
+        assert f"| `{name}` |" in page
