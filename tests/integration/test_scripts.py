@@ -136,7 +136,7 @@ for epoch in range(first, 4):
             f.write(str(epoch))
         print(f"METRICS epoch={epoch}")
     if epoch == 1:
-        time.sleep(5)  # the folder holds still: it is stored before the kill
+        time.sleep(8)  # the folder holds still: it is stored (within about 2 s) before the kill
         if hvd.rank() == 1 and not resumed:
             os.kill(os.getpid(), signal.SIGKILL)
 """
