@@ -28,17 +28,7 @@ def check_import_path(parameter: str, path: str, *, check_importable: bool = Tru
         raise InvalidParameterError(parameter, path, 'give an import path "package.module:function".')
     if not check_importable:
         return path
-    try:
-        found = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        found = None
-    if found is None:
-        raise InvalidParameterError(
-            parameter,
-            path,
-            f"module {module!r} is not importable here; install it where Airflow and Ray run, ship it "
-            "with runtime_env (py_modules/working_dir), or pass the function itself.",
-        )
+    found = importable_module(parameter, path, module, "or pass the function itself")
     name = attr.split(".")[0]
     defined = top_level_names(found)
     # A typo in the function's name would otherwise fail only on the cluster, after the upload.
@@ -52,6 +42,22 @@ def check_import_path(parameter: str, path: str, *, check_importable: bool = Tru
             + (f" (it has {', '.join(hint)})." if hint else "."),
         )
     return path
+
+
+def importable_module(parameter: str, value: Any, module: str, otherwise: str) -> Any:
+    """The module's spec, found here without importing it; refused naming ``parameter`` when there is none."""
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise InvalidParameterError(
+            parameter,
+            value,
+            f"module {module!r} is not importable here; install it where Airflow and Ray run, ship it "
+            f"with runtime_env (py_modules/working_dir), {otherwise}.",
+        )
+    return found
 
 
 def _is_submodule(module: str, name: str) -> bool:

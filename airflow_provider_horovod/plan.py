@@ -210,7 +210,7 @@ def training_plan(
         )
     if given.get("train_script") is not None:
         script, ship_folder = check_script(
-            "train_script", given["train_script"], dag_folder=dag_folder, runtime_env=env
+            "train_script", given["train_script"], dag_folder=dag_folder, runtime_env=env, code_ships=code_ships
         )
         script["args"] = given.get("script_args") or []
         if ship_folder:  # the script's folder is the job's working_dir: its neighbour modules and files come along

@@ -3,12 +3,12 @@ submitted: which script, found where, and which folder travels with the job as i
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_horovod.exceptions import InvalidParameterError
+from airflow_provider_horovod.functions import importable_module
 
 
 def check_script_args(parameter: str, value: Any) -> list[str] | None:
@@ -32,17 +32,18 @@ def check_script_args(parameter: str, value: Any) -> list[str] | None:
 
 
 def check_script(
-    parameter: str, value: Any, *, dag_folder: str | None, runtime_env: Mapping[str, Any]
+    parameter: str, value: Any, *, dag_folder: str | None, runtime_env: Mapping[str, Any], code_ships: bool
 ) -> tuple[dict[str, Any], str | None]:
     """``({"path": path in the working_dir} or {"module": name}, the folder to ship as working_dir or None)``.
 
     A file is found relative to the DAG file's folder (or absolute). Its own folder travels with the job,
-    unless ``runtime_env`` names a local ``working_dir`` already: then the script must lie inside it."""
+    unless ``runtime_env`` names a local ``working_dir`` already: then the script must lie inside it.
+    ``code_ships``: the runtime_env brings code, so a module is not looked up here."""
     if not isinstance(value, str) or not value.strip():
         raise InvalidParameterError(parameter, value, 'give a script file ("train.py") or "-m package.module".')
     value = value.strip()
     if value.startswith("-m"):
-        return check_module(parameter, value[2:].strip(), runtime_env), None
+        return check_module(parameter, value[2:].strip(), code_ships=code_ships), None
     path = value if os.path.isabs(value) or not dag_folder else os.path.join(dag_folder, value)
     if not os.path.isfile(path):
         raise InvalidParameterError(
@@ -68,21 +69,10 @@ def check_script(
     return {"path": os.path.basename(path)}, os.path.dirname(path)
 
 
-def check_module(parameter: str, module: str, runtime_env: Mapping[str, Any]) -> dict[str, Any]:
+def check_module(parameter: str, module: str, *, code_ships: bool) -> dict[str, Any]:
     """``-m package.module``: a dotted name; importable here unless the job's runtime_env brings code."""
     if not module or not all(part.isidentifier() for part in module.split(".")):
         raise InvalidParameterError(parameter, f"-m {module}", 'give "-m package.module", a dotted module name.')
-    ships_code = any(runtime_env.get(k) for k in ("working_dir", "py_modules", "pip", "conda", "uv"))
-    if not ships_code:
-        try:
-            found = importlib.util.find_spec(module)
-        except (ImportError, ValueError):
-            found = None
-        if found is None:
-            raise InvalidParameterError(
-                parameter,
-                f"-m {module}",
-                f"module {module!r} is not importable here; install its package where Airflow and Ray run, or ship "
-                "it with runtime_env (py_modules/working_dir).",
-            )
+    if not code_ships:
+        importable_module(parameter, f"-m {module}", module, "or give the script's file")
     return {"module": module}

@@ -64,10 +64,11 @@ class _HorovodScriptDecoratedOperator(DecoratedOperator, HorovodTrainOperator):
         super().__init__(python_callable=python_callable, op_args=op_args, op_kwargs=op_kwargs, **kwargs)
 
     def execute(self, context: Context) -> Any:
-        from airflow.sdk.definitions.context import context_merge
+        # As @task.bash calls its function; the common-compat provider has these on every Airflow 3 minor.
+        from airflow.providers.common.compat.sdk import context_merge, determine_kwargs
 
         context_merge(context, self.op_kwargs)
-        command = self.python_callable(*self.op_args, **self.determine_kwargs(context))
+        command = self.python_callable(*self.op_args, **determine_kwargs(self.python_callable, self.op_args, context))
         self.log.info("Command: %s", command)
         apply_command(self, parse_command(command, "the command @task.horovod_script returned"))
         return super().execute(context)

@@ -50,6 +50,28 @@ def test_the_script_example_trains_from_its_templated_arguments_and_its_model_is
     assert "'epoch': 2.0" in metrics[-1]
 
 
+@pytest.mark.oldest_airflow
+def test_the_taskflow_function_gets_its_context_and_its_command_line_sets_the_task(monkeypatch):
+    """On every supported Airflow: the function is called as ``@task.bash`` calls its own (context values by
+    name), and what it returns sets the script, its arguments and the launcher's flags before the job."""
+    from airflow_provider_horovod.decorators.horovod import _HorovodScriptDecoratedOperator
+    from airflow_provider_horovod.operators.ray import BaseRayJobOperator
+
+    seen = {}
+    monkeypatch.setattr(
+        BaseRayJobOperator,
+        "execute",
+        lambda op, context: seen.update(script=op.train_script, args=op.script_args, workers=op.num_workers),
+    )
+
+    def command(epochs, ds=None):
+        return f"horovodrun -np 3 python train.py --epochs {epochs} --date {ds}"
+
+    op = _HorovodScriptDecoratedOperator(task_id="t", python_callable=command, op_args=[7], op_kwargs={})
+    op.execute({"ds": "2026-02-03", "ti": FakeTI("taskflow-call")})
+    assert seen == {"script": "train.py", "args": ["--epochs", "7", "--date", "2026-02-03"], "workers": 3}
+
+
 def write_script(folder: Path, body: str) -> str:
     """The script in a folder of its own: the folder travels with the job."""
     (folder / "scripts").mkdir()
