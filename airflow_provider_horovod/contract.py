@@ -148,10 +148,19 @@ CONSUMED_FILE = "consumed.json"
 SUBMITTED_FILE = "submitted.json"
 
 # The lines the runtime ends a job's log with: its record (success), or its one-line reason and its
-# verdict on the failure (failures.Failure, JSON).
+# verdict on the failure (failures.Failure, JSON). Each mark carries the attempt's own token (``marked``;
+# JobSpec.mark_token, META_MARK_TOKEN), so that a line the user's code prints with a mark, or one copied
+# from another job's log, is not taken for the runtime's. A job without a token (an older provider's)
+# uses the bare marks.
 RESULT_MARK = "AHP_RESULT "
 ERROR_MARK = "AHP_ERROR "
 FAILURE_MARK = "AHP_FAILURE "
+
+
+def marked(mark: str, token: str) -> str:
+    """The mark as the runtime of an attempt with ``token`` prints it: ``AHP_ERROR:<token> ``."""
+    return f"{mark.rstrip()}:{token} " if token else mark
+
 
 # Why a run's worker group (re)started at its size, in ResultRecord.segments.
 SEGMENT_START, SEGMENT_GROW, SEGMENT_SHRINK, SEGMENT_NODE_LOST, SEGMENT_FAILURE = (
@@ -177,7 +186,7 @@ SCRIPT_METRICS_PREFIX = "METRICS "
 XCOM_CHECKPOINT_URI = "checkpoint_uri"
 XCOM_SUBMISSION_ID = "submission_id"
 XCOM_JOB = "ray_job"  # the SubmittedJob, pushed at submission
-XCOM_COST = "cost"  # a @task.ray job's Cost (a training's is in its return value)
+XCOM_COST = "cost"  # the job's Cost (a training's return value holds it too)
 # How far the job's log is in the task log (the task_state_store key, and the XCom a trigger reads).
 XCOM_LOG_CURSOR = "ray_log_cursor"
 
@@ -197,6 +206,8 @@ META_TAGS = f"{META_PREFIX}tags"
 META_PRICES = f"{META_PREFIX}prices"
 # "true" on a smoke run's job (smoke.py): the dashboard and the Training view tell it from a real run.
 META_SMOKE_RUN = f"{META_PREFIX}smoke_run"
+# The attempt's token of its runtime's marks (``marked``).
+META_MARK_TOKEN = f"{META_PREFIX}mark_token"
 # Metadata keys a user's job_tags cannot take: the provider's (the prefix above, a task run's ids) and Ray's own.
 RESERVED_META_KEYS = ("airflow_dag_id", "airflow_task_id", "airflow_run_id", "airflow_map_index", "job_submission_id")
 

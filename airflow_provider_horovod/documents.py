@@ -59,6 +59,8 @@ class JobSpec(_Document):
     python_version: str = ""
     # A smoke run (smoke.py): scaled to the cluster, first rows only, stopped after the first checkpoint.
     smoke_run: bool = False
+    # The attempt's token in its marked lines (contract.marked), drawn at submission.
+    mark_token: str = ""
     version: int = FORMAT
 
     @property

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_provider_horovod import exceptions
-from airflow_provider_horovod.contract import FAILURE_MARK, JobStatus
+from airflow_provider_horovod.contract import FAILURE_MARK, JobStatus, marked
 
 
 class FailureClass(str, enum.Enum):
@@ -94,9 +94,9 @@ class Failure:
         values = {k: v for k, v in data.items() if k in known}
         return cls(**{**values, "failure_class": FailureClass(values["failure_class"])})
 
-    def line(self) -> str:
-        """The runtime's verdict, one line of the job's log."""
-        return FAILURE_MARK + json.dumps(self.to_dict(), sort_keys=True)
+    def line(self, token: str = "") -> str:
+        """The runtime's verdict, one line of the job's log, marked with the attempt's ``token``."""
+        return marked(FAILURE_MARK, token) + json.dumps(self.to_dict(), sort_keys=True)
 
     def explain(self) -> str:
         """What the task's log ends with: the class, the rank, the user's exception and its own
@@ -108,14 +108,15 @@ class Failure:
         return f"{text}\nWhat to do: {self.hint}"
 
 
-def of_line(line: str) -> Failure | None:
-    """The runtime's verdict from its ``AHP_FAILURE`` line (None for any other line). Text that another
-    thread of the driver wrote onto the same line (Ray forwards its actors' output from one) may come
-    before the mark or after the verdict's JSON."""
-    if FAILURE_MARK not in line:
+def of_line(line: str, token: str = "") -> Failure | None:
+    """The runtime's verdict from its ``AHP_FAILURE`` line marked with the attempt's ``token`` (None for
+    any other line). Text that another thread of the driver wrote onto the same line (Ray forwards its
+    actors' output from one) may come before the mark or after the verdict's JSON."""
+    mark = marked(FAILURE_MARK, token)
+    if mark not in line:
         return None
     try:
-        found, _ = json.JSONDecoder().raw_decode(line.split(FAILURE_MARK, 1)[1])
+        found, _ = json.JSONDecoder().raw_decode(line.split(mark, 1)[1])
         return Failure.from_dict(found)
     except (ValueError, KeyError, TypeError):
         return None

@@ -19,6 +19,7 @@ from airflow_provider_horovod.contract import (
     JOB_STOP_WAIT_S,
     META_ATTEMPT,
     META_KIND,
+    META_MARK_TOKEN,
     META_NUM_WORKERS,
     META_PRICES,
     META_RESOURCES,
@@ -120,9 +121,21 @@ class JobPlan:
     def storage_uri(self) -> str:
         return self.spec.storage_uri
 
-    def request(self, attempt: int, *, resume: bool = False, extra_files: dict[str, bytes] | None = None) -> JobRequest:
-        """The Ray request of one attempt; ``resume``: from the last checkpoint of those before it."""
-        changes: dict[str, Any] = {"submission_id": self.task_run.submission_id(attempt), "attempt": attempt}
+    def request(
+        self,
+        attempt: int,
+        *,
+        resume: bool = False,
+        extra_files: dict[str, bytes] | None = None,
+        mark_token: str = "",
+    ) -> JobRequest:
+        """The Ray request of one attempt; ``resume``: from the last checkpoint of those before it;
+        ``mark_token``: the token of its runtime's marked lines (``contract.marked``)."""
+        changes: dict[str, Any] = {
+            "submission_id": self.task_run.submission_id(attempt),
+            "attempt": attempt,
+            "mark_token": mark_token,
+        }
         if isinstance(self.spec, TrainingSpec):
             changes["resume_from"] = (
                 [attempt_uri(self.storage_uri, n) for n in range(attempt - 1, 0, -1)] if resume else []
@@ -154,6 +167,8 @@ class JobPlan:
             metadata[META_PRICES] = json.dumps(self.prices, sort_keys=True)
         if spec.smoke_run:
             metadata[META_SMOKE_RUN] = "true"
+        if mark_token:
+            metadata[META_MARK_TOKEN] = mark_token
         if isinstance(spec, TrainingSpec):
             # An elastic run as "min-max" (its resources above count min: what it needs to start).
             metadata[META_NUM_WORKERS] = (

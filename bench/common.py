@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -232,5 +233,6 @@ def run_logged(
 
 
 def tagged_json(output: str, tag: str) -> list[dict]:
-    """Objects printed as ``<tag> {json}`` lines."""
-    return [json.loads(line.split(tag + " ", 1)[1]) for line in output.splitlines() if tag + " " in line]
+    """Objects printed as ``<tag> {json}`` lines (``<tag>:<token> {json}``: the runtime's marked lines)."""
+    pattern = re.compile(re.escape(tag) + r"(?::[0-9a-f]+)? (.*)")
+    return [json.loads(found[1]) for line in output.splitlines() if (found := pattern.search(line))]

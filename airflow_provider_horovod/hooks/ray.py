@@ -172,9 +172,6 @@ class RayHook(BaseHook):
 
     def _missing(self):
         """None for the default connection (the embedded cluster); else a clear error."""
-        from airflow_provider_horovod.checks import check_ray_conn_id
-
-        check_ray_conn_id("ray_conn_id", self.ray_conn_id)
         if (unreadable := unreadable_env_connection(self.ray_conn_id)) is not None:
             raise unreadable
         if self.ray_conn_id != self.default_conn_name:

@@ -22,7 +22,6 @@ from airflow_provider_horovod.contract import (
     META_PRICES,
     META_RESULT_URI,
     META_WORKER_RESOURCES,
-    XCOM_CHECKPOINT_URI,
     JobKind,
     attempt_of_record,
     consumed_uri,
@@ -32,7 +31,7 @@ from airflow_provider_horovod.documents import Cost, ResultRecord, TaskRecord, t
 from airflow_provider_horovod.exceptions import JobFailure, TrainingResultError, UserCodeError
 
 if TYPE_CHECKING:
-    from airflow_provider_horovod.jobs.wait import JobEvent
+    from airflow_provider_horovod.jobs.events import JobEvent
     from airflow_provider_horovod.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -56,13 +55,6 @@ def finish(event: JobEvent, *, dashboard_url: str, storage: Storage, try_number:
     files = read_task_run(storage, event)
     done = succeeded(event, files, dashboard_url=dashboard_url, try_number=try_number)
     return keep(storage, files, done)
-
-
-def push_result(context: Any, result: dict[str, Any]) -> dict[str, Any]:
-    """Push ``checkpoint_uri`` under its own key (for templates); the return value carries the rest."""
-    if result.get("checkpoint_uri"):
-        context["ti"].xcom_push(key=XCOM_CHECKPOINT_URI, value=result["checkpoint_uri"])
-    return result
 
 
 # --- read -------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import dataclasses
 import hashlib
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_horovod.contract import FAILURE_MARK, LOG_TAIL_LINES
@@ -38,8 +38,6 @@ if TYPE_CHECKING:
 # Digests of the cursor's last lines (8 hex digits each: a cursor stays small enough for XCom).
 TAIL_LINES = 32
 MIN_WINDOW = 2 * TAIL_LINES
-# Where a line of the job's log goes: the task log, at a level (logging's).
-Write = Callable[[int, str], None]
 
 
 def digest(line: str) -> str:
@@ -139,11 +137,11 @@ def lines_after(text: str, count: int) -> list[str]:
 class LogReader:
     """The new lines of one job's log, read after read. It keeps in memory the window size and the
     log's last lines (a failure's message shows them); the cursor is what travels
-    between tries. ``write``: where its own notices go (the task log)."""
+    between tries. Its own notices (the log cannot be read) wait in ``notices`` for the task log."""
 
-    def __init__(self, submission_id: str, write: Write) -> None:
+    def __init__(self, submission_id: str) -> None:
         self.submission_id = submission_id
-        self.write = write
+        self.notices: list[tuple[int, str]] = []
         self.window = MIN_WINDOW
         self.last_lines: list[str] = []
         # Gloo's reason for a worker's abort, kept past the tail (a native stack dump follows it).
@@ -160,15 +158,22 @@ class LogReader:
                 lines = await self._window(hook, info, cursor, final=ended)
             except HorovodProviderError as err:
                 self.gap = str(err)
-                self.write(
-                    logging.WARNING,
-                    f"The job's log cannot be read from line {cursor.lines + 1} on ({err}); "
-                    "its rest is read once the job ends.",
+                self.notices.append(
+                    (
+                        logging.WARNING,
+                        f"The job's log cannot be read from line {cursor.lines + 1} on ({err}); "
+                        "its rest is read once the job ends.",
+                    )
                 )
         if self.gap is not None and ended:
             lines = await self._whole(hook, cursor)
         self.network_line = next((line for line in reversed(lines) if GLOO_REASON.search(line)), self.network_line)
         return lines
+
+    def take_notices(self) -> list[tuple[int, str]]:
+        """The notices since the last call, for the task log."""
+        taken, self.notices = self.notices, []
+        return taken
 
     @property
     def tail(self) -> list[str]:
@@ -195,7 +200,8 @@ class LogReader:
         try:
             text = await hook.a_get_job_logs(self.submission_id)
         except HorovodProviderError as err:
-            self.write(logging.WARNING, f"The job's log from line {cursor.lines + 1} on cannot be read: {err}")
+            notice = f"The job's log from line {cursor.lines + 1} on cannot be read: {err}"
+            self.notices.append((logging.WARNING, notice))
             return []
         self.last_lines = text.splitlines()[-LOG_TAIL_LINES:]
         return lines_after(text, cursor.lines)
@@ -303,7 +309,7 @@ def ray_level(line: str) -> int | None:
         return _GLOG_LEVELS[found[1]]
     if found := _RAY_PYTHON_LOG.match(text):
         return getattr(logging, found[1])
-    if FAILURE_MARK in text:
+    if FAILURE_MARK.rstrip() in text:
         return logging.DEBUG  # the runtime's verdict, for the Airflow side: the task's error tells it
     return logging.INFO if _RAY_OWN.search(text) else None
 

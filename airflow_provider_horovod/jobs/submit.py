@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import secrets
 import tempfile
 import time
 from collections.abc import Callable
@@ -65,8 +66,6 @@ def start(
     cluster or the storage (they run only when something is to be submitted). ``stopped``: the task was
     killed meanwhile; nothing is submitted then (``TaskKilledError``)."""
     check_storage_is_shared(hook, plan)
-    if plan.prices is None and hook.endpoint.prices:  # the connection's, for tasks that give none
-        plan = dataclasses.replace(plan, prices=dict(hook.endpoint.prices))
     attempt = find_attempt(hook, plan, storage, logger=logger)
     if attempt.reattached:
         logger.info(
@@ -75,15 +74,15 @@ def start(
             (attempt.info or {}).get("status"),
         )
     else:
-        if plan.spec.smoke_run:  # scaled to what the cluster has, said in the task log
-            from airflow_provider_horovod.smoke import fit_to_cluster
-
-            plan, said = fit_to_cluster(plan, hook.get_cluster_resources())
-            logger.info("%s", said)
         check_cluster_resources(hook, plan)
         check_ray_features(hook.ray_version(), plan.spec)
         storage.check_bucket(plan.storage_uri)
-        request = plan.request(attempt.number, resume=attempt.resume, extra_files=forwarded_credentials(plan, logger))
+        request = plan.request(
+            attempt.number,
+            resume=attempt.resume,
+            extra_files=forwarded_credentials(plan, logger),
+            mark_token=secrets.token_hex(8),
+        )
         logger.info("Submitting Ray job %s (dry run of the request):\n%s", request.submission_id, request.dry_run())
         if stopped():
             raise TaskKilledError(

@@ -12,25 +12,27 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import enum
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_horovod import checks, failures
 from airflow_provider_horovod.contract import (
     ERROR_MARK,
     JOB_STOP_WAIT_S,
+    META_MARK_TOKEN,
     META_RESOURCES,
     PENDING_TIMEOUT_S,
     POLL_INTERVAL_S,
     RESULT_MARK,
     STALL_TIMEOUT_S,
     JobStatus,
+    marked,
 )
-from airflow_provider_horovod.exceptions import HorovodProviderError, TaskKilledError
-from airflow_provider_horovod.jobs.logs import LogCursor, LogReader, Write, task_log
+from airflow_provider_horovod.exceptions import HorovodProviderError
+from airflow_provider_horovod.jobs.events import JobEvent
+from airflow_provider_horovod.jobs.logs import LogCursor, LogReader, task_log
 
 if TYPE_CHECKING:
     from airflow_provider_horovod.jobs.api import RayJobsApi
@@ -40,18 +42,6 @@ if TYPE_CHECKING:
 # so the task ends about a tenth of a second after the job rather than up to a poll interval later.
 FINISHING_POLL_S = 0.1
 FINISHING_S = 10.0
-# Lines written to the task log between yields to the event loop: a triggerer's logging of a line costs
-# tens of microseconds, and a poll may bring thousands (a job's start, a chatty step).
-WRITE_BATCH = 200
-
-
-class StillRunning(Exception):
-    """Not an error: the job had not ended within the seconds the wait was given (``within_s``).
-    ``cursor``: how far its log is in the task log, for whoever waits on."""
-
-    def __init__(self, cursor: LogCursor) -> None:
-        super().__init__(f"Ray job {cursor.submission_id} is still running")
-        self.cursor = cursor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,127 +75,24 @@ class WaitPolicy:
         return bool(self.stall_timeout_s and cursor.progress_at and now - cursor.progress_at > self.stall_timeout_s)
 
 
-class Outcome(str, enum.Enum):
-    SUCCESS = "success"
-    ERROR = "error"
+def mark_token(info: dict | None) -> str:
+    """The token of the runtime's marked lines in this job's log (its metadata's; "" for an older job)."""
+    return ((info or {}).get("metadata") or {}).get(META_MARK_TOKEN) or ""
 
 
-@dataclasses.dataclass(frozen=True)
-class JobEvent:
-    """How a wait ended (the trigger's event, the sync wait's outcome): enough to finish the task
-    without asking Ray again. ``log_cursor``: how far the job's log is in the task log."""
-
-    outcome: Outcome
-    submission_id: str
-    job_status: JobStatus | None = None
-    error_type: str | None = None
-    message: str = ""
-    metadata: dict[str, str] = dataclasses.field(default_factory=dict)
-    log_tail: list[str] = dataclasses.field(default_factory=list)
-    log_cursor: dict[str, Any] = dataclasses.field(default_factory=dict)
-    # The runtime's one-line reason (its AHP_ERROR line), wherever it is in the log.
-    reason: str = ""
-    # Why it failed, as far as the wait knows: the runtime's verdict (its AHP_FAILURE line), or the
-    # wait's own (a timeout, a job gone); ``failures.Failure.to_dict()``.
-    failure: dict[str, Any] = dataclasses.field(default_factory=dict)
-    driver_exit_code: int | None = None
-    # Ray's own timestamps of the job, in seconds: submitted, and ended (for the cost).
-    start_time: float | None = None
-    end_time: float | None = None
-
-    @property
-    def succeeded(self) -> bool:
-        return self.outcome is Outcome.SUCCESS
-
-    @classmethod
-    def from_info(
-        cls,
-        submission_id: str,
-        info: dict,
-        *,
-        log_tail: list[str] | None = None,
-        log_cursor: dict | None = None,
-        reason: str = "",
-        failure: dict | None = None,
-    ) -> JobEvent:
-        """The event of a job in a terminal state, from its job info."""
-        status = JobStatus.of(info.get("status"))
-        return cls(
-            outcome=Outcome.SUCCESS if status is JobStatus.SUCCEEDED else Outcome.ERROR,
-            submission_id=submission_id,
-            job_status=status,
-            error_type=info.get("error_type"),
-            message=info.get("message") or "",
-            metadata=dict(info.get("metadata") or {}),
-            log_tail=list(log_tail or []),
-            log_cursor=dict(log_cursor or {}),
-            reason=reason,
-            failure=dict(failure or {}),
-            driver_exit_code=info.get("driver_exit_code"),
-            **ray_times(info),
-        )
-
-    @classmethod
-    def error(
-        cls,
-        submission_id: str,
-        message: str,
-        *,
-        info: dict | None = None,
-        log_cursor: dict | None = None,
-        failure_class: failures.FailureClass = failures.FailureClass.INFRASTRUCTURE,
-    ) -> JobEvent:
-        """A wait that ended without the job succeeding: missing, timed out, unreachable."""
-        info = info or {}
-        status = info.get("status")
-        failure = failures.Failure(failure_class, failures.first_line_of(message), message=message)
-        return cls(
-            outcome=Outcome.ERROR,
-            submission_id=submission_id,
-            job_status=JobStatus.known(status),
-            error_type=info.get("error_type"),
-            message=message,
-            metadata=dict(info.get("metadata") or {}),
-            log_cursor=dict(log_cursor or {}),
-            failure=failure.to_dict(),
-            **ray_times(info),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["outcome"] = self.outcome.value
-        data["job_status"] = self.job_status.value if self.job_status else None
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> JobEvent:
-        fields = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in fields}
-        values["outcome"] = Outcome(values["outcome"])
-        values["job_status"] = JobStatus.of(values["job_status"]) if values.get("job_status") else None
-        return cls(**values)
-
-
-def ray_times(info: dict) -> dict[str, Any]:
-    """The job's start and end times from its info (Ray gives milliseconds)."""
-    return {
-        key: info[key] / 1000 if isinstance(info.get(key), (int, float)) and info[key] else None
-        for key in ("start_time", "end_time")
-    }
-
-
-def reason_in(lines: list[str], reason: str = "") -> str:
-    """The last failure reason the runtime printed among ``lines`` (else ``reason``)."""
+def reason_in(lines: list[str], reason: str = "", token: str = "") -> str:
+    """The last failure reason the runtime printed among ``lines``, marked with ``token`` (else ``reason``)."""
+    mark = marked(ERROR_MARK, token)
     for line in lines:
-        if ERROR_MARK in line:
-            reason = line.split(ERROR_MARK, 1)[1].strip()
+        if mark in line:
+            reason = line.split(mark, 1)[1].strip()
     return reason
 
 
-def failure_in(lines: list[str], failure: dict | None = None) -> dict:
-    """The runtime's last verdict on its failure among ``lines`` (else ``failure``)."""
+def failure_in(lines: list[str], failure: dict | None = None, token: str = "") -> dict:
+    """The runtime's last verdict on its failure among ``lines``, marked with ``token`` (else ``failure``)."""
     for line in lines:
-        if (found := failures.of_line(line)) is not None:
+        if (found := failures.of_line(line, token)) is not None:
             failure = found.to_dict()
     return dict(failure or {})
 
@@ -287,13 +174,14 @@ def step(policy: WaitPolicy, cursor: LogCursor, poll: Poll) -> Step:
         )
     if status.is_terminal:
         failure_tail = list(poll.tail) if status is not JobStatus.SUCCEEDED else []
+        token = mark_token(info)
         event = JobEvent.from_info(
             sid,
             info,
             log_tail=failure_tail,
             log_cursor=cursor.to_dict(),
-            reason=reason_in(failure_tail, poll.reason),
-            failure=failure_in(failure_tail, poll.failure),
+            reason=reason_in(failure_tail, poll.reason, token),
+            failure=failure_in(failure_tail, poll.failure, token),
         )
         return Step(cursor, poll.lines, event)
     if status is JobStatus.PENDING and policy.pending_timeout_s:
@@ -339,26 +227,39 @@ def stall_message(submission_id: str, quiet_s: float) -> str:
 # --- the loop -------------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class Running:
+    """The job had not ended within the seconds the wait was given (``within_s``): the operator defers
+    with it. ``cursor``: where the job's log stands in the task log."""
+
+    cursor: LogCursor
+
+
+@dataclasses.dataclass(frozen=True)
+class Update:
+    """What one poll of ``follow`` brings: ``lines`` for the task log (level, text), the cursor after
+    them, and, on the last update, ``end``: the job's event, or ``Running``. Whoever waits saves the
+    cursor before it writes the lines: a crash in between may skip a batch of lines, never repeat one."""
+
+    cursor: LogCursor
+    lines: list[tuple[int, str]] = dataclasses.field(default_factory=list)
+    end: JobEvent | Running | None = None
+
+
 async def follow(
     hook: RayJobsApi,
     submission_id: str,
     *,
     policy: WaitPolicy,
     cursor: LogCursor,
-    write: Write,
-    save_cursor: Callable[[LogCursor], Awaitable[None]],
     stream_logs: bool = True,
-    stopped: Callable[[], bool] = lambda: False,
     within_s: float | None = None,
-) -> JobEvent:
-    """Wait for the job to end, writing its log after ``cursor`` with ``write`` (``jobs.logs.task_log``:
-    the user's lines, and Ray's own folded); its final event.
-
-    ``save_cursor`` is awaited before new lines are written: a crash in between may skip a batch of
-    lines in the task log, never repeat one. ``stopped``: the task was killed; the wait raises.
-    ``within_s``: raise ``StillRunning`` when the job has not ended that many seconds on.
-    """
-    reader = LogReader(submission_id, write)
+) -> AsyncGenerator[Update, None]:
+    """Poll the job until it ends, one ``Update`` a poll: its log after ``cursor`` (``jobs.logs.task_log``:
+    the user's lines, and Ray's own folded), and its event on the last. ``within_s``: the last update
+    says ``Running`` when the job has not ended that many seconds on. A job that waits for resources or
+    stalls past the policy's limits is stopped here, and its update's event says why."""
+    reader = LogReader(submission_id)
     reason = ""
     failure: dict[str, Any] = {}
     deadline = None if within_s is None else time.monotonic() + within_s
@@ -380,18 +281,16 @@ async def follow(
             fresh = await reader.new_lines(hook, info, cursor, ended=ended)
         elif ended and status is not JobStatus.SUCCEEDED:
             await reader.read_last(hook, info)
-        reason, failure = reason_in(fresh, reason), failure_in(fresh, failure)
-        if any(RESULT_MARK in line or ERROR_MARK in line for line in fresh):
+        token = mark_token(info)
+        reason, failure = reason_in(fresh, reason, token), failure_in(fresh, failure, token)
+        last_marks = (marked(RESULT_MARK, token), marked(ERROR_MARK, token))
+        if any(mark in line for line in fresh for mark in last_marks):
             finishing_until = time.monotonic() + FINISHING_S
         result = step(policy, cursor, Poll(info, now, fresh, tail=reader.tail, reason=reason, failure=failure))
-        if result.lines:
-            await save_cursor(result.cursor)
-            for i, (level, line) in enumerate(task_log(result.lines), 1):
-                write(level, line)
-                if i % WRITE_BATCH == 0:  # a long batch leaves the event loop to the other triggers between
-                    await asyncio.sleep(0)
         cursor = result.cursor
+        lines = [*reader.take_notices(), *task_log(result.lines)]
         if result.timeout is not None:
+            yield Update(cursor, lines)
             await hook.a_stop_job(submission_id)
             await until_ended(hook, submission_id)
             cluster = None
@@ -400,17 +299,15 @@ async def follow(
                     cluster = await hook.a_get_cluster_resources()
                 except HorovodProviderError:
                     pass
-            return result.timeout.event(cluster, cursor)
+            yield Update(cursor, end=result.timeout.event(cluster, cursor))
+            return
         if result.event is not None:
-            return result.event
-        if stopped():
-            raise TaskKilledError(
-                f"Task killed; Ray job {submission_id} was stopped.",
-                submission_id=submission_id,
-                status=JobStatus.STOPPED.value,
-            )
+            yield Update(cursor, lines, result.event)
+            return
         if deadline is not None and time.monotonic() >= deadline:
-            raise StillRunning(cursor)
+            yield Update(cursor, lines, Running(cursor))
+            return
+        yield Update(cursor, lines)
         await asyncio.sleep(
             next_poll_s(
                 policy.poll_interval_s,
@@ -441,39 +338,3 @@ def next_poll_s(interval_s: float, *, finishing: bool, within_deadline: bool) ->
     if finishing:
         return min(interval_s, FINISHING_POLL_S)
     return min(interval_s, 0.5) if within_deadline else interval_s
-
-
-def wait(
-    hook: RayJobsApi,
-    submission_id: str,
-    *,
-    policy: WaitPolicy,
-    cursor: LogCursor,
-    write: Write,
-    save_cursor: Callable[[LogCursor], None],
-    stopped: Callable[[], bool] = lambda: False,
-    within_s: float | None = None,
-) -> JobEvent:
-    """``follow`` in an event loop of this thread's own (the operator's synchronous wait); with
-    ``within_s``, ``StillRunning`` when the job has not ended that many seconds on (polled at least
-    every 0.5 s meanwhile)."""
-
-    async def save(latest: LogCursor) -> None:
-        save_cursor(latest)
-
-    async def run() -> JobEvent:
-        try:
-            return await follow(
-                hook,
-                submission_id,
-                policy=policy,
-                cursor=cursor,
-                write=write,
-                save_cursor=save,
-                stopped=stopped,
-                within_s=within_s,
-            )
-        finally:
-            await hook.aclose()
-
-    return asyncio.run(run())

@@ -283,14 +283,8 @@ class HorovodTrainOperator(BaseRayJobOperator):
             try_number=try_number,
         )
 
-    def as_smoke(self, plan: JobPlan) -> JobPlan:
-        from airflow_provider_horovod import smoke
-
-        return smoke.as_smoke(plan, smoke.rows(self.smoke_rows))
-
     def task_result(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
         from airflow_provider_horovod.cost import summary
-        from airflow_provider_horovod.jobs.finish import push_result
 
         if result["checkpoint_uri"] is None:  # only a script may end so (jobs.finish.missing_checkpoint)
             self.log.info("The script left no checkpoint (XCom checkpoint_uri: None).  metrics: %s", result["metrics"])
@@ -303,7 +297,7 @@ class HorovodTrainOperator(BaseRayJobOperator):
             self.log.info("MLflow run: %s", self.mlflow_run_url)
         if result.get("cost"):
             self.log.info("%s%s", summary(result["cost"]), " (smoke run)" if result.get("smoke_run") else "")
-        return push_result(context, result)
+        return result
 
     def lineage(self, result: dict[str, Any] | None) -> Any:
         from airflow_provider_horovod.lineage import training_lineage

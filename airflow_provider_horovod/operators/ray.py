@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
 import threading
@@ -21,24 +23,22 @@ from airflow_provider_horovod.contract import (
     RESUME_GUARD_S,
     STALL_TIMEOUT_S,
     SYNC_WAIT_BEFORE_DEFER_S,
-    XCOM_COST,
-    XCOM_JOB,
     XCOM_LOG_CURSOR,
-    XCOM_SUBMISSION_ID,
     JobStatus,
     TaskRun,
 )
-from airflow_provider_horovod.documents import SubmittedJob
 from airflow_provider_horovod.exceptions import HorovodProviderError, TaskKilledError
 from airflow_provider_horovod.hooks.ray import RayHook, WithRayHook
 from airflow_provider_horovod.links.ray import RayJobLink
 from airflow_provider_horovod.parameters import Declaration, Param
+from airflow_provider_horovod.xcoms import push_job, push_result
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperatorLink, Context
 
+    from airflow_provider_horovod.jobs.events import JobEvent
     from airflow_provider_horovod.jobs.logs import LogCursor
-    from airflow_provider_horovod.jobs.wait import JobEvent, WaitPolicy
+    from airflow_provider_horovod.jobs.wait import Running, WaitPolicy
     from airflow_provider_horovod.plan import JobPlan
     from airflow_provider_horovod.storage import Storage
 
@@ -209,7 +209,7 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
         raise NotImplementedError
 
     def task_result(self, context: Context, result: dict[str, Any]) -> Any:
-        """What the task returns, from ``jobs.finish.finish``'s result."""
+        """What the task returns, from ``jobs.finish.finish``'s result (its XComs by key are pushed)."""
         raise NotImplementedError
 
     # --- the flow -------------------------------------------------------------------------------
@@ -225,32 +225,39 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
 
         return WaitPolicy(self.poll_interval_seconds, self.pending_timeout_seconds, self.stall_timeout_seconds)
 
-    def as_smoke(self, plan: JobPlan) -> JobPlan:
-        """The plan as a smoke run (``smoke.as_smoke``)."""
-        from airflow_provider_horovod import smoke
-
-        return smoke.as_smoke(plan)
-
     def checked_plan(self, task_run: TaskRun, policy: WaitPolicy, *, try_number: int | None = None) -> JobPlan:
+        """The plan from the parameters alone, each checked (nothing asked of the cluster yet)."""
         from airflow_provider_horovod import smoke
         from airflow_provider_horovod.storage import check_aws_conn_id
 
-        plan = self.plan(task_run, policy, self.parameters.checked(self), try_number=try_number)
+        given = self.parameters.checked(self)
+        plan = self.plan(task_run, policy, given, try_number=try_number)
         if smoke.enabled(self.smoke_run):
-            plan = self.as_smoke(plan)
+            plan = smoke.as_smoke(plan, smoke.rows(given.get("smoke_rows")))
         # A missing AWS connection would otherwise show only after the job ended, when reading its result.
         check_aws_conn_id(self.aws_conn_id)
         return plan
 
+    def finished_plan(self, context: Context, policy: WaitPolicy) -> JobPlan:
+        """The task run's job with every decision made before anything is submitted: the checked
+        parameters' plan, the task's OpenLineage run, and what the connection and the cluster add."""
+        ti = context["ti"]
+        plan = self.checked_plan(TaskRun.of(ti), policy, try_number=getattr(ti, "try_number", None))
+        plan = with_parent_run(plan, context)
+        cluster = self.hook.get_cluster_resources() if plan.spec.smoke_run else None
+        plan, said = for_cluster(plan, prices=self.hook.endpoint.prices, cluster=cluster)
+        for line in said:
+            self.log.info("%s", line)
+        return plan
+
     def execute(self, context: Context) -> Any:
+        from airflow_provider_horovod.jobs.events import JobEvent
         from airflow_provider_horovod.jobs.logs import LogCursor
         from airflow_provider_horovod.jobs.submit import start
 
         self._killed = killed = threading.Event()
         policy = self.wait_policy()
-        ti = context["ti"]
-        plan = self.checked_plan(TaskRun.of(ti), policy, try_number=getattr(ti, "try_number", None))
-        plan = with_parent_run(plan, context)
+        plan = self.finished_plan(context, policy)
         job = start(self.hook, plan, self.storage, logger=self.log, stopped=killed.is_set)
         sid = self.submission_id = job["submission_id"]
         if killed.is_set():
@@ -263,13 +270,14 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
                 status=JobStatus.STOPPED.value,
             )
         self.dashboard_url = job["dashboard_url"]
-        push_job(context, job)
+        push_job(context["ti"], job)
         self.log.info("Ray job %s: %s", sid, job["dashboard_url"])
         if not self.wait_for_completion:
             return job
         cursor = LogCursor.from_dict(compat.state_get(context, XCOM_LOG_CURSOR), sid)
         if cursor.lines:
             self.log.info("The job's log up to line %s is in the task log of an earlier try.", cursor.lines)
+        within_s = None  # not deferrable: wait here until the job ends
         if self.deferrable and (limit := self.slot_limit()):
             self.log.info(
                 "%s: waiting for the job in this worker, not deferred. A deferred task must be scheduled again "
@@ -279,8 +287,11 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
                 limit,
             )
         elif self.deferrable:
-            return self.wait_deferred(context, sid, policy, cursor)
-        return self.complete(context, self.wait(context, sid, policy, cursor))
+            within_s = self.sync_wait_before_defer_s  # a job that ends within its first seconds is finished here
+        outcome = self.wait(context, sid, policy, cursor, within_s=within_s)
+        if isinstance(outcome, JobEvent):
+            return self.complete(context, outcome)
+        self.defer_to_trigger(context, sid, policy, outcome)
 
     def slot_limit(self) -> str | None:
         """The task-level concurrency limit set on this task (it counts deferred task instances, and a
@@ -290,24 +301,18 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
                 return f"{name}={value}"
         return None
 
-    def wait_deferred(self, context: Context, sid: str, policy: WaitPolicy, cursor: LogCursor) -> Any:
-        """Follow the job here for its first seconds, then defer to the triggerer."""
-        from airflow_provider_horovod.jobs.wait import StillRunning
+    def defer_to_trigger(self, context: Context, sid: str, policy: WaitPolicy, running: Running) -> None:
+        """Hand the job, still running, to the triggerer (``RayJobTrigger``); the task resumes in
+        ``execute_complete``. The log cursor is in XCom too, where a restarted trigger reads it."""
         from airflow_provider_horovod.triggers.ray import RayJobTrigger
 
-        try:
-            event = self.wait(context, sid, policy, cursor, within_s=self.sync_wait_before_defer_s)
-        except StillRunning as running:
-            cursor = running.cursor
-        else:
-            return self.complete(context, event)
-        context["ti"].xcom_push(key=XCOM_LOG_CURSOR, value=cursor.to_dict())
+        context["ti"].xcom_push(key=XCOM_LOG_CURSOR, value=running.cursor.to_dict())
         self.defer(
             trigger=RayJobTrigger(
                 submission_id=sid,
                 ray_conn_id=self.ray_conn_id,
                 policy=policy.to_dict(),
-                log_cursor=cursor.to_dict(),
+                log_cursor=running.cursor.to_dict(),
                 not_before=time.time() + RESUME_GUARD_S,
             ),
             method_name="execute_complete",
@@ -322,42 +327,54 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
         cursor: LogCursor,
         *,
         within_s: float | None = None,
-    ) -> JobEvent:
-        """The synchronous wait, in the worker (the trigger's, in an event loop of its own); with
-        ``within_s``, ``StillRunning`` when the job has not ended by then. A wait that could not go on
-        (the dashboard gone past its retries) ends as the trigger's does: an event of the error's class,
-        so that the task fails with one of the six classes, whichever way it waited."""
+    ) -> JobEvent | Running:
+        """The synchronous wait, in the worker, streaming the job's log into the task log: the job's
+        event, or, with ``within_s``, ``Running`` when it has not ended by then. A wait that could not
+        go on (the dashboard gone past its retries) ends as the trigger's does: an event of the error's
+        class, so that the task fails with one of the six classes, whichever way it waited."""
         from airflow_provider_horovod import failures
-        from airflow_provider_horovod.jobs.wait import JobEvent, wait
-
-        latest = [cursor]
-
-        def save(saved: LogCursor) -> None:
-            latest[0] = saved
-            compat.state_set(context, XCOM_LOG_CURSOR, saved.to_dict())
+        from airflow_provider_horovod.jobs.events import JobEvent
+        from airflow_provider_horovod.jobs.wait import follow
 
         killed = self._killed
+        where = cursor
+
+        async def run() -> JobEvent | Running:
+            nonlocal where
+            try:
+                async with contextlib.aclosing(
+                    follow(self.hook, sid, policy=policy, cursor=cursor, within_s=within_s)
+                ) as updates:
+                    async for update in updates:
+                        if update.lines:
+                            compat.state_set(context, XCOM_LOG_CURSOR, update.cursor.to_dict())
+                            for level, line in update.lines:
+                                self.log.log(level, line)
+                        where = update.cursor
+                        if update.end is not None:
+                            return update.end
+                        if killed is not None and killed.is_set():
+                            raise TaskKilledError(
+                                f"Task killed; Ray job {sid} was stopped.",
+                                submission_id=sid,
+                                status=JobStatus.STOPPED.value,
+                            )
+            finally:
+                await self.hook.aclose()
+            raise AssertionError("follow ends with an update that says how it ended")
+
         try:
-            return wait(
-                self.hook,
-                sid,
-                policy=policy,
-                cursor=cursor,
-                write=self.log.log,
-                save_cursor=save,
-                stopped=killed.is_set if killed else lambda: False,
-                within_s=within_s,
-            )
+            return asyncio.run(run())
         except TaskKilledError:
             raise
         except HorovodProviderError as err:
             return JobEvent.error(
-                sid, str(err), log_cursor=latest[0].to_dict(), failure_class=failures.class_of_provider_error(err)
+                sid, str(err), log_cursor=where.to_dict(), failure_class=failures.class_of_provider_error(err)
             )
 
     def execute_complete(self, context: Context, event: dict) -> Any:
         """Resume after the trigger's event (a new operator instance: everything comes from the event)."""
-        from airflow_provider_horovod.jobs.wait import JobEvent
+        from airflow_provider_horovod.jobs.events import JobEvent
 
         job_event = JobEvent.from_dict(event)
         self.submission_id = job_event.submission_id
@@ -377,6 +394,7 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
                 try_number=getattr(context["ti"], "try_number", None),
             )
         self.job_result = result
+        push_result(context["ti"], result)
         return self.task_result(context, result)
 
     # --- OpenLineage (the [openlineage] extra; only its listener calls these) --------------------
@@ -433,12 +451,23 @@ def with_parent_run(plan: JobPlan, context: Context) -> JobPlan:
     return dataclasses.replace(plan, env_vars={**plan.env_vars, **env}) if env else plan
 
 
-def push_job(context: Context, job: SubmittedJob) -> None:
-    """The task's job, for templates, the extra link and the Training view."""
-    ti = context["ti"]
-    ti.xcom_push(key=RayJobLink().xcom_key, value=job["dashboard_url"])
-    ti.xcom_push(key=XCOM_SUBMISSION_ID, value=job["submission_id"])
-    ti.xcom_push(key=XCOM_JOB, value=dict(job))
+def for_cluster(
+    plan: JobPlan, *, prices: Mapping[str, Any] | None, cluster: Mapping[str, float] | None
+) -> tuple[JobPlan, list[str]]:
+    """The plan completed with what the connection and the cluster say: the connection's ``prices`` for a
+    task that gives none, and a smoke run scaled to ``cluster`` (its total resources; None: not asked).
+    Also the lines that say what changed, for the task log."""
+    import dataclasses
+
+    from airflow_provider_horovod.smoke import fit_to_cluster
+
+    said = []
+    if plan.prices is None and prices:
+        plan = dataclasses.replace(plan, prices=dict(prices))
+    if plan.spec.smoke_run and cluster is not None:
+        plan, line = fit_to_cluster(plan, dict(cluster))
+        said.append(line)
+    return plan, said
 
 
 class RayTaskOperator(BaseRayJobOperator):
@@ -512,7 +541,6 @@ class RayTaskOperator(BaseRayJobOperator):
 
         if result.get("cost"):
             self.log.info("%s", summary(result["cost"]))
-            context["ti"].xcom_push(key=XCOM_COST, value=result["cost"])
         return result["return_value"]
 
     def lineage(self, result: dict[str, Any] | None) -> Any:

@@ -29,6 +29,7 @@ from airflow_provider_horovod.contract import (
     JobKind,
     JobStatus,
     check_ray_version,
+    marked,
     python_minor,
     timings,
     untested_ray_version,
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         if stop_signalled():
             report_stop(spec, started_at)
         raise
-    say(f"{RESULT_MARK}{record.to_json().replace(chr(10), '')}")
+    say(f"{marked(RESULT_MARK, spec.mark_token)}{record.to_json().replace(chr(10), '')}")
     if isinstance(spec, TrainingSpec):
         leave_ray()
     return 0
@@ -199,8 +200,8 @@ def python_mismatch(airflow_python: str, pickled: dict[str, str]) -> str | None:
 
 def report_failure(spec: JobSpec, failure: Failure, started_at: float) -> None:
     """Say why the attempt failed, in the job's log and in the attempt's record beside its checkpoints."""
-    say(f"{ERROR_MARK}{failure.failure_class.value}: {failure.summary}")
-    say(failure.line())
+    say(f"{marked(ERROR_MARK, spec.mark_token)}{failure.failure_class.value}: {failure.summary}")
+    say(failure.line(spec.mark_token))
     keep_failed_record(spec, failure, started_at)
 
 

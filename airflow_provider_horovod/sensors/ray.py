@@ -152,9 +152,10 @@ class RayJobSensor(WithRayHook, BaseSensorOperator):
         return PokeReturnValue(is_done=True, xcom_value=self.execute_complete(context, result.event.to_dict()))
 
     def execute_complete(self, context: Context, event: dict) -> Any:
-        from airflow_provider_horovod.jobs.finish import finish, push_result
-        from airflow_provider_horovod.jobs.wait import JobEvent
+        from airflow_provider_horovod.jobs.events import JobEvent
+        from airflow_provider_horovod.jobs.finish import finish
         from airflow_provider_horovod.storage import Storage
+        from airflow_provider_horovod.xcoms import push_result
 
         job_event = JobEvent.from_dict(event)
         self.dashboard_url = self.hook.get_job_url(job_event.submission_id)
@@ -165,4 +166,5 @@ class RayJobSensor(WithRayHook, BaseSensorOperator):
                 storage=Storage(self.aws_conn_id),
                 try_number=getattr(context["ti"], "try_number", None),
             )
-        return push_result(context, result)
+        push_result(context["ti"], result)
+        return result

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import AsyncIterator
@@ -14,8 +15,12 @@ from airflow_provider_horovod import compat, failures
 from airflow_provider_horovod.contract import XCOM_LOG_CURSOR, TaskRun
 from airflow_provider_horovod.exceptions import HorovodProviderError, InvalidParameterError
 from airflow_provider_horovod.hooks.ray import RayHook, WithRayHook
+from airflow_provider_horovod.jobs.events import JobEvent
 from airflow_provider_horovod.jobs.logs import LogCursor
-from airflow_provider_horovod.jobs.wait import JobEvent, WaitPolicy, follow
+from airflow_provider_horovod.jobs.wait import WaitPolicy, follow
+
+# Lines written to the task log between yields to the event loop.
+WRITE_BATCH = 200
 
 
 class RayJobTrigger(WithRayHook, BaseTrigger):
@@ -109,26 +114,22 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
     async def wait(self) -> JobEvent:
         """Follow the job until it ends, streaming its log; the event the wait ended with."""
         sid = self.submission_id
-        latest = [await self._saved_cursor()]
-
-        async def save(cursor: LogCursor) -> None:
-            latest[0] = cursor
-            await self._save_cursor(cursor)
-
+        cursor = await self._saved_cursor()
         async with self.hook as hook:
             try:
-                return await follow(
-                    hook,
-                    sid,
-                    policy=self.policy,
-                    cursor=latest[0],
-                    write=self.log.log,
-                    save_cursor=save,
-                    stream_logs=self.stream_logs,
-                )
+                async with contextlib.aclosing(
+                    follow(hook, sid, policy=self.policy, cursor=cursor, stream_logs=self.stream_logs)
+                ) as updates:
+                    async for update in updates:
+                        if update.lines:
+                            await self._save_cursor(update.cursor)
+                            await self._write(update.lines)
+                        cursor = update.cursor
+                        if isinstance(update.end, JobEvent):
+                            return update.end
             except HorovodProviderError as err:
                 return JobEvent.error(
-                    sid, str(err), log_cursor=latest[0].to_dict(), failure_class=failures.class_of_provider_error(err)
+                    sid, str(err), log_cursor=cursor.to_dict(), failure_class=failures.class_of_provider_error(err)
                 )
             except asyncio.CancelledError:
                 # Before Airflow 3.3 no on_kill is called: a cancel whose task is no longer deferred is a kill.
@@ -140,6 +141,15 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
                     except Exception:
                         self.log.exception("Could not tell whether the task was killed; Ray job %s goes on.", sid)
                 raise
+        raise AssertionError("follow ends with an event when it is given no time limit")
+
+    async def _write(self, lines: list[tuple[int, str]]) -> None:
+        """The lines into the task log, leaving the event loop to the other triggers between batches: a
+        line's logging costs tens of microseconds, and a poll may bring thousands (a job's start)."""
+        for i, (level, line) in enumerate(lines, 1):
+            self.log.log(level, line)
+            if i % WRITE_BATCH == 0:
+                await asyncio.sleep(0)
 
     async def on_kill(self) -> None:
         # Only a user's kill lands here (not a triggerer restart): the job must not outlive the task.

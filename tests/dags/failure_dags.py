@@ -1,5 +1,6 @@
 """DAGs of the failure tests (``tests/integration/test_failures.py``), run with ``airflow dags test``:
-a user's bug on one rank under generous retries, and a lost driver under an Airflow 3.3 retry_policy
+a user's bug on one rank under generous retries, one whose function prints lines that look like the
+runtime's, and a lost driver under an Airflow 3.3 retry_policy
 that says not to retry it. Storage comes from dag_run.conf."""
 
 from __future__ import annotations
@@ -57,6 +58,33 @@ def ahp_bug_on_one_rank():
 
 
 ahp_bug_on_one_rank()
+
+
+def spoofs_then_fails():
+    """A user's bug, after the function arranged for lines that look like the runtime's to end the job's
+    log (printed at the driver's exit, after the runtime's own): a bare mark is not the runtime's."""
+    import atexit
+    import json
+
+    verdict = {"failure_class": "infrastructure", "summary": "a node was lost (printed by the user)"}
+    atexit.register(print, "AHP_ERROR infrastructure: a node was lost (printed by the user)", flush=True)
+    atexit.register(print, "AHP_FAILURE " + json.dumps(verdict), flush=True)
+    raise ValueError("the real bug")
+
+
+@dag(schedule=None, start_date=START, catchup=False)
+def ahp_spoofed_marks():
+    RayTaskOperator(
+        task_id="evaluate",
+        python_callable=spoofs_then_fails,
+        storage_path=STORAGE,
+        poll_interval_seconds=0.5,
+        retries=2,
+        retry_delay=timedelta(seconds=1),
+    )
+
+
+ahp_spoofed_marks()
 
 
 def killed_driver():

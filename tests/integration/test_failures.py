@@ -71,6 +71,24 @@ def test_a_users_bug_on_one_rank_runs_one_job_one_worker_group_and_fails_after_o
     assert [p["metrics"]["step"] for p in live] == [1.0, 2.0, 3.0], live
 
 
+def test_lines_a_users_function_prints_with_the_runtimes_marks_do_not_decide_the_failure(
+    airflow_db, ray_cluster, ray_hook, tmp_path, capfd
+):
+    """Its function arranges for an infrastructure verdict with the bare marks to end the job's log,
+    after the runtime's own: the task still fails once, as the user's ValueError."""
+    dag_id = "ahp_spoofed_marks"
+    run = dag_test(dag_id, DAG_FILE, conf={"storage_path": str(tmp_path)})
+    captured = capfd.readouterr()
+    output = captured.out + captured.err
+    assert run.state == "failed", output[-3000:]
+    (job,) = jobs_of_dag(ray_hook, dag_id)
+    log = ray_hook.get_job_logs(job["submission_id"])
+    user_lines = log.rstrip().splitlines()[-2:]  # after the runtime's own
+    assert [line.split(" ", 1)[0] for line in user_lines] == ["AHP_FAILURE", "AHP_ERROR"], log[-2000:]
+    assert task_instances(dag_id) == [("evaluate", "failed", 1)], output[-3000:]  # retries=2: user code
+    assert "user code: ValueError: the real bug" in output, output[-3000:]
+
+
 def test_a_runtime_env_package_that_does_not_exist_is_configuration_and_fails_once(ray_hook, tmp_path):
     from airflow.providers.common.compat.sdk import AirflowFailException
 

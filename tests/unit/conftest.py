@@ -46,10 +46,11 @@ def serve(monkeypatch):
 
     started = []
 
-    def serve_(ray, conn_id: str = "ray_default", *, shared_storage: bool = True):
+    def serve_(ray, conn_id: str = "ray_default", *, shared_storage: bool = True, **extra):
         dashboard = Dashboard(ray)
         started.append(dashboard)
-        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", dashboard.connection(shared_storage=shared_storage))
+        connection = dashboard.connection(shared_storage=shared_storage, **extra)
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", connection)
         return dashboard
 
     yield serve_

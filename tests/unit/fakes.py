@@ -240,15 +240,15 @@ class Dashboard:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
 
-    def connection(self, *, shared_storage: bool = True) -> str:
-        """An AIRFLOW_CONN_* value for this dashboard."""
+    def connection(self, *, shared_storage: bool = True, **extra: Any) -> str:
+        """An AIRFLOW_CONN_* value for this dashboard; ``extra``: more of the connection's extra."""
         return json.dumps(
             {
                 "conn_type": "ray",
                 "host": "127.0.0.1",
                 "port": self.server.server_address[1],
                 "password": "tok-unit",
-                "extra": {"shared_storage": shared_storage},
+                "extra": {"shared_storage": shared_storage, **extra},
             }
         )
 
@@ -325,3 +325,16 @@ class Dashboard:
                 metadata=body.get("metadata"),
                 **kwargs,
             )
+
+
+def as_runtime_prints(text: str, token: str) -> str:
+    """``text`` with its lines that start with a bare mark marked as the runtime of an attempt with
+    ``token`` prints them (a fake cluster's log, written with the bare marks)."""
+    from airflow_provider_horovod.contract import ERROR_MARK, FAILURE_MARK, RESULT_MARK, marked
+
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        for mark in (ERROR_MARK, FAILURE_MARK, RESULT_MARK):
+            if line.startswith(mark):
+                lines[i] = marked(mark, token) + line[len(mark) :]
+    return "\n".join(lines)

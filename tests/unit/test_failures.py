@@ -48,6 +48,15 @@ def test_a_verdict_travels_as_one_line_and_comes_back_whole():
     assert json.loads(line[len(FAILURE_MARK) :])["hint"] == verdict.hint
 
 
+def test_a_verdict_marked_with_a_token_is_read_only_with_that_token():
+    verdict = Failure(FailureClass.USER_CODE, "ValueError: boom")
+    line = verdict.line("0123456789abcdef")
+    assert line.startswith("AHP_FAILURE:0123456789abcdef {")
+    assert of_line(f"(TrainController pid=4) {line}", "0123456789abcdef") == verdict
+    assert of_line(line, "fedcba9876543210") is None
+    assert of_line(verdict.line(), "0123456789abcdef") is None  # a bare verdict, in a job that has a token
+
+
 def test_the_answer_names_the_class_rank_exception_and_frames_then_what_to_do():
     verdict = failures.user_failure(raise_in_user_code(), rank=1)
     text = verdict.explain().splitlines()

@@ -21,7 +21,7 @@ from openlineage.client.serde import Serde  # noqa: E402
 
 from airflow_provider_horovod import lineage  # noqa: E402
 from airflow_provider_horovod.contract import VERSION  # noqa: E402
-from airflow_provider_horovod.jobs.wait import JobEvent  # noqa: E402
+from airflow_provider_horovod.jobs.events import JobEvent  # noqa: E402
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator  # noqa: E402
 from airflow_provider_horovod.operators.ray import RayTaskOperator, with_parent_run  # noqa: E402
 from unit.fakes import FakeRay, context  # noqa: E402

@@ -4,7 +4,6 @@ in the task log; everything else of the plan as it was."""
 
 import dataclasses
 import json
-import logging
 
 import pytest
 
@@ -15,7 +14,7 @@ from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobPen
 from airflow_provider_horovod.jobs.submit import start
 from airflow_provider_horovod.jobs.wait import WaitPolicy
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
-from airflow_provider_horovod.operators.ray import RayTaskOperator
+from airflow_provider_horovod.operators.ray import RayTaskOperator, for_cluster
 from airflow_provider_horovod.plan import task_plan
 from airflow_provider_horovod.storage import Storage
 from unit.fakes import FakeRay
@@ -135,21 +134,31 @@ def test_a_task_runs_as_it_is_on_cpu(tmp_path):
     assert '"num_gpus": 1' in said and "->" in said
 
 
-# --- at submission: scaled once the cluster is read, the same checks after ------------------------
+# --- before submission: scaled to what the cluster has, the same checks after -------------------
 
 
-def test_a_production_training_is_submitted_scaled_and_said(tmp_path, caplog):
+def test_a_production_training_is_submitted_scaled_and_said(tmp_path):
     ray = FakeRay(cluster=EMBEDDED)
     with pytest.raises(RayJobPendingTimeoutError, match="none of \\['GPU'\\]"):
         start(ray, training(tmp_path), Storage())  # the real run: no GPU here
-    with caplog.at_level(logging.INFO):
-        start(ray, smoke.as_smoke(training(tmp_path), 32), Storage(), logger=logging.getLogger("task"))
+    plan, said = for_cluster(smoke.as_smoke(training(tmp_path), 32), prices=None, cluster=EMBEDDED)
+    start(ray, plan, Storage())
     (call,) = ray.submitted
     spec = spec_sent(call)
     assert (spec.num_workers, spec.use_gpu, spec.smoke_rows) == (2, False, 32)
     assert json.loads(call["metadata"]["ahp_resources"]) == {"CPU": 2.0}
     assert call["runtime_env"]["env_vars"][SMOKE_RUN_ENV] == "1"
-    assert any("Smoke run: 8 GPU worker(s)" in r.getMessage() for r in caplog.records)
+    (line,) = said
+    assert line.startswith("Smoke run: 8 GPU worker(s)")
+
+
+def test_the_connections_prices_complete_a_plan_that_has_none(tmp_path):
+    mine = {"cpu_hour": 1.0, "currency": "EUR"}
+    plan, said = for_cluster(training(tmp_path), prices={"cpu_hour": 0.5, "currency": "USD"}, cluster=None)
+    assert plan.prices == {"cpu_hour": 0.5, "currency": "USD"}
+    assert said == []
+    given = dataclasses.replace(training(tmp_path), prices=mine)
+    assert for_cluster(given, prices={"cpu_hour": 0.5}, cluster=None)[0].prices == mine
 
 
 # --- the operators decide it once ----------------------------------------------------------------

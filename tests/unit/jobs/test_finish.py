@@ -15,7 +15,6 @@ from airflow_provider_horovod.contract import (
     META_STORAGE_URI,
     META_TAGS,
     META_WORKER_RESOURCES,
-    XCOM_CHECKPOINT_URI,
     consumed_uri,
     result_uri,
     worker_groups_uri,
@@ -29,10 +28,9 @@ from airflow_provider_horovod.exceptions import (
     UserCodeError,
 )
 from airflow_provider_horovod.failures import Failure, FailureClass
-from airflow_provider_horovod.jobs.finish import finish, push_result
-from airflow_provider_horovod.jobs.wait import JobEvent
+from airflow_provider_horovod.jobs.events import JobEvent
+from airflow_provider_horovod.jobs.finish import finish
 from airflow_provider_horovod.storage import Storage
-from unit.fakes import FakeTI
 
 SID = "ahp-dag-train-0123456789-a1"
 URL = "http://ray:8265/#/jobs/" + SID
@@ -491,13 +489,3 @@ def test_a_task_job_returns_its_functions_value(tmp_path):
     (spent,) = cost["attempts"]
     assert (spent["wall_s"], spent["queued_s"], spent["worker_s"], spent["gpu_s"]) == (5.0, 1.0, 3.0, 3.0)
     assert run.marker() == {"submission_id": SID, "try_number": 2}
-
-
-def test_push_result_pushes_the_checkpoint_uri():
-    ti = FakeTI()
-    result = {"checkpoint_uri": "s3://b/c", "metrics": {}}
-    assert push_result({"ti": ti}, result) is result
-    assert ti.xcoms == {XCOM_CHECKPOINT_URI: "s3://b/c"}
-    ti = FakeTI()
-    push_result({"ti": ti}, {"submission_id": "x", "status": "SUCCEEDED"})
-    assert ti.xcoms == {}

@@ -323,7 +323,7 @@ class Follower:
 
     def __init__(self, log: LogFile, cursor: LogCursor | None = None):
         self.notices: list[str] = []
-        self.log, self.reader = log, LogReader(SID, lambda level, notice: self.notices.append(notice))
+        self.log, self.reader = log, LogReader(SID)
         self.cursor = cursor or LogCursor(SID)
         self.streamed: list[str] = []
         self.asked_per_poll: list[list[int]] = []
@@ -331,6 +331,7 @@ class Follower:
     def poll(self, info: dict | None = RUNNING, *, final: bool = False) -> list[str]:
         before = len(self.log.asked)
         new = asyncio.run(self.reader.new_lines(self.log, info, self.cursor, ended=final))
+        self.notices += [notice for _, notice in self.reader.take_notices()]
         self.asked_per_poll.append(self.log.asked[before:])
         self.streamed += new
         self.cursor = self.cursor.advanced(new)
@@ -497,7 +498,7 @@ def test_the_last_lines_for_a_failure_include_the_unterminated_one():
     assert follower.reader.last_lines == expected and expected[-1] == "RuntimeError: CUDA out of mem"
 
     def last(log):
-        reader = LogReader(SID, print)
+        reader = LogReader(SID)
         asyncio.run(reader.read_last(log, RUNNING))
         return reader.last_lines
 

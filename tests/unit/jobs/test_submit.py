@@ -7,7 +7,14 @@ import os
 
 import pytest
 
-from airflow_provider_horovod.contract import SPEC_FILE, TaskRun, consumed_uri, result_uri, submitted_uri
+from airflow_provider_horovod.contract import (
+    META_MARK_TOKEN,
+    SPEC_FILE,
+    TaskRun,
+    consumed_uri,
+    result_uri,
+    submitted_uri,
+)
 from airflow_provider_horovod.documents import TrainingSpec
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobPendingTimeoutError, TaskKilledError
 from airflow_provider_horovod.jobs.submit import Attempt, find_attempt, start, submit
@@ -62,14 +69,15 @@ def test_no_job_yet_submits_attempt_one(plan):
     assert submitted["submission_id"] == SID(1) and spec_sent(submitted).resume_from == []
 
 
-def test_the_connections_prices_apply_to_a_task_that_gives_none(tmp_path):
-    sent = []
-    for own in (None, {"gpu_hour": 3.0}):
-        ray = FakeRay()
-        ray.endpoint.prices = {"cpu_hour": 0.05}
-        start(ray, make_plan(tmp_path, prices=own), Storage())
-        sent += [call["metadata"].get("ahp_prices") for call in ray.submitted]
-    assert sent == ['{"cpu_hour": 0.05}', '{"gpu_hour": 3.0}']
+def test_each_attempt_gets_a_token_of_its_own_for_its_runtimes_marks(plan):
+    ray = FakeRay()
+    start(ray, plan, Storage())
+    ray.set_job(SID(1), {"status": "FAILED"})
+    start(ray, plan, Storage())
+    tokens = [spec_sent(call).mark_token for call in ray.submitted]
+    assert [call["metadata"][META_MARK_TOKEN] for call in ray.submitted] == tokens
+    assert len(set(tokens)) == 2
+    assert all(len(token) == 16 for token in tokens)
 
 
 @pytest.mark.parametrize("status", ["PENDING", "RUNNING"])

@@ -8,26 +8,32 @@ import dataclasses
 import json
 import time
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from airflow_provider_horovod.contract import LOG_TAIL_LINES, META_RESOURCES, RESULT_MARK, JobStatus
+from airflow_provider_horovod.contract import (
+    ERROR_MARK,
+    LOG_TAIL_LINES,
+    META_MARK_TOKEN,
+    META_RESOURCES,
+    RESULT_MARK,
+    JobStatus,
+    marked,
+)
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayClusterUnreachableError, RayJobError
+from airflow_provider_horovod.failures import Failure, FailureClass
 from airflow_provider_horovod.jobs import wait as wait_module
 from airflow_provider_horovod.jobs.logs import LogCursor
 from airflow_provider_horovod.jobs.wait import (
     FINISHING_POLL_S,
     FINISHING_S,
-    WRITE_BATCH,
-    JobEvent,
-    Outcome,
     Poll,
-    StillRunning,
+    Running,
     WaitPolicy,
     follow,
     requested_resources,
     step,
-    wait,
 )
 from unit.fakes import FakeRay
 
@@ -59,48 +65,6 @@ def test_the_policy_travels_whole_as_json():
     assert WaitPolicy.from_dict(json.loads(json.dumps(policy.to_dict()))) == policy
     with pytest.raises(InvalidParameterError):
         WaitPolicy.from_dict({**policy.to_dict(), "poll_interval_s": -1})
-
-
-# --- the event --------------------------------------------------------------------------------------
-
-INFO = {
-    "status": "FAILED",
-    "error_type": "JOB_ENTRYPOINT_COMMAND_ERROR",
-    "message": "boom",
-    "metadata": {"ahp_attempt": "1"},
-    "start_time": 1,
-    "driver_info": {"x": 1},
-}
-
-
-def test_event_round_trip_through_json():
-    event = JobEvent.from_info("sid-a1", INFO, log_tail=["a", "b"], log_cursor={"submission_id": "sid-a1", "lines": 7})
-    data = json.loads(json.dumps(event.to_dict()))
-    assert data["outcome"] == "error" and data["job_status"] == "FAILED"
-    assert JobEvent.from_dict(data) == event
-    assert event.job_status is JobStatus.FAILED and event.error_type == "JOB_ENTRYPOINT_COMMAND_ERROR"
-    assert event.metadata == {"ahp_attempt": "1"} and event.log_tail == ["a", "b"] and not event.succeeded
-
-
-def test_success_and_error_events():
-    ok = JobEvent.from_info("sid", {"status": "SUCCEEDED"})
-    assert ok.succeeded and ok.outcome is Outcome.SUCCESS and ok.message == "" and ok.metadata == {}
-    missing = JobEvent.error("sid", "gone")
-    assert not missing.succeeded and missing.job_status is None and missing.message == "gone"
-    assert JobEvent.from_dict(json.loads(json.dumps(missing.to_dict()))) == missing
-    timed_out = JobEvent.error("sid", "late", info={"status": "PENDING", "metadata": {"a": "b"}})
-    assert timed_out.job_status is JobStatus.PENDING and timed_out.metadata == {"a": "b"}
-
-
-def test_unknown_keys_are_ignored():
-    data = JobEvent.from_info("sid", {"status": "SUCCEEDED"}).to_dict()
-    data["from_a_newer_provider"] = 1
-    assert JobEvent.from_dict(data) == JobEvent.from_info("sid", {"status": "SUCCEEDED"})
-
-
-def test_an_error_event_of_a_job_in_a_state_the_provider_does_not_know_has_no_status():
-    event = JobEvent.error("sid", "unknown", info={"status": "DELETED"})
-    assert event.job_status is None and JobEvent.from_dict(json.loads(json.dumps(event.to_dict()))) == event
 
 
 # --- the step ---------------------------------------------------------------------------------------
@@ -252,8 +216,25 @@ def job(status, started_s_ago=0.0, **extra):
     }
 
 
+def drain(ray: FakeRay, cursor: LogCursor | None = None, **kwargs) -> tuple[Any, list[tuple[str, Any]]]:
+    """``follow`` to its last update, taken as the operator and the trigger take it: each update's cursor
+    (where it brings lines), then its lines. Its end, and what was saved and written, in order."""
+    order: list[tuple[str, Any]] = []
+
+    async def run():
+        async for update in follow(ray, SID, cursor=cursor or LogCursor(SID), **kwargs):
+            if update.lines:
+                order.append(("save", update.cursor))
+                order.extend(("write", line) for _, line in update.lines)
+            if update.end is not None:
+                return update.end
+        raise AssertionError("follow ended without an end")
+
+    return asyncio.run(run()), order
+
+
 class Run:
-    """One follow against ``ray``: what it wrote and saved, in the order it did."""
+    """One follow against ``ray`` to its end: what it gave to save and to write, in the order given."""
 
     def __init__(
         self,
@@ -262,24 +243,10 @@ class Run:
         cursor: LogCursor | None = None,
         policy: WaitPolicy = WaitPolicy(),
         stream_logs: bool = True,
-        stopped=lambda: False,
     ):
-        self.ray, self.order = ray, []
-
-        async def save(latest: LogCursor) -> None:
-            self.order.append(("save", latest))
-
-        self.event = asyncio.run(
-            follow(
-                ray,
-                SID,
-                policy=dataclasses.replace(policy, poll_interval_s=TINY),
-                cursor=cursor or LogCursor(SID),
-                write=lambda level, line: self.order.append(("write", line)),
-                save_cursor=save,
-                stream_logs=stream_logs,
-                stopped=stopped,
-            )
+        self.ray = ray
+        self.event, self.order = drain(
+            ray, cursor, policy=dataclasses.replace(policy, poll_interval_s=TINY), stream_logs=stream_logs
         )
 
     @property
@@ -347,6 +314,48 @@ def test_a_failed_job_ends_with_its_last_lines():
     assert run.streamed == text.split("\n")[:-1]
 
 
+def spoofed_and_real_marks(token: str) -> str:
+    """A failed job's log: a user's lines carrying the bare marks (one printed on a worker, one from the
+    driver), and the runtime's own, marked with its attempt's ``token``, between them."""
+    fake = Failure(FailureClass.INFRASTRUCTURE, "lost a node, honestly").line()
+    real = Failure(FailureClass.USER_CODE, "ValueError: nan loss")
+    return (
+        "(RayTrainWorker pid=7) AHP_ERROR infrastructure: not my fault\n"
+        f"(RayTrainWorker pid=7) {fake}\n"
+        f"{marked(ERROR_MARK, token)}user_code: ValueError: nan loss\n"
+        f"{real.line(token)}\n"
+        "AHP_ERROR preemption: printed after the runtime's, by the user's atexit hook\n"
+        f"{fake}\n"
+    )
+
+
+def test_only_the_runtimes_marked_lines_decide_a_failures_reason_and_class():
+    token = "0123456789abcdef"
+    metadata = {META_MARK_TOKEN: token}
+    text = spoofed_and_real_marks(token)
+    ray = FakeRay({SID: [job("RUNNING", metadata=metadata), job("FAILED", metadata=metadata)]}, logs={SID: ["", text]})
+    event = Run(ray).event
+    assert event.reason == "user_code: ValueError: nan loss"
+    assert event.failure["failure_class"] == "user_code"
+    assert event.failure["summary"] == "ValueError: nan loss"
+
+
+def test_a_line_copied_from_another_attempts_log_is_not_this_attempts():
+    metadata = {META_MARK_TOKEN: "fedcba9876543210"}
+    text = spoofed_and_real_marks("0123456789abcdef")  # the other attempt's token
+    ray = FakeRay({SID: [job("FAILED", metadata=metadata)]}, logs={SID: [text]})
+    event = Run(ray).event
+    assert (event.reason, event.failure) == ("", {})
+
+
+def test_the_bare_marks_of_a_job_without_a_token_are_read_an_older_providers_job():
+    text = "epoch 1\nAHP_ERROR user_code: ValueError: nan loss\n" + Failure(FailureClass.USER_CODE, "x").line() + "\n"
+    ray = FakeRay({SID: [job("FAILED")]}, logs={SID: [text]})
+    event = Run(ray).event
+    assert event.reason == "user_code: ValueError: nan loss"
+    assert event.failure["failure_class"] == "user_code"
+
+
 def test_pending_past_the_timeout_stops_the_job():
     ray = FakeRay(
         {SID: job("PENDING", started_s_ago=90, metadata={META_RESOURCES: '{"GPU": 4.0}'})}, cluster={"CPU": 8.0}
@@ -370,20 +379,6 @@ def test_pending_past_the_timeout_when_the_cluster_cannot_say_what_it_has():
     ray.a_get_cluster_resources = unreachable
     run = Run(ray, policy=WaitPolicy(pending_timeout_s=30))
     assert "the cluster has unknown" in run.event.message and ray.stopped == [SID]
-
-
-def test_a_killed_task_raises_after_writing_what_came():
-    polls = []
-    ray = FakeRay({SID: job("RUNNING")}, logs={SID: ["a\n", "a\nb\n", "a\nb\nc\n"]})
-
-    def stopped():
-        polls.append(1)
-        return len(polls) >= 2
-
-    with pytest.raises(RayJobError, match=f"Task killed; Ray job {SID} was stopped") as err:
-        Run(ray, stopped=stopped)
-    assert err.value.status == "STOPPED" and err.value.submission_id == SID
-    assert ray.calls.count("get_job_info") == 2 and ray.stopped == []  # on_kill stops it, not the wait
 
 
 def test_a_log_that_cannot_be_read_is_said_once_and_read_whole_at_the_end():
@@ -424,7 +419,8 @@ def test_a_log_that_cannot_be_read_at_all():
         "The job's log cannot be read from line 1 on (HTTP 500: no); its rest is read once the job ends.",
         "The job's log from line 1 on cannot be read: HTTP 500: no",
     ]
-    assert run.event.succeeded and run.saved == []
+    assert run.event.succeeded
+    assert {cursor.lines for cursor in run.saved} == {0}  # nothing of the log counted
 
 
 def test_a_truncated_log_is_a_gap_too():
@@ -478,19 +474,7 @@ def test_it_sleeps_the_poll_interval_between_polls(monkeypatch):
     monkeypatch.setattr(wait_module.asyncio, "sleep", sleep)
     ray = FakeRay({SID: [job("PENDING"), job("RUNNING"), job("RUNNING"), job("SUCCEEDED")]})
 
-    async def save(cursor):
-        pass
-
-    event = asyncio.run(
-        follow(
-            ray,
-            SID,
-            policy=WaitPolicy(poll_interval_s=2.5),
-            cursor=LogCursor(SID),
-            write=lambda level, line: None,
-            save_cursor=save,
-        )
-    )
+    event, _ = drain(ray, policy=WaitPolicy(poll_interval_s=2.5))
     assert event.succeeded and slept == [2.5, 2.5, 2.5]
 
 
@@ -520,24 +504,20 @@ def follow_at(
         return await real(*args)
 
     ray.a_get_log_tail = tail
+    written_now = []
 
-    async def save(cursor):
-        pass
+    async def run():
+        async for update in follow(
+            ray, SID, policy=dataclasses.replace(policy, poll_interval_s=interval), cursor=LogCursor(SID)
+        ):
+            for _, line in update.lines:
+                streamed.append(line[len("[ray] ") :])
+                seen.setdefault(line[len("[ray] ") :], clock.now)
+            written_now.append(clock.now)
+            if update.end is not None:
+                return update.end
 
-    event = asyncio.run(
-        follow(
-            ray,
-            SID,
-            policy=dataclasses.replace(policy, poll_interval_s=interval),
-            cursor=LogCursor(SID),
-            write=lambda level, line: (
-                streamed.append(line[len("[ray] ") :]),
-                seen.setdefault(line[len("[ray] ") :], clock.now),
-            ),
-            save_cursor=save,
-        )
-    )
-    return event, streamed, read_at
+    return asyncio.run(run()), streamed, read_at
 
 
 def test_a_quiet_log_is_read_at_every_poll_and_a_line_after_a_quiet_spell_arrives_at_the_next(monkeypatch):
@@ -596,73 +576,12 @@ def test_the_finishing_polls_last_at_most_finishing_s(monkeypatch):
     assert gaps[0] == FINISHING_POLL_S and gaps[-1] == 1.0  # back to the interval once FINISHING_S is over
 
 
-def test_the_synchronous_wait_runs_follow_and_closes_the_hook():
-    ray = FakeRay({SID: [job("RUNNING"), job("SUCCEEDED")]}, logs={SID: ["", "a\nb\n"]})
-    saved, written = [], []
-    event = wait(
-        ray,
-        SID,
-        policy=WaitPolicy(poll_interval_s=TINY),
-        cursor=LogCursor(SID),
-        write=lambda level, line: written.append(line),
-        save_cursor=saved.append,
-    )
-    assert event.succeeded and written == ["[ray] a", "[ray] b"] and saved[-1].lines == 2
-    assert ray.calls[-1] == "aclose"
-
-
-def test_a_poll_that_brings_many_lines_leaves_the_event_loop_to_others_between_batches():
-    text = numbered(5 * WRITE_BATCH)
-    ray = FakeRay({SID: [job("RUNNING"), job("SUCCEEDED")]}, logs={SID: [text, text]})
-    order: list[str] = []
-
-    async def other():  # another trigger of the same loop
-        while True:
-            order.append("other")
-            await asyncio.sleep(0)
-
-    async def both():
-        async def save(latest: LogCursor) -> None:
-            pass
-
-        neighbour = asyncio.create_task(other())
-        try:
-            return await follow(
-                ray,
-                SID,
-                policy=WaitPolicy(poll_interval_s=TINY),
-                cursor=LogCursor(SID),
-                write=lambda level, line: order.append("line"),
-                save_cursor=save,
-            )
-        finally:
-            neighbour.cancel()
-
-    assert asyncio.run(both()).succeeded
-    # The neighbour ran between the batches of the one poll's lines, never more than a batch apart.
-    runs, longest, current = 0, 0, 0
-    for item in order:
-        if item == "line":
-            current += 1
-            longest = max(longest, current)
-        else:
-            runs, current = runs + 1, 0
-    assert order.count("line") == 5 * WRITE_BATCH and longest <= WRITE_BATCH and runs > 5
-
-
 def test_a_wait_given_seconds_says_the_job_still_runs_with_how_far_its_log_is(monkeypatch):
     clock = Clock(monkeypatch)
     start = clock.now
     ray = FakeRay({SID: [job("RUNNING")] * 100}, logs={SID: ["", "a\n", "a\nb\n"] + ["a\nb\n"] * 97})
-    with pytest.raises(StillRunning) as running:
-        wait(
-            ray,
-            SID,
-            policy=WaitPolicy(poll_interval_s=1.0),
-            cursor=LogCursor(SID),
-            write=lambda level, line: None,
-            save_cursor=lambda cursor: None,
-            within_s=3.0,
-        )
-    assert running.value.cursor.lines == 2 and running.value.cursor.submission_id == SID
-    assert 3.0 <= clock.now - start < 4.0 and ray.calls[-1] == "aclose"  # polled every 0.5 s until then
+    running, _ = drain(ray, policy=WaitPolicy(poll_interval_s=1.0), within_s=3.0)
+    assert isinstance(running, Running)
+    assert running.cursor.lines == 2
+    assert running.cursor.submission_id == SID
+    assert 3.0 <= clock.now - start < 4.0  # polled every 0.5 s until then

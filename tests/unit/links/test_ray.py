@@ -6,7 +6,7 @@ from airflow.sdk.bases.xcom import BaseXCom
 
 from airflow_provider_horovod.documents import SubmittedJob
 from airflow_provider_horovod.links.ray import RayJobLink
-from airflow_provider_horovod.operators.ray import push_job
+from airflow_provider_horovod.xcoms import push_job
 from unit.fakes import FakeTI
 
 URL = "http://ray-head:8265/#/jobs/ahp-d-t-0123456789-a1"
@@ -15,7 +15,7 @@ URL = "http://ray-head:8265/#/jobs/ahp-d-t-0123456789-a1"
 def test_the_link_reads_what_the_task_pushed(monkeypatch):
     ti = FakeTI()
     push_job(
-        {"ti": ti},
+        ti,
         SubmittedJob(
             submission_id="ahp-d-t-0123456789-a1",
             dashboard_url=URL,

@@ -41,13 +41,13 @@ from airflow_provider_horovod.exceptions import (
 )
 from airflow_provider_horovod.failures import Failure, FailureClass
 from airflow_provider_horovod.hooks.ray import RayHook
+from airflow_provider_horovod.jobs.events import JobEvent
 from airflow_provider_horovod.jobs.logs import LogCursor
-from airflow_provider_horovod.jobs.wait import JobEvent
 from airflow_provider_horovod.links.ray import RayJobLink
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
 from airflow_provider_horovod.operators.ray import BaseRayJobOperator
 from airflow_provider_horovod.storage import Storage
-from unit.fakes import RUN_ID, FakeRay, Store, context
+from unit.fakes import RUN_ID, FakeRay, Store, as_runtime_prints, context
 
 GOOD_FN = "airflow_provider_horovod.examples.quickstart:train_func"
 
@@ -401,7 +401,7 @@ def cluster_that_trains(*, ends="SUCCEEDED", log=("epoch 0", "epoch 1", "done"),
                 "driver_exit_code": 0 if ends == "SUCCEEDED" else exit_code,
             },
         )
-        text = "".join(f"{line}\n" for line in log)
+        text = as_runtime_prints("".join(f"{line}\n" for line in log), spec.mark_token)
         ray.logs[spec.submission_id] = [text[: len(text) // 2], text]
 
     return on_submit

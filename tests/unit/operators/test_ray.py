@@ -12,7 +12,14 @@ import cloudpickle
 import pytest
 
 from airflow_provider_horovod import checks, functions, plan
-from airflow_provider_horovod.contract import META_KIND, META_RESOURCES, SPEC_FILE, XCOM_SUBMISSION_ID, TaskRun
+from airflow_provider_horovod.contract import (
+    META_KIND,
+    META_RESOURCES,
+    SPEC_FILE,
+    XCOM_COST,
+    XCOM_SUBMISSION_ID,
+    TaskRun,
+)
 from airflow_provider_horovod.documents import TaskRecord, TaskSpec
 from airflow_provider_horovod.exceptions import InvalidParameterError, UserCodeError
 from airflow_provider_horovod.failures import Failure, FailureClass
@@ -20,7 +27,7 @@ from airflow_provider_horovod.hooks.ray import RayHook
 from airflow_provider_horovod.jobs.wait import WaitPolicy
 from airflow_provider_horovod.operators.ray import BaseRayJobOperator, RayTaskOperator
 from airflow_provider_horovod.storage import Storage
-from unit.fakes import RUN_ID, FakeRay, context
+from unit.fakes import RUN_ID, FakeRay, as_runtime_prints, context
 
 TASK_RUN = TaskRun("dag", "evaluate", RUN_ID)
 
@@ -176,9 +183,8 @@ def cluster_that_runs(*, ends="SUCCEEDED"):
             Storage().write_bytes(spec.result_uri, record.to_json().encode())
         ray.set_job(spec.submission_id, {"status": ends, "metadata": call["metadata"], "message": ends.lower()})
         verdict = Failure(FailureClass.USER_CODE, "ValueError: boom").line()
-        ray.logs[spec.submission_id] = [
-            f"evaluating\nAHP_ERROR user_code: boom\n{verdict}\n" if ends == "FAILED" else "evaluating\n"
-        ]
+        text = f"evaluating\nAHP_ERROR user_code: boom\n{verdict}\n" if ends == "FAILED" else "evaluating\n"
+        ray.logs[spec.submission_id] = [as_runtime_prints(text, spec.mark_token)]
 
     return on_submit
 
@@ -205,6 +211,16 @@ def test_a_task_run_returns_the_functions_value(serve, tmp_path):
     }
     assert (call["entrypoint_num_cpus"], call["entrypoint_num_gpus"], call["entrypoint_memory"]) == (1, 1, None)
     assert os.path.exists(f"{TASK_RUN.storage_uri(str(tmp_path))}/attempt-1/consumed.json")
+
+
+def test_the_connections_prices_reach_a_task_that_gives_none_and_its_cost_has_a_key(serve, tmp_path):
+    ray = FakeRay(on_submit=cluster_that_runs())
+    serve(ray, prices={"cpu_hour": 0.05, "currency": "USD"})
+    ctx = context(task_id="evaluate")
+    operator(storage_path=str(tmp_path), op_args=["u"], poll_interval_seconds=0.001).execute(ctx)
+    (call,) = ray.submitted
+    assert json.loads(call["metadata"]["ahp_prices"]) == {"cpu_hour": 0.05, "currency": "USD"}
+    assert ctx["ti"].xcoms[XCOM_COST]["prices"] == {"cpu_hour": 0.05, "currency": "USD"}
 
 
 def test_a_failed_task_job_fails_for_good_and_clearing_runs_it_again(serve, tmp_path):

@@ -177,7 +177,7 @@ def test_a_training_job_gives_the_verified_checkpoint(poke, tmp_path):
     ctx = context(task_id="wait")
     done = poke(sensor(submission_id=sid), ray, ctx)
     assert done.xcom_value["checkpoint_uri"] == checkpoint and done.xcom_value["metrics"] == {"loss": 0.2}
-    assert ctx["ti"].xcoms == {XCOM_CHECKPOINT_URI: checkpoint}
+    assert ctx["ti"].xcoms[XCOM_CHECKPOINT_URI] == checkpoint
     assert json.loads(open(f"{storage_uri}/attempt-1/consumed.json").read())["submission_id"] == sid
 
 

@@ -12,9 +12,10 @@ import pytest
 from airflow_provider_horovod import compat
 from airflow_provider_horovod.contract import LOG_TAIL_LINES, META_RESOURCES, XCOM_LOG_CURSOR, JobStatus
 from airflow_provider_horovod.exceptions import InvalidParameterError
+from airflow_provider_horovod.jobs.events import JobEvent
 from airflow_provider_horovod.jobs.logs import LogCursor
-from airflow_provider_horovod.jobs.wait import JobEvent, WaitPolicy
-from airflow_provider_horovod.triggers.ray import RayJobTrigger
+from airflow_provider_horovod.jobs.wait import WaitPolicy
+from airflow_provider_horovod.triggers.ray import WRITE_BATCH, RayJobTrigger
 from unit.fakes import FakeRay, FakeTI
 
 SID = "ahp-dag-train-0123456789-a1"
@@ -294,3 +295,27 @@ def test_unreadable_xcoms_do_not_fail_the_wait(run, monkeypatch, capsys):
     monkeypatch.setattr(compat, "trigger_xcom_set", broken)
     (event,) = run(trigger, ray)
     assert event.payload["outcome"] == "success" and streamed(capsys) == ["a", "b"]
+
+
+def test_many_lines_of_one_poll_leave_the_event_loop_to_other_triggers_between_batches(monkeypatch):
+    trigger = RayJobTrigger(submission_id=SID)
+    order: list[str] = []
+    monkeypatch.setattr(trigger.log, "log", lambda level, line, *args: order.append("line"))
+
+    async def other():  # another trigger of the same loop
+        while True:
+            order.append("other")
+            await asyncio.sleep(0)
+
+    async def both():
+        neighbour = asyncio.create_task(other())
+        await asyncio.sleep(0)
+        try:
+            await trigger._write([(20, f"line {i}") for i in range(5 * WRITE_BATCH)])
+        finally:
+            neighbour.cancel()
+
+    asyncio.run(both())
+    lines_in_a_row = [len(run) for run in "".join("l" if item == "line" else " " for item in order).split()]
+    assert sum(lines_in_a_row) == 5 * WRITE_BATCH
+    assert max(lines_in_a_row) == WRITE_BATCH  # the neighbour ran after each batch
