@@ -68,7 +68,7 @@ test: lint
 # Every tested Ray minor and the oldest and newest torch against the same checks (long: about 3 minutes a
 # minor, and a Horovod compile per torch and Python the first time); writes docs/compatibility.md.
 compat: setup-test
-	$(AIRFLOW_VENV)/bin/python scripts/compat.py
+	$(AIRFLOW_VENV)/bin/python scripts/compat_matrix.py
 
 # Benchmarks (not tests): writes bench/results.md, raw data in bench/out/.
 bench: setup

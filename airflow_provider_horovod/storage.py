@@ -21,8 +21,8 @@ from functools import cached_property
 from typing import Any
 from urllib.parse import urlparse
 
+from airflow_provider_horovod.atomic_files import write_atomically
 from airflow_provider_horovod.exceptions import HorovodProviderError, MissingExtraError
-from airflow_provider_horovod.local_files import write_atomically
 
 # botocore's defaults (60 s to connect, 60 s per read, 5 tries) would hold a task for minutes when
 # the S3 endpoint is down or hangs; these fail within about a minute.

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_horovod import checks, compat
+from airflow_provider_horovod import airflow_compat, checks
 from airflow_provider_horovod.contract import (
     DEFERRABLE,
     PENDING_TIMEOUT_S,
@@ -227,13 +227,13 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
 
     def checked_plan(self, task_run: TaskRun, policy: WaitPolicy, *, try_number: int | None = None) -> JobPlan:
         """The plan from the parameters alone, each checked (nothing asked of the cluster yet)."""
-        from airflow_provider_horovod import smoke
+        from airflow_provider_horovod import smoke_plan
         from airflow_provider_horovod.storage import check_aws_conn_id
 
         given = self.parameters.checked(self)
         plan = self.plan(task_run, policy, given, try_number=try_number)
-        if smoke.enabled(self.smoke_run):
-            plan = smoke.as_smoke(plan, smoke.rows(given.get("smoke_rows")))
+        if smoke_plan.enabled(self.smoke_run):
+            plan = smoke_plan.as_smoke(plan, smoke_plan.rows(given.get("smoke_rows")))
         # A missing AWS connection would otherwise show only after the job ended, when reading its result.
         check_aws_conn_id(self.aws_conn_id)
         return plan
@@ -274,7 +274,7 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
         self.log.info("Ray job %s: %s", sid, job["dashboard_url"])
         if not self.wait_for_completion:
             return job
-        cursor = LogCursor.from_dict(compat.state_get(context, XCOM_LOG_CURSOR), sid)
+        cursor = LogCursor.from_dict(airflow_compat.state_get(context, XCOM_LOG_CURSOR), sid)
         if cursor.lines:
             self.log.info("The job's log up to line %s is in the task log of an earlier try.", cursor.lines)
         within_s = None  # not deferrable: wait here until the job ends
@@ -347,7 +347,7 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
                 ) as updates:
                     async for update in updates:
                         if update.lines:
-                            compat.state_set(context, XCOM_LOG_CURSOR, update.cursor.to_dict())
+                            airflow_compat.state_set(context, XCOM_LOG_CURSOR, update.cursor.to_dict())
                             for level, line in update.lines:
                                 self.log.log(level, line)
                         where = update.cursor
@@ -380,13 +380,13 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
         self.submission_id = job_event.submission_id
         self.dashboard_url = self.hook.get_job_url(job_event.submission_id)
         if job_event.log_cursor:
-            compat.state_set(context, XCOM_LOG_CURSOR, job_event.log_cursor)
+            airflow_compat.state_set(context, XCOM_LOG_CURSOR, job_event.log_cursor)
         return self.complete(context, job_event)
 
     def complete(self, context: Context, event: JobEvent) -> Any:
         from airflow_provider_horovod.jobs.finish import finish
 
-        with compat.failing_for_good(self.retry_on_user_error):
+        with airflow_compat.failing_for_good(self.retry_on_user_error):
             result = finish(
                 event,
                 dashboard_url=self.hook.get_job_url(event.submission_id),
@@ -459,7 +459,7 @@ def for_cluster(
     Also the lines that say what changed, for the task log."""
     import dataclasses
 
-    from airflow_provider_horovod.smoke import fit_to_cluster
+    from airflow_provider_horovod.smoke_plan import fit_to_cluster
 
     said = []
     if plan.prices is None and prices:

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from airflow_provider_horovod.runtime.storage import read_payload
+    from airflow_provider_horovod.runtime.payload import read_payload
 
     started_at = time.time()
     spec_class: type[TrainingSpec] | type[TaskSpec] = TrainingSpec if JobKind(argv[0]) is JobKind.TRAIN else TaskSpec
@@ -122,7 +122,9 @@ def run_training(spec: TrainingSpec, folder: str, started_at: float) -> TaskReco
 
 def run_task(spec: TaskSpec, folder: str, started_at: float) -> TaskRecord:
     """Run the function in this driver, and write its return value (JSON) in the attempt's record."""
-    from airflow_provider_horovod.runtime.storage import load_callable, route_uploads, write_record
+    from airflow_provider_horovod.runtime.payload import load_callable
+    from airflow_provider_horovod.runtime.records import write_record
+    from airflow_provider_horovod.runtime.uploads import route_uploads
 
     route_uploads()  # a checkpoint read with ray.train.Checkpoint comes down at S3's speed
     function = load_callable(spec.function, folder)
@@ -256,7 +258,7 @@ def report_stop(spec: JobSpec, started_at: float) -> None:
     """Keep the record of an attempt that Ray stopped, with the class the Airflow side gives a STOPPED job
     (``failures.of_job``), unless the attempt has one already (its result; the Airflow side's post-mortem).
     No verdict line: the Airflow side decides as it does for a STOPPED job."""
-    from airflow_provider_horovod.runtime.storage import exists
+    from airflow_provider_horovod.runtime.records import exists
 
     try:
         if exists(spec.result_uri):
@@ -270,7 +272,7 @@ def report_stop(spec: JobSpec, started_at: float) -> None:
 
 def keep_failed_record(spec: JobSpec, failure: Failure, started_at: float) -> None:
     """The failed attempt's record beside its checkpoints: its class, timings and a training's metric history."""
-    from airflow_provider_horovod.runtime.storage import read_json, write_record
+    from airflow_provider_horovod.runtime.records import read_json, write_record
 
     fields: dict[str, Any] = {
         "submission_id": spec.submission_id,

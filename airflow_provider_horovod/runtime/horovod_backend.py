@@ -278,10 +278,10 @@ def with_initial_checkpoint(train_fn: Callable, checkpoint_uri: str | None, file
 
 class KeepHistoryAtShutdown(ray_compat.worker_callback_base()):  # type: ignore[misc]
     """In each worker, when Ray Train stops the worker group (a rank failed, a resize, the end): rank 0's
-    reports not written yet go to the attempt's history first (``runtime.storage.History``)."""
+    reports not written yet go to the attempt's history first (``runtime.history.History``)."""
 
     def before_worker_shutdown(self) -> None:
-        from airflow_provider_horovod.runtime.storage import HISTORY
+        from airflow_provider_horovod.runtime.history import HISTORY
 
         HISTORY.write()
 

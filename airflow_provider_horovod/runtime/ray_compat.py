@@ -51,11 +51,11 @@ V2_TRAINER = "ray.train.v2.api.data_parallel_trainer"
 V1_SESSION = "ray.train._internal.session"
 V1_HOROVOD = "ray.train.horovod.horovod_trainer"
 AUTOSCALING_COORDINATOR = "ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator"
-# Ray Train's one helper that copies a checkpoint, in each API's storage module (runtime.storage routes it).
+# Ray Train's one helper that copies a checkpoint, in each API's storage module (runtime.uploads routes it).
 COPY_HELPER_MODULES = ("ray.train._internal.storage", "ray.train.v2._internal.execution.storage")
 COPY_HELPER = "_pyarrow_fs_copy_files"
 # Where each API's ``ray.train.report`` lands, and for V2 the step where the ranks agree on the name of a
-# checkpoint's folder (runtime.storage.History records both).
+# checkpoint's folder (runtime.history.History records both).
 REPORT_METHODS = (
     (V2_CONTEXT, "TrainContext", "_sync_checkpoint_dir_name_across_ranks"),
     (V1_SESSION, "_TrainSession", None),

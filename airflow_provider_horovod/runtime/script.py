@@ -24,7 +24,8 @@ from typing import Any
 from airflow_provider_horovod.contract import SCRIPT_CHECKPOINT_ENV, SCRIPT_METRICS_PREFIX
 from airflow_provider_horovod.documents import TrainingSpec
 from airflow_provider_horovod.runtime import smoke
-from airflow_provider_horovod.runtime.storage import HISTORY, exists, latest_checkpoint, point, read_json, write_json
+from airflow_provider_horovod.runtime.history import HISTORY, point
+from airflow_provider_horovod.runtime.records import exists, latest_checkpoint, read_json, write_json
 
 # How often rank 0 looks at its checkpoint folder, and how long a changed folder must hold still before it
 # is copied (a file half written is not a checkpoint).
@@ -192,17 +193,17 @@ def state(folder: str) -> tuple:
 def copy_folder(source: str, uri: str) -> None:
     import pyarrow.fs
 
-    from airflow_provider_horovod.runtime.storage import _fs
+    from airflow_provider_horovod.runtime.records import filesystem
 
-    fs, path = _fs(uri)
+    fs, path = filesystem(uri)
     fs.create_dir(path, recursive=True)  # a local destination's folder is not made by copy_files
     pyarrow.fs.copy_files(source, path, source_filesystem=pyarrow.fs.LocalFileSystem(), destination_filesystem=fs)
 
 
 def delete_folder(uri: str) -> None:
-    from airflow_provider_horovod.runtime.storage import _fs
+    from airflow_provider_horovod.runtime.records import filesystem
 
-    fs, path = _fs(uri)
+    fs, path = filesystem(uri)
     with contextlib.suppress(OSError):
         fs.delete_dir(path)
 
@@ -215,9 +216,9 @@ def restore(spec: TrainingSpec, folder: str) -> str | None:
     if found := latest_checkpoint(spec.run_uri):
         import pyarrow.fs
 
-        from airflow_provider_horovod.runtime.storage import _fs
+        from airflow_provider_horovod.runtime.records import filesystem
 
-        fs, path = _fs(found)
+        fs, path = filesystem(found)
         pyarrow.fs.copy_files(path, folder, source_filesystem=fs, destination_filesystem=pyarrow.fs.LocalFileSystem())
         return found
     if checkpoint := ray.train.get_checkpoint():

@@ -22,23 +22,20 @@ from airflow_provider_horovod.contract import (
 )
 from airflow_provider_horovod.documents import ResultRecord, TrainingSpec
 from airflow_provider_horovod.runtime import ray_compat, smoke
-from airflow_provider_horovod.runtime.storage import (
-    HISTORY,
+from airflow_provider_horovod.runtime.aws_session import read_session, s3_filesystem, session_env, with_env
+from airflow_provider_horovod.runtime.history import HISTORY
+from airflow_provider_horovod.runtime.payload import load_callable
+from airflow_provider_horovod.runtime.records import (
     exists,
     latest_checkpoint,
-    load_callable,
     note_worker_group,
     read_json,
-    read_session,
-    route_uploads,
-    s3_filesystem,
-    session_env,
     to_uri,
-    with_env,
     write_json,
     write_record,
     write_text,
 )
+from airflow_provider_horovod.runtime.uploads import route_uploads
 
 # Train V2's controller polls its workers every 2 s by default: a training's end, and a report with its
 # checkpoint, are seen up to that late. A poll is a small call per worker; 0.5 s costs little.

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
-from airflow_provider_horovod import checks, compat
+from airflow_provider_horovod import airflow_compat, checks
 from airflow_provider_horovod.contract import (
     DEFERRABLE,
     LOG_TAIL_LINES,
@@ -159,7 +159,7 @@ class RayJobSensor(WithRayHook, BaseSensorOperator):
 
         job_event = JobEvent.from_dict(event)
         self.dashboard_url = self.hook.get_job_url(job_event.submission_id)
-        with compat.failing_for_good(self.retry_on_user_error):
+        with airflow_compat.failing_for_good(self.retry_on_user_error):
             result = finish(
                 job_event,
                 dashboard_url=self.dashboard_url,

@@ -11,7 +11,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_horovod import compat, failures
+from airflow_provider_horovod import airflow_compat, failures
 from airflow_provider_horovod.contract import XCOM_LOG_CURSOR, TaskRun
 from airflow_provider_horovod.exceptions import HorovodProviderError, InvalidParameterError
 from airflow_provider_horovod.hooks.ray import RayHook, WithRayHook
@@ -82,7 +82,7 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
         if (ids := self._task_ids()) is None:
             return cursor
         try:
-            saved = await compat.trigger_xcom_get(XCOM_LOG_CURSOR, **ids)
+            saved = await airflow_compat.trigger_xcom_get(XCOM_LOG_CURSOR, **ids)
         except Exception:  # no Airflow API here (a bare test): nothing was saved
             self.log.warning("Could not read the log cursor; the job's log is streamed from line %s.", cursor.lines)
             return cursor
@@ -92,7 +92,7 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
         if (ids := self._task_ids()) is None:
             return
         try:
-            await compat.trigger_xcom_set(XCOM_LOG_CURSOR, cursor.to_dict(), **ids)
+            await airflow_compat.trigger_xcom_set(XCOM_LOG_CURSOR, cursor.to_dict(), **ids)
         except Exception:
             self.log.warning("Could not save the log cursor; a triggerer restart may repeat log lines.")
 
@@ -133,9 +133,9 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
                 )
             except asyncio.CancelledError:
                 # Before Airflow 3.3 no on_kill is called: a cancel whose task is no longer deferred is a kill.
-                if not compat.trigger_on_kill_supported() and (ids := self._task_ids()) is not None:
+                if not airflow_compat.trigger_on_kill_supported() and (ids := self._task_ids()) is not None:
                     try:
-                        if await compat.task_was_killed(**ids):
+                        if await airflow_compat.task_was_killed(**ids):
                             self.log.info("Task killed: stopping Ray job %s", sid)
                             await hook.a_stop_job(sid)
                     except Exception:

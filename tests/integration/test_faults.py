@@ -115,7 +115,7 @@ def test_a_restarted_trigger_repeats_no_line_and_yields_one_event(ray_cluster, r
 def test_a_kill_while_deferred_stops_the_job_within_15_s(ray_cluster, ray_hook, tmp_path, quick_jobs, monkeypatch):
     from airflow.providers.common.compat.sdk import TaskDeferred
 
-    from airflow_provider_horovod import compat
+    from airflow_provider_horovod import airflow_compat as compat
 
     ti = FakeTI(f"dkill-{uuid.uuid4().hex[:6]}")
     op = make_operator(tmp_path, deferrable=True, train_loop_config=long_quick_job())

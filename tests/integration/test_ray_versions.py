@@ -1,7 +1,7 @@
 """The same checks on whatever Ray minor the test head runs, where ``AHP_RAY_VERSIONS=1`` asks for them:
 ``make test`` runs the ``ray_oldest`` ones on the oldest tested minor (Ray laid over the cluster's
 environment by ``scripts/setup_ray_layer.sh``, ``AHP_CLUSTER_PYTHONPATH``), and ``make compat`` runs them
-all on every minor and writes docs/compatibility.md from the results (``scripts/compat.py``). On the
+all on every minor and writes docs/compatibility.md from the results (``scripts/compat_matrix.py``). On the
 newest minor make test runs the same paths in the other files.
 
 What each minor must do: train end to end from the operator (the checkpoint URI in XCom, the job's log in

@@ -8,7 +8,7 @@ import pytest
 
 from airflow_provider_horovod.credentials import session_credentials
 from airflow_provider_horovod.exceptions import HorovodProviderError, MissingExtraError
-from airflow_provider_horovod.runtime.storage import session_env, with_env
+from airflow_provider_horovod.runtime.aws_session import session_env, with_env
 
 KEY_ID, SECRET_KEY = "AKIAAHPTESTKEY000001", "ahp-long-lived-secret-key"
 

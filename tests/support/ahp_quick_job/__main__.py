@@ -5,7 +5,8 @@ import time
 from airflow_provider_horovod import failures
 from airflow_provider_horovod.documents import ResultRecord, TrainingSpec
 from airflow_provider_horovod.runtime.entrypoint import report_failure
-from airflow_provider_horovod.runtime.storage import _fs, read_payload, write_record
+from airflow_provider_horovod.runtime.payload import read_payload
+from airflow_provider_horovod.runtime.records import filesystem, write_record
 
 
 def main(payload: str) -> int:
@@ -31,7 +32,7 @@ def run(spec: TrainingSpec, started: float) -> int:
         report_failure(spec, failures.Failure(failure_class, f"QuickJobError: {config['quick_fail']}"), started)
         return 1
     checkpoint = f"{spec.run_uri}/checkpoint_000000"
-    fs, path = _fs(checkpoint)
+    fs, path = filesystem(checkpoint)
     fs.create_dir(path, recursive=True)
     with fs.open_output_stream(f"{path}/model.json") as out:
         out.write(json.dumps({"run": config.get("run"), "attempt": spec.attempt}).encode())

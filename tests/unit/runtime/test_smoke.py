@@ -4,8 +4,9 @@ agreement over Horovod, and the run as a whole, are checked by tests/integration
 
 import pytest
 
-from airflow_provider_horovod.runtime import smoke, storage, trainers
-from unit.runtime.test_storage import Rank, train_v2  # noqa: F401  (the fixture)
+import airflow_provider_horovod.runtime.history as runtime_history
+from airflow_provider_horovod.runtime import smoke, trainers
+from unit.runtime.test_history import Rank, train_v2  # noqa: F401  (the fixture)
 
 
 class Rows:
@@ -31,8 +32,8 @@ def test_the_training_ends_on_the_first_checkpoint_after_it_is_recorded(train_v2
     import ray.train
 
     cls, calls = train_v2
-    recorder = storage.History()
-    monkeypatch.setattr(storage, "HISTORY", recorder)
+    recorder = runtime_history.History()
+    monkeypatch.setattr(runtime_history, "HISTORY", recorder)
     monkeypatch.setattr(ray.train, "get_context", lambda: Rank(0))
     recorder.record(str(tmp_path / "metrics_history.json"))
     smoke.stop_after_first_checkpoint()

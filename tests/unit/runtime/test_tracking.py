@@ -13,9 +13,10 @@ from types import SimpleNamespace
 
 import pytest
 
+import airflow_provider_horovod.runtime.history as runtime_history
 from airflow_provider_horovod.contract import MLFLOW_AUTH_FILE
 from airflow_provider_horovod.documents import TrainingSpec
-from airflow_provider_horovod.runtime import storage, tracking
+from airflow_provider_horovod.runtime import tracking
 
 URI = "http://mlflow.internal:5000"
 RUN_KEY = "ahp-dag-train-0123456789"
@@ -199,15 +200,15 @@ def started_spec() -> TrainingSpec:
 
 
 def test_rank_0_logs_every_recorded_report_at_its_step_in_the_run(tmp_path):
-    history, tracker, client = storage.History(), tracking.Tracker(), FakeClient()
+    history, tracker, client = runtime_history.History(), tracking.Tracker(), FakeClient()
     tracker.client = client
     history.uri = str(tmp_path / "metrics_history.json")
     tracker.follow(started_spec(), history.listeners)
     tracker.follow(started_spec(), history.listeners)  # a restarted worker group: still once
     assert len(history.listeners) == 1
-    history.add(storage.point({"loss": 0.5, "acc@1": 0.9, "name": "x"}, 1, None))
-    history.add(storage.point({"epoch": 1}, 2, "checkpoint_1"))
-    history.add(storage.point({"text": "no number"}, 3, None))  # nothing to log
+    history.add(runtime_history.point({"loss": 0.5, "acc@1": 0.9, "name": "x"}, 1, None))
+    history.add(runtime_history.point({"epoch": 1}, 2, "checkpoint_1"))
+    history.add(runtime_history.point({"text": "no number"}, 3, None))  # nothing to log
     assert client.calls == [("log", "r1", [("acc_1", 0.9, 3), ("loss", 0.5, 3)]), ("log", "r1", [("epoch", 1.0, 4)])]
 
 
@@ -222,9 +223,9 @@ def test_a_failing_tracking_server_stops_the_logging_not_the_training(capsys):
     tracker.client = client
     listeners: list = []
     tracker.follow(started_spec(), listeners)
-    listeners[0](storage.point({"loss": 1.0}, 1, None))  # does not raise
+    listeners[0](runtime_history.point({"loss": 1.0}, 1, None))  # does not raise
     client.fail = False
-    listeners[0](storage.point({"loss": 0.9}, 2, None))
+    listeners[0](runtime_history.point({"loss": 0.9}, 2, None))
     assert tracker.stopped and client.calls == []
     assert "MLflow: logging metrics to run r1 stopped: ConnectionError" in capsys.readouterr().out
 
@@ -243,7 +244,7 @@ import airflow_provider_horovod.links.mlflow
 from airflow_provider_horovod.contract import TaskRun
 from airflow_provider_horovod.plan import training_plan
 from airflow_provider_horovod.runtime import entrypoint, trainers, tracking
-from airflow_provider_horovod.runtime.storage import HISTORY, point
+from airflow_provider_horovod.runtime.history import HISTORY, point
 
 op = airflow_provider_horovod.operators.horovod.HorovodTrainOperator(task_id="t", train_fn="json:dumps",
     train_loop_config={"lr": 1}, check_cluster_resources=False, storage_path="/tmp/ahp-no-mlflow")

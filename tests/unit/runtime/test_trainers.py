@@ -103,18 +103,19 @@ def test_a_return_value_that_is_not_json_fails_rank_0(tmp_path, monkeypatch):
 def test_rank_0s_own_error_writes_its_reports_first(tmp_path, monkeypatch):
     import ray.train
 
-    from airflow_provider_horovod.runtime import storage, trainers
+    import airflow_provider_horovod.runtime.history as runtime_history
+    from airflow_provider_horovod.runtime import trainers
 
     class Rank0:
         def get_world_rank(self):
             return 0
 
     monkeypatch.setattr(ray.train, "get_context", lambda: Rank0())
-    history = storage.History()
+    history = runtime_history.History()
     history.uri = str(tmp_path / "metrics_history.json")
     monkeypatch.setattr(trainers, "HISTORY", history)
-    history.add(storage.point({"loss": 1.0}, 1, None))
-    history.add(storage.point({"loss": 0.9}, 2, None))  # within HISTORY_WRITE_S: not on disk yet
+    history.add(runtime_history.point({"loss": 1.0}, 1, None))
+    history.add(runtime_history.point({"loss": 0.9}, 2, None))  # within HISTORY_WRITE_S: not on disk yet
 
     def fails(config):
         raise ValueError("a bug after two reports")

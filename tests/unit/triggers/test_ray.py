@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from airflow_provider_horovod import compat
+from airflow_provider_horovod import airflow_compat as compat
 from airflow_provider_horovod.contract import LOG_TAIL_LINES, META_RESOURCES, XCOM_LOG_CURSOR, JobStatus
 from airflow_provider_horovod.exceptions import InvalidParameterError
 from airflow_provider_horovod.jobs.events import JobEvent

@@ -2,7 +2,7 @@
 
 import logging
 
-from airflow_provider_horovod import compat
+from airflow_provider_horovod import airflow_compat as compat
 from unit.fakes import Store
 
 

@@ -1,7 +1,7 @@
 """make compat: every tested Ray minor and every torch of the Horovod build against the same checks, and
 docs/compatibility.md written from the results.
 
-    python scripts/compat.py [--minors 2.50.1,2.55.1] [--torch 3.11:2.1.2,...] [--skip-ray] [--skip-torch]
+    python scripts/compat_matrix.py [--minors 2.50.1,2.55.1] [--torch 3.11:2.1.2,...] [--skip-ray] [--skip-torch]
                              [--doc-only]
 
 For each Ray minor (the latest patch of each, ``MINORS``): Ray laid over the cluster's environment
@@ -165,7 +165,7 @@ def interpreter(python: str) -> tuple[str, dict]:
             env["PYENV_VERSION"] = picked[0]
     found = shutil.which(f"python{python}")
     if not found:
-        raise SystemExit(f"scripts/compat.py: no python{python} on PATH")
+        raise SystemExit(f"scripts/compat_matrix.py: no python{python} on PATH")
     return found, env
 
 
@@ -251,7 +251,7 @@ def page(results: dict) -> str:
     lines = [
         "# Compatibility",
         "",
-        "Written by `make compat` (scripts/compat.py) from its last run of each row; do not edit by hand.",
+        "Written by `make compat` (scripts/compat_matrix.py) from its last run of each row; do not edit by hand.",
         "",
         "## Ray minors",
         "",
@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = load()
     if not args.doc_only and not args.skip_ray and not os.access(CLUSTER_PYTHON, os.X_OK):
-        raise SystemExit(f"scripts/compat.py: no cluster environment at {CLUSTER_PYTHON}: make setup-test first")
+        raise SystemExit(f"scripts/compat_matrix.py: no cluster environment at {CLUSTER_PYTHON}: make setup-test first")
     if not args.doc_only and not args.skip_ray:
         for version in args.minors.split(",") if args.minors else MINORS:
             apis = tuple(args.apis.split(",")) if args.apis else DEFAULT_APIS.get(version, ("auto",))

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from airflow_provider_horovod import smoke
+from airflow_provider_horovod import smoke_plan
 from airflow_provider_horovod.contract import META_SMOKE_RUN, SMOKE_ROWS, SMOKE_RUN_ENV, SPEC_FILE, TaskRun
 from airflow_provider_horovod.documents import TaskSpec, TrainingSpec
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobPendingTimeoutError
@@ -39,31 +39,31 @@ def spec_sent(call) -> TrainingSpec:
 
 def test_off_unless_asked(monkeypatch):
     monkeypatch.delenv("AIRFLOW__HOROVOD__SMOKE_RUN", raising=False)
-    assert smoke.enabled(None) is False
+    assert smoke_plan.enabled(None) is False
 
 
 def test_the_configuration_turns_it_on_and_the_task_overrides_it(monkeypatch):
     monkeypatch.setenv("AIRFLOW__HOROVOD__SMOKE_RUN", "True")
-    assert smoke.enabled(None) is True
-    assert smoke.enabled(False) is False
+    assert smoke_plan.enabled(None) is True
+    assert smoke_plan.enabled(False) is False
     monkeypatch.setenv("AIRFLOW__HOROVOD__SMOKE_RUN", "False")
-    assert smoke.enabled(True) is True
+    assert smoke_plan.enabled(True) is True
 
 
 def test_a_smoke_run_that_is_not_a_bool_is_refused():
     with pytest.raises(InvalidParameterError) as err:
-        smoke.enabled("yes")
+        smoke_plan.enabled("yes")
     assert "smoke_run" in str(err.value) and "'yes'" in str(err.value) and "True or False" in str(err.value)
 
 
 def test_rows_from_the_task_else_the_configuration_else_the_default(monkeypatch):
     monkeypatch.delenv("AIRFLOW__HOROVOD__SMOKE_ROWS", raising=False)
-    assert smoke.rows(None) == SMOKE_ROWS
+    assert smoke_plan.rows(None) == SMOKE_ROWS
     monkeypatch.setenv("AIRFLOW__HOROVOD__SMOKE_ROWS", "16")
-    assert smoke.rows(None) == 16
-    assert smoke.rows(5) == 5
+    assert smoke_plan.rows(None) == 16
+    assert smoke_plan.rows(5) == 5
     with pytest.raises(InvalidParameterError, match="smoke_rows"):
-        smoke.rows(0)
+        smoke_plan.rows(0)
 
 
 # --- the plan in its smoke form ------------------------------------------------------------------
@@ -71,7 +71,7 @@ def test_rows_from_the_task_else_the_configuration_else_the_default(monkeypatch)
 
 def test_a_training_is_marked_its_datasets_cut_and_read_first(tmp_path):
     plan = training(tmp_path, materialize_datasets=False)
-    marked = smoke.as_smoke(plan, 10)
+    marked = smoke_plan.as_smoke(plan, 10)
     assert marked.spec.smoke_run is True and marked.spec.smoke_rows == 10
     assert marked.spec.materialize_datasets is True
     assert marked.env_vars == {**plan.env_vars, SMOKE_RUN_ENV: "1"}
@@ -85,8 +85,8 @@ def test_a_training_is_marked_its_datasets_cut_and_read_first(tmp_path):
 
 
 def test_a_training_is_scaled_to_the_cluster_and_says_how(tmp_path):
-    plan = smoke.as_smoke(training(tmp_path), 64)
-    fitted, said = smoke.fit_to_cluster(plan, EMBEDDED)
+    plan = smoke_plan.as_smoke(training(tmp_path), 64)
+    fitted, said = smoke_plan.fit_to_cluster(plan, EMBEDDED)
     spec = fitted.spec
     assert (spec.num_workers, spec.use_gpu, spec.resources_per_worker) == (2, False, {"CPU": 1.0})
     assert fitted.resources == {"CPU": 2.0} and fitted.worker_resources == {"CPU": 1.0}
@@ -99,11 +99,11 @@ def test_a_training_is_scaled_to_the_cluster_and_says_how(tmp_path):
 
 @pytest.mark.parametrize(
     "num_workers, cpus, expected",
-    [(8, 1.0, 1), (8, 16.0, smoke.SMOKE_MAX_WORKERS), (1, 2.0, 1), ([2, 8], 2.0, 2), (4, 0.0, 1)],
+    [(8, 1.0, 1), (8, 16.0, smoke_plan.SMOKE_MAX_WORKERS), (1, 2.0, 1), ([2, 8], 2.0, 2), (4, 0.0, 1)],
 )
 def test_the_worker_count_fits_the_cluster(tmp_path, num_workers, cpus, expected):
-    plan = smoke.as_smoke(training(tmp_path, num_workers=num_workers, trainer_api="v2"))
-    assert smoke.fit_to_cluster(plan, {"CPU": cpus})[0].spec.num_workers == expected
+    plan = smoke_plan.as_smoke(training(tmp_path, num_workers=num_workers, trainer_api="v2"))
+    assert smoke_plan.fit_to_cluster(plan, {"CPU": cpus})[0].spec.num_workers == expected
 
 
 def test_a_task_runs_as_it_is_on_cpu(tmp_path):
@@ -124,10 +124,10 @@ def test_a_task_runs_as_it_is_on_cpu(tmp_path):
             "prices": None,
         },
     )
-    marked = smoke.as_smoke(plan)
+    marked = smoke_plan.as_smoke(plan)
     assert isinstance(marked.spec, TaskSpec) and marked.spec.smoke_run is True
     assert marked.spec.args == [1] and marked.env_vars[SMOKE_RUN_ENV] == "1"
-    fitted, said = smoke.fit_to_cluster(marked, EMBEDDED)
+    fitted, said = smoke_plan.fit_to_cluster(marked, EMBEDDED)
     assert fitted.driver_resources["num_gpus"] is None and fitted.driver_resources["num_cpus"] == 2.0
     assert fitted.driver_resources["resources"] == {"special": 1.0}
     assert fitted.worker_resources == {"CPU": 2.0}
@@ -141,7 +141,7 @@ def test_a_production_training_is_submitted_scaled_and_said(tmp_path):
     ray = FakeRay(cluster=EMBEDDED)
     with pytest.raises(RayJobPendingTimeoutError, match="none of \\['GPU'\\]"):
         start(ray, training(tmp_path), Storage())  # the real run: no GPU here
-    plan, said = for_cluster(smoke.as_smoke(training(tmp_path), 32), prices=None, cluster=EMBEDDED)
+    plan, said = for_cluster(smoke_plan.as_smoke(training(tmp_path), 32), prices=None, cluster=EMBEDDED)
     start(ray, plan, Storage())
     (call,) = ray.submitted
     spec = spec_sent(call)

@@ -1,4 +1,4 @@
-"""make compat's page (scripts/compat.py): the cells it writes from pytest's JUnit XML and the kept results."""
+"""make compat's page (scripts/compat_matrix.py): the cells it writes from pytest's JUnit XML and the kept results."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("compat_script", REPO / "scripts" / "compat.py")
+_spec = importlib.util.spec_from_file_location("compat_script", REPO / "scripts" / "compat_matrix.py")
 compat = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(compat)
 

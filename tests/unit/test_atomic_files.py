@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from airflow_provider_horovod.local_files import write_atomically
+from airflow_provider_horovod.atomic_files import write_atomically
 
 
 def test_the_file_is_written_whole_in_a_folder_made_for_it(tmp_path):
