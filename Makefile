@@ -76,9 +76,9 @@ bench: setup
 
 # Faults at random under load, on a deployment as users run one (not part of `make test`; needs root):
 # CHAOS_MINUTES (20) of workload and faults from CHAOS_SEED (drawn and printed when not given), then the
-# invariants; bench/out/chaos.json and the figure in bench/results.md (bench/README.md, "Chaos").
+# invariants; bench/out/chaos.json and the figure in bench/results.md (chaos/README.md).
 chaos: setup-test
-	$(AIRFLOW_VENV)/bin/python -m bench.chaos
+	$(AIRFLOW_VENV)/bin/python -m chaos
 
 clean:
 	-$(CLUSTER_VENV)/bin/python -m airflow_provider_horovod.local down

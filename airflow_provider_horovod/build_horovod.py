@@ -42,6 +42,8 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from airflow_provider_horovod.exceptions import BuildError, SourceChanged
+
 HOROVOD_VERSION = "0.28.1"
 # Horovod's runtime dependencies: its wheel is installed with --no-deps (pip would otherwise try
 # to resolve, and possibly rebuild, horovod's own requirements).
@@ -107,14 +109,6 @@ print(next(iter(sorted(h for r in site.getsitepackages()
 
 # Where NVIDIA's installers and CUDA images put the toolkit.
 CUDA_DEFAULT_HOME = Path("/usr/local/cuda")
-
-
-class BuildError(Exception):
-    """A step failed; the message says which and what to do."""
-
-
-class SourceChanged(BuildError):
-    """Horovod's sdist is not the one the edits were written for."""
 
 
 def default_cache_root(env: Mapping[str, str]) -> Path:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -18,25 +17,6 @@ from airflow_provider_horovod.exceptions import InvalidParameterError
 
 STORAGE_SCHEMES = ("", "file", "s3")
 DATASET_SCHEMES = ("", "file", "s3", "gs")
-# Variables that must not travel in runtime_env: Ray shows env_vars to every dashboard reader.
-SECRET_ENV_PATTERN = re.compile(r"(SECRET|TOKEN|PASSWORD|CREDENTIAL|ACCESS_KEY)", re.IGNORECASE)
-# Ray 2.60's runtime_env fields (ray.runtime_env.RuntimeEnv.known_fields, private ones left out).
-RUNTIME_ENV_FIELDS = (
-    "conda",
-    "config",
-    "container",
-    "env_vars",
-    "excludes",
-    "image_uri",
-    "java_jars",
-    "pip",
-    "py_executable",
-    "py_modules",
-    "uv",
-    "worker_process_setup_hook",
-    "working_dir",
-)
-URI_SCHEMES = ("gcs", "s3", "gs", "https", "http", "file", "azure", "abfss")
 
 
 NUM_WORKERS_FIX = (
@@ -241,93 +221,6 @@ def check_nics(parameter: str, value: Any) -> list[str] | None:
     return list(dict.fromkeys(value))
 
 
-def masked(runtime_env: Mapping) -> dict:
-    """runtime_env as an error shows it: env var values hidden, they may hold credentials."""
-    env_vars = runtime_env.get("env_vars")
-    if isinstance(env_vars, Mapping):
-        return {**runtime_env, "env_vars": {k: "***" for k in env_vars}}
-    return dict(runtime_env)
-
-
-def is_uri(path: str) -> bool:
-    return urlparse(path).scheme in URI_SCHEMES and "://" in path
-
-
-def check_runtime_env(parameter: str, value: Any) -> dict:
-    """A runtime_env Ray will accept, checked here: on the cluster a bad one fails the job late."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise InvalidParameterError(parameter, value, 'give a dict, e.g. {"pip": ["pandas"], "env_vars": {"A": "1"}}.')
-    shown = masked(value)
-    unknown = sorted(str(k) for k in value if k not in RUNTIME_ENV_FIELDS)
-    if unknown:
-        raise InvalidParameterError(
-            parameter,
-            shown,
-            f"unknown field {unknown[0]!r}; Ray's runtime_env fields are: {', '.join(RUNTIME_ENV_FIELDS)}.",
-        )
-    env_vars = value.get("env_vars") or {}
-    if not isinstance(env_vars, Mapping):
-        raise InvalidParameterError(parameter, shown, 'env_vars must be a dict of strings, e.g. {"A": "1"}.')
-    for key, var in env_vars.items():
-        if SECRET_ENV_PATTERN.search(str(key)):
-            raise InvalidParameterError(
-                parameter,
-                shown,
-                f"env var {key!r} looks like a secret, and Ray shows runtime_env to every dashboard reader; give "
-                "the cluster its credentials (instance role, cluster env) instead.",
-            )
-        if not isinstance(key, str) or not isinstance(var, str):
-            raise InvalidParameterError(
-                parameter, shown, f'env var {key!r} must map a string to a string, e.g. {{"A": "1"}}.'
-            )
-    working_dir = value.get("working_dir")
-    if working_dir is not None:
-        if not isinstance(working_dir, str):
-            raise InvalidParameterError(parameter, shown, "working_dir must be a local folder or a URI (a string).")
-        local_zip = working_dir.endswith(".zip") and os.path.isfile(working_dir)
-        if not is_uri(working_dir) and not os.path.isdir(working_dir) and not local_zip:
-            raise InvalidParameterError(
-                parameter,
-                shown,
-                f"working_dir {working_dir!r} is not a folder here; give an existing local "
-                "folder or .zip file (it is uploaded) or a URI.",
-            )
-    py_modules = value.get("py_modules")
-    if py_modules is not None:
-        if not isinstance(py_modules, (list, tuple)) or not all(isinstance(m, str) for m in py_modules):
-            raise InvalidParameterError(
-                parameter, shown, "py_modules must be a list of local folders, .whl files or URIs."
-            )
-        for module in py_modules:
-            if not is_uri(module) and not (
-                os.path.isdir(module) or (os.path.isfile(module) and module.endswith((".whl", ".py")))
-            ):
-                raise InvalidParameterError(
-                    parameter,
-                    shown,
-                    f"py_modules entry {module!r} is neither an existing folder, .py or .whl file here, nor a URI.",
-                )
-    pip = value.get("pip")
-    pip_file = isinstance(pip, str) and os.path.isfile(pip)
-    if pip is not None and not (isinstance(pip, (list, tuple, Mapping)) or pip_file):
-        raise InvalidParameterError(
-            parameter,
-            shown,
-            'pip must be a list of requirements (e.g. ["pandas==2.2"]), a dict '
-            '{"packages": [...]}, or the path of a requirements file.',
-        )
-    excludes = value.get("excludes")
-    if excludes is not None and not (isinstance(excludes, (list, tuple)) and all(isinstance(e, str) for e in excludes)):
-        raise InvalidParameterError(parameter, shown, 'excludes must be a list of patterns, e.g. ["*.ckpt"].')
-    try:
-        json.dumps(dict(value))
-    except (TypeError, ValueError) as err:
-        raise InvalidParameterError(parameter, shown, f"it must be JSON-serialisable ({err}).") from None
-    return dict(value)
-
-
 def dataset_format(uri: str) -> str:
     path = urlparse(uri).path.lower().rstrip("/")
     for ext, fmt in ((".csv", "csv"), (".json", "json"), (".jsonl", "json")):
@@ -351,10 +244,10 @@ def check_ray_conn_id(parameter: str, value: Any) -> str:
     )
 
 
-def check_submission_id(value: Any) -> str:
+def check_submission_id(parameter: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidParameterError(
-            "submission_id",
+            parameter,
             value,
             "give the Ray job's submission id, e.g. \"{{ ti.xcom_pull(task_ids='train', key='submission_id') }}\".",
         )
@@ -477,78 +370,3 @@ def check_prices(parameter: str, value: Any) -> dict[str, Any] | None:
     if not isinstance(value.get("currency", ""), str):
         raise InvalidParameterError(parameter, value, f"currency must be a string, e.g. {example}.")
     return {key: value[key] for key in PRICE_KEYS if key in value}
-
-
-MLFLOW_SCHEMES = ("http", "https", "databricks")
-MLFLOW_URI_FIX = (
-    "give the address of an MLflow tracking server that the Ray cluster reaches, e.g. "
-    "'http://mlflow:5000' (or 'databricks'), or None for no tracking."
-)
-
-
-def check_mlflow(tracking_uri: Any, conn_id: Any) -> None:
-    """One of ``mlflow_tracking_uri`` and ``mlflow_conn_id`` at most (the connection holds the URI)."""
-    if tracking_uri and conn_id:
-        raise InvalidParameterError(
-            "mlflow_conn_id",
-            conn_id,
-            "give either mlflow_tracking_uri or mlflow_conn_id (whose host is the tracking URI), not both.",
-        )
-    if conn_id is not None:
-        check_conn_id(
-            "mlflow_conn_id", conn_id, "give the id of a connection whose host is the MLflow tracking URI, or None."
-        )
-
-
-def check_mlflow_tracking_uri(value: Any, parameter: str = "mlflow_tracking_uri") -> str | None:
-    """An MLflow tracking URI without credentials in it (they would show in the rendered field and the
-    job's payload list); None or empty: no tracking."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, str) and value.strip() == "databricks":  # the workspace of the default profile
-        return "databricks"
-    parts = urlparse(value.strip()) if isinstance(value, str) else None
-    if parts is None or parts.scheme not in MLFLOW_SCHEMES or (parts.scheme != "databricks" and not parts.hostname):
-        raise InvalidParameterError(parameter, value, MLFLOW_URI_FIX)
-    if parts.username or parts.password:
-        raise InvalidParameterError(
-            parameter,
-            "<a URI with credentials>",
-            "keep credentials out of the URI: put the "
-            "server's address in an MLflow connection (host; login and password, or a token "
-            "as password) and give mlflow_conn_id.",
-        )
-    return value.strip()
-
-
-def check_mlflow_experiment_name(value: Any, default: str) -> str:
-    if value is None:
-        return default
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidParameterError(
-            "mlflow_experiment_name",
-            value,
-            "give the name of an MLflow experiment (created when missing), or None for the DAG's id.",
-        )
-    return value.strip()
-
-
-def mlflow_connection(conn_id: str, conn: Any) -> tuple[str, dict[str, str]]:
-    """(tracking URI, credentials) of an MLflow connection: its host is the URI (``http://mlflow:5000``),
-    or a host name with ``port`` and ``schema`` (``http``, the default, or ``https``); ``login`` and
-    ``password`` are basic auth, a ``password`` alone a token."""
-    host = (getattr(conn, "host", None) or "").strip()
-    if not host:
-        raise InvalidParameterError(
-            "mlflow_conn_id",
-            conn_id,
-            "its connection has no host: set the host to the MLflow tracking URI, e.g. http://mlflow:5000.",
-        )
-    if "://" not in host and host != "databricks":
-        port = f":{conn.port}" if getattr(conn, "port", None) else ""
-        host = f"{getattr(conn, 'schema', None) or 'http'}://{host}{port}"
-    uri = check_mlflow_tracking_uri(host, parameter=f"mlflow_conn_id {conn_id!r}: the host")
-    login, password = getattr(conn, "login", None), getattr(conn, "password", None)
-    if login and password:
-        return str(uri), {"username": login, "password": password}
-    return str(uri), {"token": password} if password else {}

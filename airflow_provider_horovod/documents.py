@@ -105,7 +105,7 @@ class TrainingSpec(JobSpec):
     resume_from: list[str] = dataclasses.field(default_factory=list)
     # How long the workers may wait for their resources before the run fails (None: no limit).
     pending_timeout_s: float | None = None
-    # Read the datasets before the workers start (runtime.trainers.materialized).
+    # Read the datasets before the workers start (runtime.datasets.materialized).
     materialize_datasets: bool = True
     # Record Horovod's timeline on rank 0 and keep it next to the checkpoints.
     horovod_timeline: bool = False

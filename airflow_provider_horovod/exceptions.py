@@ -118,3 +118,52 @@ class TrainingResultError(StorageError):
 
 class MissingExtraError(HorovodProviderError, ImportError):
     """A feature needs an extra of the package (``[amazon]``, ``[cluster]``) that is not installed."""
+
+
+# --- raised on the cluster, by the runtime (their class names decide a failure's class: failures.py) ---
+
+
+class SmokeRunDone(BaseException):
+    """Raised out of ``ray.train.report`` on every rank once a checkpoint is reported; the provider's wrapper
+    of the training function catches it and returns. A BaseException, so that a user's ``except Exception``
+    around the training loop does not swallow it."""
+
+
+class HorovodNetworkError(HorovodProviderError, RuntimeError):
+    """Horovod's ranks cannot reach each other, or a host has no interface to use."""
+
+
+class PendingTimeoutError(HorovodProviderError, RuntimeError):
+    """The workers' resources were not available within the pending timeout."""
+
+
+class RayIncompatibleError(HorovodProviderError, RuntimeError):
+    """The cluster's Ray cannot run what the job asks for: the message names the version and the fix."""
+
+
+class ScriptExitError(HorovodProviderError, RuntimeError):
+    """A rank's script exited with a non-zero code (``sys.exit(n)``)."""
+
+
+class ScriptMissingError(HorovodProviderError, FileNotFoundError):
+    """The script is not in the job's ``working_dir`` on a node: what the task asked for, not the cluster."""
+
+
+class ScriptEndedEarlyError(HorovodProviderError, RuntimeError):
+    """A rank waited in a collective after another rank's script had ended."""
+
+
+# --- storage, and building Horovod -----------------------------------------------------------------
+
+
+class StorageUnavailableError(HorovodProviderError, ConnectionError):
+    """The storage cannot be used: the S3 endpoint does not answer, the bucket does not exist, or
+    the credentials are refused."""
+
+
+class BuildError(HorovodProviderError):
+    """A step failed; the message says which and what to do."""
+
+
+class SourceChanged(BuildError):
+    """Horovod's sdist is not the one the edits were written for."""

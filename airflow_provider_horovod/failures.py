@@ -151,7 +151,7 @@ COMMUNICATION_TEXT = re.compile(
 )
 STARTUP_TIMEOUT = {"WorkerGroupStartupTimeoutError", "PendingTimeoutError"}
 # Raised by the runtime itself when the job cannot run as asked.
-CONFIGURATION = {"ModuleNotFoundError", "ImportError", "RuntimeEnvSetupError"}
+CONFIGURATION = {"ModuleNotFoundError", "ImportError", "RuntimeEnvSetupError", "ScriptMissingError"}
 STORAGE_TEXT = re.compile(r"AWS Error|S3|NoSuchBucket|storage_path|Permission denied|No space left", re.IGNORECASE)
 
 
@@ -222,10 +222,11 @@ def mark_user_error(error: BaseException, rank: int | None = None) -> None:
 
 
 def user_failure(error: BaseException, rank: int | None = None) -> Failure:
-    """An error out of the user's function; a module it imports that the cluster lacks is a matter
-    of configuration (the runtime_env), not of its code."""
+    """An error out of the user's function; a module it imports that the cluster lacks, or a script
+    missing from the job's working_dir, is a matter of configuration (the runtime_env), not of its code."""
     summary = f"{type(error).__name__}: {first_line(error)}"
-    failure_class = FailureClass.CONFIGURATION if isinstance(error, ImportError) else FailureClass.USER_CODE
+    configuration = isinstance(error, ImportError) or type(error).__name__ in CONFIGURATION
+    failure_class = FailureClass.CONFIGURATION if configuration else FailureClass.USER_CODE
     return Failure(
         failure_class,
         summary,

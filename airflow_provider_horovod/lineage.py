@@ -1,7 +1,7 @@
 """OpenLineage for the provider's operators (the ``[openlineage]`` extra): what a training or a Ray
 task read and wrote, and a run facet of the provider's own. Imported only inside the operators'
 ``get_openlineage_facets_on_*`` methods, which only the OpenLineage provider's listener calls, and
-by ``operators.ray.with_parent_run`` once OpenLineage is installed and on: without the extra,
+by ``operators.base.with_parent_run`` once OpenLineage is installed and on: without the extra,
 nothing of OpenLineage is imported.
 
 Datasets follow OpenLineage's naming spec: ``s3://bucket/key`` is namespace ``s3://bucket``, name

@@ -256,8 +256,8 @@ def _end(pids_of, timeout: float) -> None:
 
 def end_cluster(temp_dir: str, timeout: float = 5.0) -> None:
     """End the Ray cluster whose temp folder is ``temp_dir`` and no other (SIGTERM, then SIGKILL), its
-    GCS last. Signalled together with the processes that report to it, the GCS and the autoscaler's
-    monitor outlived the SIGTERM by over 15 s; the others first, then the GCS, all ended within a second."""
+    GCS last: signalled together with the processes that report to it, the GCS and the autoscaler's
+    monitor outlive the SIGTERM by long; the others first, then the GCS, end at once."""
     _end(lambda: [p for p in _cluster_pids(temp_dir) if not _is_gcs(p)], timeout)
     _end(lambda: _cluster_pids(temp_dir), timeout)
 

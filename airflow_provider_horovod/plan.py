@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlparse
 
-from airflow_provider_horovod import checks
+from airflow_provider_horovod import checks, mlflow_checks, runtime_env_checks
 from airflow_provider_horovod.contract import (
     JOB_STOP_WAIT_ENV,
     JOB_STOP_WAIT_S,
@@ -70,7 +70,7 @@ class JobRequest:
         shown = {
             "submission_id": self.submission_id,
             "entrypoint": self.entrypoint,
-            "runtime_env": checks.masked(self.runtime_env),
+            "runtime_env": runtime_env_checks.masked(self.runtime_env),
             "metadata": self.metadata,
             "driver_resources": self.driver_resources,
             "payload": {name: f"{len(data)} bytes" for name, data in sorted(self.files.items())},
@@ -243,7 +243,7 @@ def training_plan(
     aws_conn_id, ttl_s = given["aws_conn_id"], given["aws_credentials_ttl_seconds"]
     forward = checks.check_forwarding(given["forward_aws_credentials"], aws_conn_id, ttl_s)
     root = checks.check_storage_path(given["storage_path"] or default_storage_path())
-    tracking_uri = checks.check_mlflow_tracking_uri(mlflow_tracking_uri)
+    tracking_uri = mlflow_checks.check_mlflow_tracking_uri(mlflow_tracking_uri)
     fields = {
         **same_named(TrainingSpec, given),
         "submission_id": task_run.submission_id(1),
@@ -296,7 +296,7 @@ def parquet_footer_env(datasets: Mapping[str, Mapping[str, str]]) -> dict[str, s
     """One parquet footer reader per read when the datasets are URIs and each parquet one names a file.
     Ray Data 2.60 reads footers on a pool of PARQUET_FOOTER_ACTORS_ENV actors (32 by default), each a
     process that imports Ray Data and pyarrow, however few the files: a training on one parquet file
-    paid 27 CPU-s and 12 s for that pool on a 4-CPU cluster. A dataset built by a function may read a
+    would pay for that pool on a small cluster. A dataset built by a function may read a
     folder: then Ray's default stays. The job's runtime_env may set another count (it wins); older Ray
     ignores the variable."""
     if any("uri" not in ref for ref in datasets.values()):
@@ -359,7 +359,7 @@ def tracking_settings(
     map_part = f"[{task_run.map_index}]" if task_run.map_index >= 0 else ""
     return {
         "tracking_uri": tracking_uri,
-        "experiment_name": checks.check_mlflow_experiment_name(experiment_name, task_run.dag_id),
+        "experiment_name": mlflow_checks.check_mlflow_experiment_name(experiment_name, task_run.dag_id),
         "run_name": f"{task_run.task_id}{map_part} {task_run.run_id}",
         "run_key": task_run.base_id,
         "tags": {

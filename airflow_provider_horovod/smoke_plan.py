@@ -13,7 +13,8 @@ what only costs time:
 - every job has ``AHP_SMOKE_RUN=1`` in its environment, so the user's code can shrink itself further.
 
 The functions here are pure: ``as_smoke`` marks a plan, ``fit_to_cluster`` scales it to the cluster's
-resources once they are read (at submission) and says what it changed, for the task log.
+resources once they are read (before submission) and says what it changed, for the task log;
+``for_cluster`` completes every plan, a smoke run's or not, with what the connection and the cluster say.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_horovod import checks
@@ -114,3 +116,18 @@ def _text(resources: dict[str, Any]) -> str:
     return json.dumps(
         {k: v for k, v in resources.items() if not k.startswith(("object_store", "memory"))}, sort_keys=True
     )
+
+
+def for_cluster(
+    plan: JobPlan, *, prices: Mapping[str, Any] | None, cluster: Mapping[str, float] | None
+) -> tuple[JobPlan, list[str]]:
+    """The plan completed with what the connection and the cluster say: the connection's ``prices`` for a
+    task that gives none, and a smoke run scaled to ``cluster`` (its total resources; None: not asked).
+    Also the lines that say what changed, for the task log."""
+    said = []
+    if plan.prices is None and prices:
+        plan = dataclasses.replace(plan, prices=dict(prices))
+    if plan.spec.smoke_run and cluster is not None:
+        plan, line = fit_to_cluster(plan, dict(cluster))
+        said.append(line)
+    return plan, said

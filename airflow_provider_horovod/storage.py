@@ -22,18 +22,13 @@ from typing import Any
 from urllib.parse import urlparse
 
 from airflow_provider_horovod.atomic_files import write_atomically
-from airflow_provider_horovod.exceptions import HorovodProviderError, MissingExtraError
+from airflow_provider_horovod.exceptions import MissingExtraError, StorageUnavailableError
 
 # botocore's defaults (60 s to connect, 60 s per read, 5 tries) would hold a task for minutes when
 # the S3 endpoint is down or hangs; these fail within about a minute.
 S3_CLIENT_CONFIG = {"connect_timeout": 10, "read_timeout": 30, "retries": {"max_attempts": 3, "mode": "standard"}}
 # Checking the bucket before submitting is one small request: a short wait is enough.
 S3_PROBE_CONFIG = {"connect_timeout": 5, "read_timeout": 10, "retries": {"max_attempts": 2, "mode": "standard"}}
-
-
-class StorageUnavailableError(HorovodProviderError, ConnectionError):
-    """The storage cannot be used: the S3 endpoint does not answer, the bucket does not exist, or
-    the credentials are refused."""
 
 
 def split_uri(uri: str) -> tuple[str, str]:

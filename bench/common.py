@@ -1,4 +1,5 @@
-"""What every benchmark shares: where things live, how many repeats, the statistics and the tables.
+"""What every benchmark shares: where things live, how many repeats, the statistics, the tables and the
+measured blocks of the results files.
 
 Import this before anything imports Airflow: it points ``AIRFLOW_HOME`` at the benchmarks' own
 home, so their Ray cluster and database never meet the test suite's or the demo's.
@@ -8,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from harness import airflow_cli
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "bench"
@@ -41,7 +43,7 @@ def env_int(name: str, default: int) -> int:
 
 
 def repeats(default: int = 3) -> int:
-    """``BENCH_REPEATS`` scales every figure's repeats (the defaults fit ~30 minutes on 2 cores)."""
+    """``BENCH_REPEATS`` scales every figure's repeats."""
     return env_int("BENCH_REPEATS", default)
 
 
@@ -100,7 +102,7 @@ def ratio(ours: float, other: float) -> float:
     return ours / other if other else float("nan")
 
 
-# --- tables -------------------------------------------------------------------------------------
+# --- tables and figures ---------------------------------------------------------------------------
 
 
 @dataclass
@@ -121,34 +123,19 @@ class Row:
 
 
 def table(rows: list[Row]) -> str:
-    header = [
-        "measure",
-        "ours (A)",
-        "A median",
-        "A spread",
-        "alternative (B)",
-        "B median",
-        "B spread",
-        "A / B",
-        "repeats A, B",
-        "note",
-    ]
+    header = ["measure", "ours (A)", "A median", "A spread", "alternative (B)", "B median", "B spread", "A / B"]
     body = [
-        [
-            f"{r.what} ({r.unit})",
-            r.a_label,
-            fmt(r.a.median),
-            r.a.spread(),
-            r.b_label,
-            fmt(r.b.median),
-            r.b.spread(),
-            fmt(r.ratio),
-            f"{r.a.n}, {r.b.n}",
-            r.note,
-        ]
+        [f"{r.what} ({r.unit})", r.a_label, fmt(r.a.median), r.a.spread(), r.b_label, fmt(r.b.median), r.b.spread()]
+        + [fmt(r.ratio), f"{r.a.n}, {r.b.n}", r.note]
         for r in rows
     ]
-    return plain_table(header, body)
+    return plain_table([*header, "repeats A, B", "note"], body)
+
+
+def plain_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 @dataclass
@@ -161,6 +148,17 @@ class Target:
     closing: str = ""
 
 
+def target(name: str, value: float, goal: float, detail: str, closing: str = "", *, at_most=True, unit="") -> Target:
+    """A target met when ``value`` is at most ``goal`` (or at least it): the detail then "met by x" or
+    "missed by x" (in ``unit``), and ``closing`` on a miss only."""
+    if value != value:  # NaN: nothing to compare
+        return Target(name, None, f"{detail}; not measured")
+    met = value <= goal if at_most else value >= goal
+    return Target(
+        name, met, f"{detail}; {'met' if met else 'missed'} by {fmt(abs(goal - value))}{unit}", "" if met else closing
+    )
+
+
 def figure_key(number) -> tuple[int, str]:
     """Figures in order: 1, 2, ..., 4, 4b, 5, ..."""
     text = str(number)
@@ -170,30 +168,49 @@ def figure_key(number) -> tuple[int, str]:
 
 @dataclass
 class Figure:
+    """A figure's measured part: its tables, notes from its data, its targets. How it is measured and what
+    it means are written by people around its block in results.md."""
+
     number: int | str
     title: str
-    how: str
     tables: list[str] = field(default_factory=list)
     targets: list[Target] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    measured_at: float = 0.0
 
     def markdown(self) -> str:
-        parts = [f"## {self.number}. {self.title}", "", self.how.strip(), ""]
-        for t in self.tables:
-            parts += [t, ""]
-        for n in self.notes:
-            parts += [f"- {n}"]
+        parts = [t + "\n" for t in self.tables]
         if self.notes:
-            parts.append("")
-        parts.append(f"_Took {self.seconds:.0f} s._")
+            parts.append("\n".join(f"- {n}" for n in self.notes) + "\n")
+        when = f", measured {time.strftime('%Y-%m-%d %H:%M', time.gmtime(self.measured_at))} UTC"
+        parts.append(f"_Took {self.seconds:.0f} s{when if self.measured_at else ''}._")
         return "\n".join(parts)
 
 
-def plain_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
+# --- results files: measured blocks among people's prose ---------------------------------------------
+
+END = "<!-- /measured -->"
+
+
+def begin(name: str) -> str:
+    return f"<!-- measured: {name} (written from data; the text around it is people's) -->"
+
+
+def measured(text: str, name: str) -> str | None:
+    """What the block ``name`` of a results file holds, or None."""
+    if begin(name) not in text:
+        return None
+    return text.split(begin(name), 1)[1].split(END, 1)[0].strip("\n")
+
+
+def put_measured(text: str, name: str, body: str, heading: str) -> str:
+    """``text`` with ``body`` in the block ``name``, the prose around it kept; a block not there yet is
+    added at the end, under ``heading``."""
+    if begin(name) not in text:
+        return f"{text.rstrip()}\n\n{heading}\n\n{begin(name)}\n{body}\n{END}\n"
+    head, rest = text.split(begin(name), 1)
+    return f"{head}{begin(name)}\n{body}\n{END}{rest.split(END, 1)[1]}"
 
 
 # --- raw data and processes ---------------------------------------------------------------------
@@ -211,28 +228,76 @@ def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def run_logged(
-    cmd: list[str], log_name: str, *, env: dict | None = None, timeout: float = 600, check: bool = True
-) -> tuple[subprocess.CompletedProcess, float]:
-    """Run a command with its output in bench/out/logs/<log_name>; (result, wall seconds)."""
-    logs = OUT / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    run = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, cwd=REPO
-    )
-    wall = time.monotonic() - started
-    (logs / log_name).write_text(
-        f"$ {' '.join(cmd)}\nrc={run.returncode} wall={wall:.2f}s\n--- stdout\n{run.stdout}\n--- stderr\n{run.stderr}"
+def logged(run: subprocess.CompletedProcess, log_name: str, wall: float, check: bool) -> None:
+    """The command's output in bench/out/logs/<log_name>; raises if it failed and ``check``."""
+    path = OUT / "logs" / log_name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    command = " ".join(map(str, run.args))
+    path.write_text(
+        f"$ {command}\nrc={run.returncode} wall={wall:.2f}s\n--- stdout\n{run.stdout}\n--- stderr\n{run.stderr}"
     )
     if check and run.returncode != 0:
-        raise RuntimeError(
-            f"{cmd[:4]} failed (rc {run.returncode}); see {logs / log_name}:\n{(run.stdout + run.stderr)[-3000:]}"
-        )
+        output = (run.stdout + run.stderr)[-3000:]
+        raise RuntimeError(f"{run.args[:4]} failed (rc {run.returncode}); see {path}:\n{output}")
+
+
+def run_logged(
+    cmd: list[str], log_name: str, *, env: dict | None = None, timeout: float = 600, check: bool = True, cwd=REPO
+) -> tuple[subprocess.CompletedProcess, float]:
+    """Run a command, its output logged (``logged``); (result, wall seconds). ``env`` is added to this
+    process's; a None value leaves that variable out."""
+    env = {k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None}
+    started = time.monotonic()
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+    wall = time.monotonic() - started
+    logged(run, log_name, wall, check)
     return run, wall
 
 
-def tagged_json(output: str, tag: str) -> list[dict]:
-    """Objects printed as ``<tag> {json}`` lines (``<tag>:<token> {json}``: the runtime's marked lines)."""
-    pattern = re.compile(re.escape(tag) + r"(?::[0-9a-f]+)? (.*)")
-    return [json.loads(found[1]) for line in output.splitlines() if (found := pattern.search(line))]
+def dags_test(
+    dag_id: str, log_name: str, *, logical_date: str | None = None, env=None, timeout: float = 600, check=True
+) -> tuple[subprocess.CompletedProcess, float]:
+    """`airflow dags test` (the harness's runner), its output logged; (result, wall seconds)."""
+    started = time.monotonic()
+    run = airflow_cli.dags_test(dag_id, logical_date=logical_date, env=env, timeout=timeout)
+    wall = time.monotonic() - started
+    logged(run, log_name, wall, check)
+    return run, wall
+
+
+def lines_in(path: Path) -> int:
+    return path.read_text().count("\n") if path.exists() else 0
+
+
+def operator_times(path: Path, since: int, dag_id: str, run_id: str | None = None) -> tuple[str, float, float]:
+    """What the timed operator (``bench/dags/bench_dags.py``) noted in ``path`` after its line ``since``, for
+    a run of ``dag_id`` (``run_id``, or the first): the run id, ``execute``'s start, the result's time."""
+    notes = [json.loads(line) for line in path.read_text().splitlines()[since:]]
+    notes = [n for n in notes if n["dag_id"] == dag_id and run_id in (None, n["run_id"])]
+    run_id = notes[0]["run_id"]
+    notes = [n for n in notes if n["run_id"] == run_id]
+    return (
+        run_id,
+        min(n["t"] for n in notes if n["event"] == "start"),
+        max(n["t"] for n in notes if n["event"] == "done"),
+    )
+
+
+def job_of_run(hook, dag_id: str, run_id: str) -> dict:
+    """The one Ray job of a DAG run's training, by the metadata the provider gives it."""
+    (job,) = [
+        j
+        for j in hook.list_jobs()
+        if (j.get("metadata") or {}).get("airflow_run_id") == run_id
+        and (j.get("metadata") or {}).get("airflow_dag_id") == dag_id
+    ]
+    return job
+
+
+def commit() -> str:
+    """The checkout's commit, ``+changes`` when the provider's code differs from it."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "airflow_provider_horovod"], capture_output=True, text=True, cwd=REPO
+    )
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")

@@ -1,8 +1,7 @@
-"""Figure 4b: following one growing log. One Ray job prints a training log's lines steadily until it
-has {lines} of them; one ``RayJobTrigger`` (poll every second) follows it into a log file, as the
-triggerer writes a task log. Per poll: the triggerer's CPU time and the bytes of log fetched, at log
-lengths of about 1k, 10k, 50k and 100k lines, against fetching the whole log every poll (what the
-provider did before); and the head's CPU (dashboard, agent) meanwhile.
+"""Figure 4b: following one growing log. One Ray job prints a training log's lines steadily; one
+``RayJobTrigger`` (poll every second) follows it into a log file, as the triggerer writes a task log.
+Per poll, at several log lengths: the triggerer's CPU time and the bytes of log fetched, against
+fetching the whole log every poll (what the provider did before); and the head's CPU meanwhile.
 
     python -m bench.logstream follow SID PREFIX     # child A: the trigger, until the job ends
     python -m bench.logstream whole SID PREFIX      # child B: whole-log polls, in windows asked on stdin
@@ -19,36 +18,29 @@ import subprocess
 import sys
 import time
 
-from bench.common import OUT, PY, Figure, Row, Sample, Target, env_int, fmt, log, plain_table, quantile, save_raw, table
+from bench.common import (
+    OUT,
+    PY,
+    Figure,
+    Row,
+    Sample,
+    Target,
+    env_int,
+    fmt,
+    log,
+    median,
+    plain_table,
+    ratio,
+    save_raw,
+    table,
+    target,
+)
 
 POLL_S = 1.0
 TAG = "AHP_BENCH_WHOLE"
 FLAT = 1.5  # "flat": the per-poll cost at the longest log within this factor of the shortest's
-
-HOW = """
-One Ray job (`python -c ...` on the local cluster) prints a training log's lines steadily, {rate} a
-second in batches of a tenth of a second, each about {width} bytes, until it has printed {lines:,}
-and ends. One `RayJobTrigger` (`poll_interval_seconds=1`, log streaming on, no task instance) follows
-it in a process of its own, one asyncio loop as a triggerer runs, writing every streamed line to a log
-file through a plain `logging` handler (the trigger's logger replaced by it; B writes the same way), as
-the triggerer writes the task log. Each poll is a status request and
-a window of the log's end (State API, sized to what came new last time plus 32 lines, placed by the
-cursor's digests). The hook's `_a_request` is wrapped to note, at each status request (a poll's
-start), the process's CPU time and the bytes of the log-window answers so far (`len(text)`).
-
-B, what the provider did before: every poll fetches the whole log (`GET /api/jobs/<id>/logs`, over
-the same hook's keep-alive client) and writes the lines after those already written. B runs in a
-second process, only in windows: at each log length, a {window}-s window with A alone (A's share of
-the head), then a window of {window} B polls (after one uncounted poll that catches B up) with A
-still running; B's head cost is the second window's head CPU minus the first's. A's per-poll figures
-are its polls of both windows; per-poll CPU is the process's CPU time from one poll's start to the
-next's (the loop's idle time costs nothing). *Head CPU*: the dashboard's processes and its agent,
-from /proc, as a share of one core.
-
-At the end, the lines A wrote are checked against the job's whole log (`GET /api/jobs/<id>/logs`):
-the same lines, in order, each once.
-"""
-
+OURS, WHOLE = "RayJobTrigger (log windows)", "whole log every poll"
+ALONE, BESIDE = "A's window, A alone", "B's window, minus A's"
 
 # --- the children -------------------------------------------------------------------------------
 
@@ -70,6 +62,15 @@ class LineFile(logging.Handler):
     def close(self) -> None:
         self.file.close()
         super().close()
+
+
+def lines_logger(name: str, handler: LineFile) -> logging.Logger:
+    """A logger that writes only to ``handler``."""
+    out = logging.getLogger(name)
+    out.addHandler(handler)
+    out.setLevel(logging.INFO)
+    out.propagate = False
+    return out
 
 
 async def follow(sid: str, prefix: str) -> None:
@@ -98,46 +99,29 @@ async def follow(sid: str, prefix: str) -> None:
         return answer
 
     RayHook._a_request = noted
-    trigger = RayJobTrigger(
-        submission_id=sid, poll_interval_seconds=POLL_S, pending_timeout_seconds=None, stall_timeout_seconds=None
-    )
+    policy = {"poll_interval_s": POLL_S, "pending_timeout_s": None, "stall_timeout_s": None}
+    trigger = RayJobTrigger(submission_id=sid, policy=policy)
     # The lines go to a file through a plain logging handler (the same writer as B's), in place of the
     # triggerer's routing of a trigger's log into the task log.
-    out = logging.getLogger("bench.follow")
-    out.addHandler(handler)
-    out.setLevel(logging.INFO)
-    out.propagate = False
-    trigger._log = out
+    trigger._log = lines_logger("bench.follow", handler)
     started = time.process_time()
     async for event in trigger.run():
         payload = event.payload
         break
     handler.file.flush()
+    summary = {"event": payload, "lines": handler.lines, "cpu_s": time.process_time() - started, "end": time.time()}
+    summary.update(log_bytes=fetched["bytes"], log_requests=fetched["requests"], status_bytes=fetched["status_bytes"])
     with open(prefix + "-summary.json", "w") as f:
-        json.dump(
-            {
-                "event": payload,
-                "lines": handler.lines,
-                "cpu_s": time.process_time() - started,
-                "log_bytes": fetched["bytes"],
-                "log_requests": fetched["requests"],
-                "status_bytes": fetched["status_bytes"],
-                "end": time.time(),
-            },
-            f,
-        )
+        json.dump(summary, f)
     handler.close()
 
 
 async def whole(sid: str, prefix: str) -> None:
     """Child B: on each ``window K`` line of stdin, 1 + K polls of the whole log, one a second."""
-    from airflow_provider_horovod.hooks.ray import JOB_LOGS, RayHook
+    from airflow_provider_horovod.hooks.ray import RayHook
+    from airflow_provider_horovod.hooks.ray_routes import JOB_LOGS
 
-    out = logging.getLogger("bench.whole")
-    handler = LineFile(prefix + "-whole-lines.txt")
-    out.addHandler(handler)
-    out.setLevel(logging.INFO)
-    out.propagate = False
+    out = lines_logger("bench.whole", LineFile(prefix + "-whole-lines.txt"))
     written = 0
     async with RayHook() as hook:
         while line := await asyncio.to_thread(sys.stdin.readline):
@@ -186,23 +170,15 @@ def read_progress(path) -> list[list[float]]:
     return [json.loads(line) for line in text.splitlines() if line.endswith("]")]
 
 
-def head_groups(cluster) -> dict[str, list[int]]:
-    from bench.triggerer import process_groups
-
-    groups = process_groups(cluster.temp_dir)
-    return {k: groups[k] for k in ("dashboard", "dashboard agent")}
-
-
 def figure(cluster) -> Figure:
     from airflow_provider_horovod.hooks.ray import RayHook
-    from bench.triggerer import cluster_cpu
+    from bench.triggerer import cluster_cpu, process_groups
 
     total = env_int("BENCH_LOGSTREAM_LINES", 100_000)
     rate = env_int("BENCH_LOGSTREAM_RATE", 300)
     window = env_int("BENCH_LOGSTREAM_WINDOW", 5)
     targets = [t for t in (1_000, 10_000, 50_000, 100_000) if t <= total]
-    width = len("step 000000 epoch 0 loss 0.00000000 lr 0.00100 throughput 1234.5 samples/s") + 1
-    fig = Figure("4b", "Following a growing log", HOW.format(rate=rate, width=width, lines=total, window=window))
+    fig = Figure("4b", "Following a growing log")
     hook = RayHook()
     prefix = str(OUT / "logstream")
     for suffix in ("-progress.jsonl", "-summary.json", "-lines.txt", "-whole-lines.txt"):
@@ -211,7 +187,7 @@ def figure(cluster) -> Figure:
     sid = f"bench-logstream-{os.getpid()}-{int(time.time())}"
     code = job_code(total, rate)
     hook.submit_job(entrypoint=f"python -c {shlex.quote(code)}", submission_id=sid, metadata={"bench": "logstream"})
-    groups = head_groups(cluster)
+    groups = {k: v for k, v in process_groups(cluster.temp_dir).items() if k in ("dashboard", "dashboard agent")}
     logs = OUT / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     progress_file = OUT / "logstream-progress.jsonl"
@@ -251,16 +227,10 @@ def figure(cluster) -> Figure:
                 raise RuntimeError(f"the whole-log poller did not answer; see {logs / 'logstream-whole.log'}")
             polls = json.loads(reply.split(TAG + " ", 1)[1])
             h2, t2 = cluster_cpu(groups), time.time()
-            windows.append(
-                {
-                    "target": target,
-                    "a_only": [t0, t1],
-                    "a_b": [t1, t2],
-                    "b_polls": polls,
-                    "head_a": {k: (h1[k] - h0[k]) / (t1 - t0) for k in h0},
-                    "head_ab": {k: (h2[k] - h1[k]) / (t2 - t1) for k in h0},
-                }
-            )
+            found = {"target": target, "a_only": [t0, t1], "a_b": [t1, t2], "b_polls": polls}
+            found["head_a"] = {k: (h1[k] - h0[k]) / (t1 - t0) for k in h0}
+            found["head_ab"] = {k: (h2[k] - h1[k]) / (t2 - t1) for k in h0}
+            windows.append(found)
         a.wait(timeout=total / rate + 600)
         head1, wall1 = cluster_cpu(groups), time.time()
     finally:
@@ -284,17 +254,9 @@ def figure(cluster) -> Figure:
     summary = json.loads((OUT / "logstream-summary.json").read_text())
     samples = read_progress(progress_file)
     job_log = hook.get_job_logs(sid)
-    raw = {
-        "sid": sid,
-        "total": total,
-        "rate": rate,
-        "windows": windows,
-        "samples": samples,
-        "summary": summary,
-        "head_run": {k: (head1[k] - head0[k]) / (wall1 - wall0) for k in head0},
-        "run_s": wall1 - wall0,
-        "job_log_bytes": len(job_log),
-    }
+    raw = {"sid": sid, "total": total, "rate": rate, "windows": windows, "samples": samples, "summary": summary}
+    raw.update(head_run={k: (head1[k] - head0[k]) / (wall1 - wall0) for k in head0}, run_s=wall1 - wall0)
+    raw["job_log_bytes"] = len(job_log)
     save_raw("logstream", raw)
     return build(fig, raw, job_log)
 
@@ -323,161 +285,76 @@ def check_lines(job_log: str) -> tuple[bool, str]:
 
 def build(fig: Figure, raw: dict, job_log: str) -> Figure:
     samples = raw["samples"]
-    # Per poll of A: (start time, CPU to the next poll's start, log bytes fetched, log requests, lines before it).
+    # Per poll of A: (start time, CPU to the next poll's start, log bytes fetched, log requests, lines before it,
+    # lines it brought).
     polls = [(s[0], n[1] - s[1], n[2] - s[2], n[3] - s[3], s[4], n[4] - s[4]) for s, n in zip(samples, samples[1:])]
-    rows, details = [], []
-    first = last = None
+    rows, details, lengths = [], [], []
     for w in raw["windows"]:
-        start, end = w["a_only"][0], w["a_b"][1]
-        mine = [p for p in polls if start <= p[0] < end]
-        a_only = [p for p in mine if p[0] < w["a_only"][1]]
+        mine = [p for p in polls if w["a_only"][0] <= p[0] < w["a_b"][1]]
         b = w["b_polls"]
         length = Sample([p[4] for p in mine])
-        a_cpu = Sample([p[1] * 1000 for p in mine])
-        a_bytes = Sample([p[2] / 1024 for p in mine])
-        b_cpu = Sample([p["cpu_s"] * 1000 for p in b])
-        b_bytes = Sample([p["bytes"] / 1024 for p in b])
-        head_a = (w["head_a"]["dashboard"] + w["head_a"]["dashboard agent"]) * 100
-        head_ab = (w["head_ab"]["dashboard"] + w["head_ab"]["dashboard agent"]) * 100
-        label = f"log ~{w['target'] // 1000}k lines"
+        a_cpu, a_bytes = Sample([p[1] * 1000 for p in mine]), Sample([p[2] / 1024 for p in mine])
+        b_cpu, b_bytes = Sample([p["cpu_s"] * 1000 for p in b]), Sample([p["bytes"] / 1024 for p in b])
+        head_a, head_ab = ((w[k]["dashboard"] + w[k]["dashboard agent"]) * 100 for k in ("head_a", "head_ab"))
+        label, at = f"log ~{w['target'] // 1000}k lines", f"log at {fmt(length.median)} lines (A's polls)"
+        alone, beside = Sample([head_a]), Sample([head_ab - head_a])
         rows += [
-            Row(
-                f"{label}: triggerer CPU per poll",
-                "RayJobTrigger (log windows)",
-                a_cpu,
-                "whole log every poll",
-                b_cpu,
-                "ms",
-                f"log at {fmt(length.median)} lines (A's polls)",
-            ),
-            Row(
-                f"{label}: log bytes fetched per poll",
-                "RayJobTrigger (log windows)",
-                a_bytes,
-                "whole log every poll",
-                b_bytes,
-                "KiB",
-                "",
-            ),
-            Row(
-                f"{label}: head CPU (dashboard + agent)",
-                "A's window, A alone",
-                Sample([head_a]),
-                "B's window, minus A's",
-                Sample([head_ab - head_a]),
-                "% of a core",
-                "",
-            ),
+            Row(f"{label}: triggerer CPU per poll", OURS, a_cpu, WHOLE, b_cpu, "ms", at),
+            Row(f"{label}: log bytes fetched per poll", OURS, a_bytes, WHOLE, b_bytes, "KiB"),
+            Row(f"{label}: head CPU (dashboard + agent)", ALONE, alone, BESIDE, beside, "% of a core"),
         ]
+        percents = {
+            k: " / ".join(fmt(w[k][g] * 100) for g in ("dashboard", "dashboard agent")) for k in ("head_a", "head_ab")
+        }
         details.append(
-            [
-                f"~{w['target']:,}",
-                f"{fmt(min(length.values or [0]))}-{fmt(max(length.values or [0]))}",
-                str(len(mine)),
-                fmt(median([p[5] for p in mine])),
-                fmt(median([p[3] for p in mine])),
-                fmt(a_cpu.median),
-                fmt(a_bytes.median),
-                f"{fmt(w['head_a']['dashboard'] * 100)} / {fmt(w['head_a']['dashboard agent'] * 100)}",
-                f"{fmt(w['head_ab']['dashboard'] * 100)} / {fmt(w['head_ab']['dashboard agent'] * 100)}",
-                str(len(b)),
-                fmt(b_cpu.median),
-                fmt(b_bytes.median),
-                fmt(median([p["wall_s"] * 1000 for p in b])),
-                str(len(a_only)),
-            ]
+            [f"~{w['target']:,}", f"{fmt(min(length.values or [0]))}-{fmt(max(length.values or [0]))}", str(len(mine))]
+            + [fmt(median([p[5] for p in mine])), fmt(median([p[3] for p in mine]))]
+            + [fmt(a_cpu.median), fmt(a_bytes.median)]
+            + [percents["head_a"], percents["head_ab"], str(len(b)), fmt(b_cpu.median), fmt(b_bytes.median)]
+            + [fmt(median([p["wall_s"] * 1000 for p in b])), str(sum(1 for p in mine if p[0] < w["a_only"][1]))]
         )
-        first = first or (a_cpu, a_bytes, length)
-        last = (a_cpu, a_bytes, length)
+        lengths.append((a_cpu, a_bytes, length))
     fig.tables.append(table(rows))
-    fig.tables.append(
-        plain_table(
-            [
-                "log length (target)",
-                "lines at A's polls",
-                "A polls",
-                "new lines / poll",
-                "log requests / poll",
-                "A CPU / poll (ms)",
-                "A KiB / poll",
-                "head, A alone: dashboard / agent %",
-                "head, A + B: dashboard / agent %",
-                "B polls",
-                "B CPU / poll (ms)",
-                "B KiB / poll",
-                "B poll wall (ms)",
-                "A polls in the A-only window",
-            ],
-            details,
-        )
-    )
-    summary = raw["summary"]
-    ok, how = check_lines(job_log)
-    run_s = raw["run_s"]
-    head = raw["head_run"]
+    header = ["log length (target)", "lines at A's polls", "A polls", "new lines / poll", "log requests / poll"]
+    header += [
+        "A CPU / poll (ms)",
+        "A KiB / poll",
+        "head, A alone: dashboard / agent %",
+        "head, A + B: dashboard / agent %",
+    ]
+    header += ["B polls", "B CPU / poll (ms)", "B KiB / poll", "B poll wall (ms)", "A polls in the A-only window"]
+    fig.tables.append(plain_table(header, details))
+    summary, run_s, head = raw["summary"], raw["run_s"], raw["head_run"]
+    ok, lines = check_lines(job_log)
     fig.notes.append(
         f"Whole run ({run_s:.0f} s, the job's {raw['total']:,} lines = {raw['job_log_bytes'] / (1 << 20):.1f} MiB): "
         f"A made {len(samples)} polls and {summary['log_requests']} log-window requests, fetched "
         f"{summary['log_bytes'] / (1 << 20):.1f} MiB of log "
-        f"({summary['log_bytes'] / max(1, raw['job_log_bytes']):.2f}x "
-        f"the log) and used {summary['cpu_s']:.1f} s of CPU ({summary['cpu_s'] / run_s * 100:.1f}% of a core); the "
+        f"({summary['log_bytes'] / max(1, raw['job_log_bytes']):.2f}x the log) and used {summary['cpu_s']:.1f} s of "
+        f"CPU ({summary['cpu_s'] / run_s * 100:.1f}% of a core); the "
         f"head's dashboard used {head['dashboard'] * 100:.1f}% and its agent {head['dashboard agent'] * 100:.1f}% of a "
         f"core over the run (B's windows included). The job ended "
         f"{summary['event'].get('job_status') or summary['event'].get('outcome')}."
     )
-    fig.notes.append(f"Streamed lines against the job's log: {how}.")
-    fig.notes.append(
-        "Fetching the whole log every poll costs in proportion to the log's length at every poll: "
-        "over a log that grows to L lines at r lines a second that is about L^2 / (2r) lines fetched in "
-        f"all ({full_reads_gib(raw):.1f}"
-        " GiB here at one poll a second), against about twice the log for the windows."
-    )
-    if first and last and first is not last:
-        cpu_ratio = ratio_of(last[0], first[0])
-        bytes_ratio = ratio_of(last[1], first[1])
-        met = cpu_ratio <= FLAT and bytes_ratio <= FLAT
-        fig.targets.append(
-            Target(
-                "4b. per-poll cost flat as the log grows (longest log within 1.5x of the shortest)",
-                met,
-                f"at {fmt(last[2].median)} lines against {fmt(first[2].median)}: CPU per poll {fmt(last[0].median)} "
-                f"against {fmt(first[0].median)} ms ({fmt(cpu_ratio)}x), bytes per poll {fmt(last[1].median)} against "
-                f"{fmt(first[1].median)} KiB ({fmt(bytes_ratio)}x)",
-                ""
-                if met
-                else "see the log requests per poll: a window that cannot be placed is asked for again, "
-                "longer (`jobs/logs.py`)",
-            )
+    fig.notes.append(f"Streamed lines against the job's log: {lines}.")
+    name = "4b. per-poll cost flat as the log grows (longest log within 1.5x of the shortest)"
+    if len(lengths) > 1:
+        (cpu0, bytes0, length0), (cpu1, bytes1, length1) = lengths[0], lengths[-1]
+        grew = max(ratio(cpu1.median, cpu0.median), ratio(bytes1.median, bytes0.median))
+        detail = (
+            f"at {fmt(length1.median)} lines against {fmt(length0.median)}: CPU per poll {fmt(cpu1.median)} against "
+            f"{fmt(cpu0.median)} ms ({fmt(ratio(cpu1.median, cpu0.median))}x), bytes per poll {fmt(bytes1.median)} "
+            f"against {fmt(bytes0.median)} KiB ({fmt(ratio(bytes1.median, bytes0.median))}x)"
         )
+        closing = "see the log requests per poll: a window that cannot be placed is asked for again, longer"
+        fig.targets.append(target(name, grew, FLAT, detail, closing, unit="x"))
     else:
-        fig.targets.append(
-            Target("4b. per-poll cost flat as the log grows", None, "fewer than two log lengths measured")
-        )
-    fig.targets.append(
-        Target(
-            "4b. streamed lines equal the job's log, each once",
-            ok,
-            how,
-            "" if ok else "see bench/out/logstream-lines.txt against the job's log",
-        )
-    )
+        fig.targets.append(Target(name, None, "fewer than two log lengths measured"))
+    closing = "" if ok else "see bench/out/logstream-lines.txt against the job's log"
+    fig.targets.append(Target("4b. streamed lines equal the job's log, each once", ok, lines, closing))
     return fig
-
-
-def median(values: list[float]) -> float:
-    return quantile(values, 0.5) if values else float("nan")
-
-
-def ratio_of(a: Sample, b: Sample) -> float:
-    return a.median / b.median if b.median else float("nan")
 
 
 if __name__ == "__main__":
     mode, submission_id, out_prefix = sys.argv[1:4]
     asyncio.run(follow(submission_id, out_prefix) if mode == "follow" else whole(submission_id, out_prefix))
-
-
-def full_reads_gib(raw: dict) -> float:
-    """GiB fetched by reading the whole log at every poll, over a log growing at ``rate`` lines a second."""
-    lines = raw["total"] ** 2 / (2 * raw["rate"])
-    return lines * (raw["job_log_bytes"] / max(1, raw["total"])) / (1 << 30)

@@ -19,16 +19,11 @@ import sqlite3
 import time
 from datetime import datetime, timezone
 
-from bench.common import AIRFLOW_BIN, AIRFLOW_HOME, OUT, PY, log, run_logged, tagged_json
+from bench.common import AIRFLOW_HOME, OUT, PY, dags_test, job_of_run, lines_in, log, operator_times, run_logged
+from harness.airflow_cli import tagged_json
 
-WAYS = {
-    "direct": "training script run directly on the cluster (HorovodTrainer)",
-    "plain_job": "plain Ray job, JobSubmissionClient polling every 1 s",
-    "operator_sync": "HorovodTrainOperator, synchronous (legacy trainer)",
-    "operator_deferred": "HorovodTrainOperator, deferred (legacy trainer)",
-    "operator_deferred_v2": "HorovodTrainOperator, deferred, default Train V2 backend",
-    "ddp_direct": "TorchTrainer DDP (Gloo) script run directly",
-}
+# The ways, as the module's docstring says; each runs once per repeat, in a rotating order.
+WAYS = ("direct", "plain_job", "operator_sync", "operator_deferred", "operator_deferred_v2", "ddp_direct")
 DAG_IDS = {
     "operator_sync": "bench_train_sync_legacy",
     "operator_deferred": "bench_train_deferred_legacy",
@@ -63,40 +58,15 @@ def job_info(hook, submission_id: str) -> dict:
 
 
 def run_direct(trainer: str, name: str, config: str, ray_env: dict) -> dict:
-    cmd = [
-        PY,
-        "-m",
-        "bench.train_script",
-        "--trainer",
-        trainer,
-        "--storage",
-        str(OUT / "storage"),
-        "--name",
-        name,
-        "--config",
-        config,
-        "--direct",
-    ]
-    run, wall = run_logged(cmd, f"{name}.log", env=ray_env)
+    cmd = [PY, "-m", "bench.train_script", "--trainer", trainer, "--storage", str(OUT / "storage"), "--name", name]
+    run, wall = run_logged([*cmd, "--config", config, "--direct"], f"{name}.log", env=ray_env)
     (result,) = tagged_json(run.stdout, "AHP_BENCH_RESULT")
     return {"process_wall_s": wall, "wall_s": wall, "steps_per_s": result["metrics"].get("steps_per_s")}
 
 
 def run_plain_job(hook, name: str, config: str) -> dict:
-    cmd = [
-        PY,
-        "-m",
-        "bench.submit_script",
-        "--trainer",
-        "horovod",
-        "--storage",
-        str(OUT / "storage"),
-        "--name",
-        name,
-        "--config",
-        config,
-    ]
-    run, wall = run_logged(cmd, f"{name}.log")
+    cmd = [PY, "-m", "bench.submit_script", "--trainer", "horovod", "--storage", str(OUT / "storage"), "--name", name]
+    run, wall = run_logged([*cmd, "--config", config], f"{name}.log")
     (submit,) = tagged_json(run.stdout, "AHP_BENCH_SUBMIT")
     info = job_info(hook, submit["submission_id"])
     (result,) = tagged_json(hook.get_job_logs(submit["submission_id"]), "AHP_BENCH_RESULT")
@@ -112,20 +82,11 @@ def run_plain_job(hook, name: str, config: str) -> dict:
 def run_operator(hook, way: str, name: str, config: str) -> dict:
     dag_id = DAG_IDS[way]
     env = {"BENCH_TIMINGS_FILE": str(TIMINGS_FILE), "BENCH_TRAIN_CONFIG": config}
-    before = TIMINGS_FILE.read_text().count("\n") if TIMINGS_FILE.exists() else 0
-    run, wall = run_logged([AIRFLOW_BIN, "dags", "test", dag_id], f"{name}.log", env=env)
-    notes = [json.loads(line) for line in TIMINGS_FILE.read_text().splitlines()[before:]]
-    notes = [n for n in notes if n["dag_id"] == dag_id]
-    run_id = notes[0]["run_id"]
-    start = min(n["t"] for n in notes if n["event"] == "start")
-    done = max(n["t"] for n in notes if n["event"] == "done")
+    before = lines_in(TIMINGS_FILE)
+    _, wall = dags_test(dag_id, f"{name}.log", env=env)
+    run_id, start, done = operator_times(TIMINGS_FILE, before, dag_id)
     task_start, task_end = task_times(dag_id, run_id)
-    (job,) = [
-        j
-        for j in hook.list_jobs()
-        if (j.get("metadata") or {}).get("airflow_run_id") == run_id
-        and (j.get("metadata") or {}).get("airflow_dag_id") == dag_id
-    ]
+    job = job_of_run(hook, dag_id, run_id)
     info = job_info(hook, job["submission_id"])
     (record,) = tagged_json(hook.get_job_logs(job["submission_id"]), "AHP_RESULT")
     return {

@@ -54,19 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     ):
         time.sleep(POLL_S)
     wall = time.monotonic() - started
-    print(
-        SUBMIT_TAG
-        + " "
-        + json.dumps(
-            {
-                "submission_id": submission_id,
-                "status": str(status.value),
-                "submit_to_done_s": wall,
-                "done_at": time.time(),
-            }
-        ),
-        flush=True,
-    )
+    found = {
+        "submission_id": submission_id,
+        "status": str(status.value),
+        "submit_to_done_s": wall,
+        "done_at": time.time(),
+    }
+    print(f"{SUBMIT_TAG} {json.dumps(found)}", flush=True)
     return 0 if status == JobStatus.SUCCEEDED else 1
 
 

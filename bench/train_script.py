@@ -76,19 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     fit_s = time.monotonic() - fit_started
     if getattr(result, "error", None):
         raise result.error
-    print(
-        RESULT_TAG
-        + " "
-        + json.dumps(
-            {
-                "metrics": {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float, str))},
-                "checkpoint": result.checkpoint.path if result.checkpoint else None,
-                "fit_s": fit_s,
-                "script_s": time.monotonic() - started,
-            }
-        ),
-        flush=True,
-    )
+    metrics = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float, str))}
+    found = {"metrics": metrics, "checkpoint": result.checkpoint.path if result.checkpoint else None, "fit_s": fit_s}
+    print(f"{RESULT_TAG} {json.dumps({**found, 'script_s': time.monotonic() - started})}", flush=True)
     return 0
 
 

@@ -1,14 +1,15 @@
-"""What the benchmark jobs run on the cluster: one training function for every way of launching it,
-and the checkpoint-upload workload. Heavy imports stay inside the functions.
+"""What the benchmark jobs run on the cluster; heavy imports stay inside the functions.
 
-``train_mlp`` is the same model, data, optimizer and checkpointing whether it runs under Horovod
-(our operator, or Ray's own HorovodTrainer) or torch DDP (Ray's TorchTrainer): only the gradient
-exchange differs. It times its own training steps, so steps per second leave out Ray Train's
-start-up and the checkpoints.
+``train_mlp`` is the same model, data, optimizer and checkpointing whether it runs under Horovod (our
+operator, or Ray's own HorovodTrainer) or torch DDP (Ray's TorchTrainer): only the gradient exchange
+differs. It times its own training steps, so steps per second leave out Ray Train's start-up and the
+checkpoints. ``checkpoint_io``: figure 5's transfers. ``fixed_work``: figure 10's short work, also run
+under horovodrun as ``python -m bench.workload '<config>'``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -110,6 +111,7 @@ def train_mlp(config: dict) -> None:
             ray.train.report(metrics)
 
 
+CHUNK = 64 * 1024 * 1024  # Ray Train's chunk size for pyarrow's copies
 # How a checkpoint of figure 5 is split into files (shares of its size): weight shards of unequal
 # sizes and optimizer state, as sharded model checkpoints are; plus a small JSON file.
 CHECKPOINT_SHARES = (
@@ -137,21 +139,10 @@ def write_checkpoint_folder(folder: str, size_mb: int) -> int:
 
 def checkpoint_io(config: dict) -> None:
     """Figure 5, in one training worker launched by the operator (so the provider's checkpoint_io is
-    installed here, as in every worker): the same multi-file checkpoint folder, round after round,
-    back to back in this process:
-
-    - up, A: ``ray.train.report`` with the checkpoint: Ray Train persists it to the run's S3 storage
-      before returning, through its copy helper, which the provider routes through boto3's transfer
-      manager;
-    - up, B: boto3's ``TransferManager`` (``TransferConfig()`` defaults) uploading the same files;
-    - up, extra: ``pyarrow.fs.copy_files`` with Ray Train's own settings for S3 uploads (what every
-      checkpoint went through before the provider routed it);
-    - down, A: ``ray.train.Checkpoint(path="s3://...").as_directory()`` of the files B uploaded;
-    - down, B: boto3's ``TransferManager`` downloading the same objects;
-    - down, extra: Ray Train's own helper before the routing (``pyarrow.fs.copy_files``, its settings).
-
-    Doing them in one process, round after round, puts all of them under the same conditions on a
-    noisy machine. The first round warms every path up and is not counted."""
+    installed here, as in every worker): the same multi-file checkpoint folder up and down, each way
+    (``ray.train.report`` and ``Checkpoint.as_directory``; boto3's ``TransferManager``; pyarrow with Ray
+    Train's settings), round after round, back to back in this process, so all of them meet the same
+    conditions on a noisy machine. The first round warms every path up and is not counted."""
     import shutil
 
     import boto3
@@ -163,7 +154,6 @@ def checkpoint_io(config: dict) -> None:
     size_mb, rounds, bucket = config["size_mb"], config["repeats"], config["bucket"]
     s3 = boto3.client("s3")
     arrow_fs, arrow_root = pyarrow.fs.FileSystem.from_uri(f"s3://{bucket}/pyarrow")
-    local_fs = pyarrow.fs.LocalFileSystem()
     # Is the provider's routing in place in this worker? (It is installed by the operator's runtime.)
     from ray.train.v2._internal.execution import storage as v2_storage
 
@@ -201,6 +191,12 @@ def checkpoint_io(config: dict) -> None:
             os.path.getsize(os.path.join(a, n)) == os.path.getsize(os.path.join(b, n)) for n in names
         )
 
+    @contextlib.contextmanager
+    def timed(took: dict, name: str):
+        started = time.perf_counter()
+        yield
+        took[name] = time.perf_counter() - started
+
     timings = []
     scratch = tempfile.mkdtemp(prefix="ahp-bench-ckpt-")
     try:
@@ -209,50 +205,33 @@ def checkpoint_io(config: dict) -> None:
         total = write_checkpoint_folder(folder, size_mb)
         files = len(os.listdir(folder))
         for i in range(rounds + 1):
-            started = time.perf_counter()
-            ray.train.report(
-                {"round": i}, checkpoint=Checkpoint.from_directory(folder), delete_local_checkpoint_after_upload=False
-            )
-            ray_up_s = time.perf_counter() - started
+            took: dict = {}
+            with timed(took, "ray_up_s"):
+                checkpoint = Checkpoint.from_directory(folder)
+                ray.train.report({"round": i}, checkpoint=checkpoint, delete_local_checkpoint_after_upload=False)
             time.sleep(2.5)  # Train V2 takes a report over when it next polls the workers (~2 s)
-
-            prefix = f"boto3/round-{i}"
-            started = time.perf_counter()
-            boto3_upload(folder, prefix)
-            boto3_up_s = time.perf_counter() - started
-
-            target = f"{arrow_root}/round-{i}"
-            started = time.perf_counter()
-            arrow_fs.create_dir(target)
-            pyarrow.fs.copy_files(
-                folder, target, destination_filesystem=arrow_fs, use_threads=False, chunk_size=64 * 1024 * 1024
-            )
-            pyarrow_up_s = time.perf_counter() - started
+            prefix, target = f"boto3/round-{i}", f"{arrow_root}/round-{i}"
+            with timed(took, "boto3_up_s"):
+                boto3_upload(folder, prefix)
+            with timed(took, "pyarrow_up_s"):
+                arrow_fs.create_dir(target)
+                pyarrow.fs.copy_files(
+                    folder, target, destination_filesystem=arrow_fs, use_threads=False, chunk_size=CHUNK
+                )
             arrow_fs.delete_dir(target)
-
             # Reading back the objects B uploaded, three ways.
             started = time.perf_counter()
-            checkpoint = Checkpoint(path=f"s3://{bucket}/{prefix}")
-            with checkpoint.as_directory() as local:
-                ray_down_s = time.perf_counter() - started
+            with Checkpoint(path=f"s3://{bucket}/{prefix}").as_directory() as local:
+                took["ray_down_s"] = time.perf_counter() - started
                 ok_a = same_files(folder, local)
-            down_b = os.path.join(scratch, f"boto3-{i}")
-            started = time.perf_counter()
-            boto3_download(prefix, down_b)
-            boto3_down_s = time.perf_counter() - started
+            down_b, down_arrow = os.path.join(scratch, f"boto3-{i}"), os.path.join(scratch, f"pyarrow-{i}")
+            with timed(took, "boto3_down_s"):
+                boto3_download(prefix, down_b)
             ok_b = same_files(folder, down_b)
             shutil.rmtree(down_b)
-            down_arrow = os.path.join(scratch, f"pyarrow-{i}")
             os.makedirs(down_arrow)
-            started = time.perf_counter()
-            pyarrow.fs.copy_files(
-                f"{bucket}/{prefix}",
-                down_arrow,
-                source_filesystem=arrow_fs,
-                destination_filesystem=local_fs,
-                chunk_size=64 * 1024 * 1024,
-            )
-            pyarrow_down_s = time.perf_counter() - started
+            with timed(took, "pyarrow_down_s"):
+                pyarrow.fs.copy_files(f"{bucket}/{prefix}", down_arrow, source_filesystem=arrow_fs, chunk_size=CHUNK)
             shutil.rmtree(down_arrow)
             delete_prefix(prefix)
             if i:
@@ -262,12 +241,7 @@ def checkpoint_io(config: dict) -> None:
                         "bytes": total,
                         "files": files,
                         "routed": routed,
-                        "ray_up_s": ray_up_s,
-                        "boto3_up_s": boto3_up_s,
-                        "pyarrow_up_s": pyarrow_up_s,
-                        "ray_down_s": ray_down_s,
-                        "boto3_down_s": boto3_down_s,
-                        "pyarrow_down_s": pyarrow_down_s,
+                        **took,
                         "read_back_ok": ok_a and ok_b,
                     }
                 )
@@ -277,8 +251,9 @@ def checkpoint_io(config: dict) -> None:
 
 
 def fixed_work(config: dict) -> dict:
-    """Rank 0's stamps: the function's start, torch and Horovod imported, ``hvd.init()`` done, the
-    steps done. The same steps under both launchers."""
+    """Rank 0's stamps: the function's start, torch and Horovod imported, ``hvd.init()`` done, the steps
+    done; and the steps per second of the steps after ``warmup`` ones (none by default); with ``hosts``,
+    the host of each rank. The same steps under every launcher (figures 9 and 10)."""
     started = time.time()
     import horovod.torch as hvd
     import torch
@@ -288,21 +263,27 @@ def fixed_work(config: dict) -> dict:
     ready = time.time()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    f, h = config["features"], config["hidden"]
-    model = torch.nn.Sequential(
-        torch.nn.Linear(f, h), torch.nn.ReLU(), torch.nn.Linear(h, h), torch.nn.ReLU(), torch.nn.Linear(h, 1)
-    )
+    model = build_model(config["features"], config["hidden"])
     optimizer = hvd.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=0.001), named_parameters=model.named_parameters()
     )
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    x, y = torch.randn(config["batch"], f), torch.randn(config["batch"], 1)
-    for _ in range(config["steps"]):
+    x, y = torch.randn(config["batch"], config["features"]), torch.randn(config["batch"], 1)
+    warmup = config.get("warmup", 0)
+    timed_from = time.perf_counter()
+    for i in range(warmup + config["steps"]):
+        if i == warmup:
+            timed_from = time.perf_counter()
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         optimizer.step()
-    done = time.time()
+    steps_per_s, done = config["steps"] / (time.perf_counter() - timed_from), time.time()
     stamps = {"fn_start": started, "imported": imported, "hvd_ready": ready, "work_done": done, "size": hvd.size()}
+    stamps["steps_per_s"] = steps_per_s
+    if config.get("hosts"):
+        import socket
+
+        stamps["hosts"] = hvd.allgather_object(socket.gethostname())
     if hvd.rank() == 0:
         print(f"{STAMP} {json.dumps(stamps)}", flush=True)
     if config.get("ray"):  # the operator's task needs a checkpoint: rank 0 reports the model's
@@ -315,3 +296,9 @@ def fixed_work(config: dict) -> dict:
                 checkpoint = ray.train.Checkpoint.from_directory(folder)
             ray.train.report({"steps": config["steps"]}, checkpoint=checkpoint)
     return stamps
+
+
+if __name__ == "__main__":  # a rank under horovodrun (figures 9 and 10)
+    import sys
+
+    fixed_work(json.loads(sys.argv[1]))

@@ -15,10 +15,11 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
+
+from harness.ports import free_port
 
 USER = "postgres"
 
@@ -41,17 +42,11 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Postgres:
     def __init__(self, folder: Path, port: int | None = None):
         self.folder = Path(folder)
         self.data = self.folder / "data"
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.bin = server_bin()
         self.log = self.folder / "postgres.log"
 

@@ -4,20 +4,28 @@
     stack = Stack(home, dags_folder, port, database_url=postgres.create_database("stack", template=...))
     stack.start(); run_id = stack.trigger("my_dag"); stack.wait_for_state(...)
 
+    with deployment(folder, dags_folder, dag_ids=("my_dag",)) as stack:   # its own PostgreSQL too
+        ...
+
 The Airflow of the environment that runs this (``sys.executable``'s ``airflow``) is the deployment's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+
+from harness.ports import free_port
+from harness.postgres import Postgres
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 REST_TIMEOUT_S = 120
@@ -52,14 +60,14 @@ class Stack:
             # HS512's 64 bytes at least: PyJWT warns below (InsecureKeyLengthWarning).
             "AIRFLOW__API_AUTH__JWT_SECRET": "ahp-stack-test-secret-" * 3,
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            # The DAG files do not change while a stack runs: parsed once, not again every 30 s (Airflow's
-            # default), which cost 2.2 s of CPU a minute, idle, of two cores the tests need.
+            # The DAG files do not change while a stack runs: parsed once, not again and again as Airflow's
+            # default does, which takes CPU, idle, from the two cores the tests need.
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
             "AIRFLOW__CORE__PARALLELISM": "4",
-            # A task's calls to the Execution API (its start first) wait 5 s each by default, 5 tries: on a
-            # loaded machine (make test beside another heavy run, load 28 on 2 cores) the api-server took
-            # longer, and the worker killed the task before it ran. Airflow's advice under high load.
+            # A task's calls to the Execution API (its start first) have a short timeout by default: on a
+            # loaded machine (make test beside another heavy run) the api-server took longer, and the
+            # worker killed the task before it ran. Airflow's advice under high load.
             "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
         }
         self.processes: dict[str, subprocess.Popen] = {}
@@ -98,7 +106,7 @@ class Stack:
         else:
             raise RuntimeError(f"the api-server did not answer: {self.log_tail('api-server')}")
         # The tests check states and results, not how fast the api-server answers: beside another heavy run
-        # (load 28 on 2 cores) one REST call took over 30 s.
+        # one REST call can take longer than a client's usual timeout.
         self.client = httpx.Client(
             base_url=self.url, timeout=REST_TIMEOUT_S, headers={"Authorization": f"Bearer {self.token()}"}
         )
@@ -217,3 +225,19 @@ class Stack:
         response.raise_for_status()
         content = response.json().get("content") or []
         return [entry if isinstance(entry, dict) else {"event": str(entry)} for entry in content]
+
+
+@contextlib.contextmanager
+def deployment(folder: Path, dags: Path, *, env: dict | None = None, dag_ids: tuple[str, ...] = ()) -> Iterator[Stack]:
+    """A deployment of its own under ``folder``: a PostgreSQL server and Airflow's components on it, the
+    DAGs of ``dag_ids`` parsed and unpaused; stopped and removed on leaving, also on error."""
+    postgres = Postgres(folder / "postgres").start()
+    stack = Stack(folder / "airflow", dags, free_port(), database_url=postgres.create_database("airflow"), env=env)
+    try:
+        stack.start()
+        for dag_id in dag_ids:
+            stack.wait_for_dag(dag_id)
+        yield stack
+    finally:
+        stack.stop()
+        postgres.remove()

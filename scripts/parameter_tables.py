@@ -19,8 +19,10 @@ END = "<!-- End of the parameter tables. -->"
 
 def tables() -> str:
     """One table per operator, of the parameters it declares itself."""
+    from airflow_provider_horovod.operators.base import BaseRayJobOperator
     from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
-    from airflow_provider_horovod.operators.ray import BaseRayJobOperator, RayTaskOperator
+    from airflow_provider_horovod.operators.ray import RayTaskOperator
+    from airflow_provider_horovod.sensors.ray import RayJobSensor
 
     sections = [
         ("`HorovodTrainOperator`, and `@task.horovod` (whose function is the `train_fn`)", HorovodTrainOperator),
@@ -30,6 +32,7 @@ def tables() -> str:
             RayTaskOperator,
         ),
         ("Both, and every operator of the provider (`BaseRayJobOperator`)", BaseRayJobOperator),
+        ("`RayJobSensor` (besides Airflow's sensor parameters: `poke_interval`, `timeout`, `mode`)", RayJobSensor),
     ]
     return "\n\n".join(f"{title}:\n\n{operator.parameters.markdown()}" for title, operator in sections)
 

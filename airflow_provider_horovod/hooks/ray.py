@@ -7,12 +7,10 @@ dashboard's package API, and the runtime that trains travels with each job.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import json
-import string
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
@@ -32,6 +30,21 @@ from airflow_provider_horovod.hooks.ray_connection import (
     merge_runtime_env,
     unreadable_env_connection,
 )
+from airflow_provider_horovod.hooks.ray_routes import (
+    DELETE_JOB,
+    JOB_INFO,
+    JOB_LIST,
+    JOB_LIST_DETAILED,
+    JOB_LOGS,
+    LOG_FILE,
+    NODES,
+    PACKAGE,
+    STOP_JOB,
+    SUBMIT_JOB,
+    UPLOAD_PACKAGE,
+    VERSION,
+    Route,
+)
 from airflow_provider_horovod.hooks.ray_transport import (
     RETRIES,
     SESSIONS,
@@ -44,67 +57,6 @@ from airflow_provider_horovod.hooks.ray_transport import (
     import_aiohttp,
     send,
 )
-
-# What a 404 answers where the route says nothing: an error, as any other status from 400 up.
-FAIL: Any = object()
-
-
-@dataclasses.dataclass(frozen=True)
-class Route:
-    """One endpoint of the Ray dashboard, and how its answer is read: the same for a call and its async
-    twin, so a route is written once. ``path`` may name values (``{submission_id}``) the call fills in."""
-
-    method: str
-    path: str
-    what: str  # what the request does, for its error
-    missing: Any = FAIL  # what a 404 means (None: no such job), before ``read``
-    read: Callable[[Any], Any] = lambda answer: answer  # the call's value, from the answer's JSON
-
-    def split(self, request: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        """(the path with its values filled in, the other options of the request)."""
-        names = {name for _, name, _, _ in string.Formatter().parse(self.path) if name}
-        return self.path.format(**{n: request[n] for n in names}), {k: v for k, v in request.items() if k not in names}
-
-    def answer(self, status: int, text: str) -> Any:
-        """The call's value from the answer; a RayJobError for a failed request."""
-        if status == 404 and self.missing is not FAIL:
-            return self.read(self.missing)
-        if status >= 400:
-            raise RayJobError(f"Ray dashboard {self.what} failed: HTTP {status}: {text[:500]}")
-        return self.read(json.loads(text) if text else {})
-
-
-def total_resources(nodes: list[dict]) -> dict[str, float]:
-    """Resources of the alive nodes, summed (``node:<ip>`` markers left out)."""
-    total: dict[str, float] = {}
-    for node in nodes:
-        if node.get("state") != "ALIVE":
-            continue
-        for name, amount in (node.get("resources_total") or {}).items():
-            if not name.startswith("node:"):
-                total[name] = total.get(name, 0.0) + float(amount)
-    return total
-
-
-def _state_api_rows(answer: dict) -> list[dict]:
-    return answer["data"]["result"]["result"]
-
-
-# The Jobs API and the State API, as the hook calls them.
-VERSION = Route("GET", "/api/version", "version check")
-JOB_INFO = Route("GET", "/api/jobs/{submission_id}", "job info", missing=None)
-JOB_LOGS = Route("GET", "/api/jobs/{submission_id}/logs", "job logs", missing={}, read=lambda a: a.get("logs", ""))
-STOP_JOB = Route("POST", "/api/jobs/{submission_id}/stop", "stop", missing={}, read=lambda a: bool(a.get("stopped")))
-DELETE_JOB = Route("DELETE", "/api/jobs/{submission_id}", "delete", missing={}, read=lambda a: bool(a.get("deleted")))
-SUBMIT_JOB = Route("POST", "/api/jobs/", "submission")
-JOB_LIST = Route("GET", "/api/jobs/", "job list")
-JOB_LIST_DETAILED = Route("GET", "/api/v0/jobs", "job list", read=_state_api_rows)
-NODES = Route(
-    "GET", "/api/v0/nodes?detail=1&limit=10000", "node list", read=lambda a: total_resources(_state_api_rows(a))
-)
-LOG_FILE = Route("GET", "/api/v0/logs/file", "log read")
-PACKAGE = Route("GET", "/api/packages/{protocol}/{name}", "package check")
-UPLOAD_PACKAGE = Route("PUT", "/api/packages/{protocol}/{name}", "upload")
 
 
 def cluster_or_none(hook: RayHook) -> dict | None:
@@ -221,14 +173,8 @@ class RayHook(BaseHook):
 
         return httpx.Client(**client_args(self.endpoint))
 
-    def get_dashboard_url(self) -> str:
-        return self.endpoint.url
-
     def get_job_url(self, submission_id: str) -> str:
         return self.endpoint.job_url(submission_id)
-
-    async def a_get_job_url(self, submission_id: str) -> str:
-        return (await self.a_endpoint()).job_url(submission_id)
 
     # --- the transport: one call path for each twin, through the routes above ------------------
 
@@ -385,11 +331,6 @@ class RayHook(BaseHook):
             )
         return json.loads(text).get("submission_id") or submission_id
 
-    async def a_submit_job(self, **kwargs: Any) -> str:
-        """``submit_job`` off the event loop (it packs and uploads the job's local files)."""
-        await self.a_endpoint()
-        return await asyncio.to_thread(self.submit_job, **kwargs)
-
     def get_job_info(self, submission_id: str) -> dict | None:
         return self._call(JOB_INFO, submission_id=submission_id)
 
@@ -414,10 +355,6 @@ class RayHook(BaseHook):
 
     def get_job_status(self, submission_id: str) -> str | None:
         info = self.get_job_info(submission_id)
-        return info.get("status") if info else None
-
-    async def a_get_job_status(self, submission_id: str) -> str | None:
-        info = await self.a_get_job_info(submission_id)
         return info.get("status") if info else None
 
     def get_job_logs(self, submission_id: str) -> str:
@@ -451,9 +388,6 @@ class RayHook(BaseHook):
     def delete_job(self, submission_id: str) -> bool:
         """Delete an ended job's record (a running job must be stopped first)."""
         return self._call(DELETE_JOB, submission_id=submission_id)
-
-    async def a_delete_job(self, submission_id: str) -> bool:
-        return await self._a_call(DELETE_JOB, submission_id=submission_id)
 
     def list_jobs(self) -> list[dict]:
         return self._call(JOB_LIST)

@@ -173,7 +173,8 @@ def endpoint_from(
 ) -> RayEndpoint:
     """The endpoint of a connection's fields. ``local_url``/``local_token``: the embedded cluster's,
     used when the host is empty or ``local``."""
-    from airflow_provider_horovod.checks import check_prices, check_runtime_env
+    from airflow_provider_horovod.checks import check_prices
+    from airflow_provider_horovod.runtime_env_checks import check_runtime_env
 
     extras = read_extras(conn_id, extra)
     verify: Any = extras.get("verify", True)

@@ -16,8 +16,8 @@ import os
 import zipfile
 from typing import Any
 
-from airflow_provider_horovod.checks import is_uri
 from airflow_provider_horovod.exceptions import InvalidParameterError
+from airflow_provider_horovod.runtime_env_checks import is_uri
 
 PACKAGE_PREFIX = "_ray_pkg_"
 # Ray's own defaults for a working_dir, and what never belongs in a package.

@@ -79,8 +79,8 @@ def tls_verify(verify: bool | str):
 
 
 def tls_for(endpoint: RayEndpoint):
-    # No TLS over http: loading the CA bundle costs ~20 ms of CPU per client, a triggerer's loop stalled
-    # for seconds when a thousand triggers start.
+    # No TLS over http: loading the CA bundle for every client stalls a triggerer's loop when many
+    # triggers start at once.
     return tls_verify(endpoint.verify) if endpoint.url.startswith("https://") else False
 
 
@@ -98,15 +98,15 @@ def client_args(endpoint: RayEndpoint) -> dict[str, Any]:
 
 
 async def import_aiohttp() -> None:
-    """Import aiohttp in a thread: its first import takes about 0.3 s of CPU, which would hold the event
-    loop (a triggerer's, its other triggers waiting) if made in it. Imported already, a thread hop."""
+    """Import aiohttp in a thread: its first import is slow enough to hold the event loop (a
+    triggerer's, its other triggers waiting) if made in it. Imported already, a thread hop."""
     await asyncio.to_thread(importlib.import_module, "aiohttp")
 
 
 def async_session(endpoint: RayEndpoint):
     """An ``aiohttp.ClientSession`` with the sync client's headers, TLS, timeouts and keep-alive.
-    aiohttp rather than httpx for the async twins: a request costs it about a seventh of httpx's CPU
-    here (0.19 against 1.45 ms), which a thousand waiting tasks add up to."""
+    aiohttp rather than httpx for the async twins: a request costs it a fraction of httpx's CPU, which
+    many waiting tasks add up to (bench/results.md, the triggerer's figure)."""
     import aiohttp
 
     connector = aiohttp.TCPConnector(limit=SHARED_CONNECTIONS, keepalive_timeout=KEEPALIVE_S, ssl=tls_for(endpoint))
@@ -200,7 +200,7 @@ class JobBoard:
 class SharedSessions:
     """One aiohttp session per event loop and dashboard, shared by the hooks that speak to it (the
     triggers of one triggerer) and closed with the last of them: one pool of kept-alive connections
-    rather than one per waiting task (at 1000 waiting tasks, 12.3% of a core against 15.9%), and one
+    rather than one per waiting task (less CPU for many waiting tasks: bench/results.md), and one
     ``JobBoard``."""
 
     def __init__(self) -> None:

@@ -283,7 +283,7 @@ _RAY_WARNING = re.compile(r"/site-packages/ray/.*: \w*Warning: ")
 _REPEATED = re.compile(r" \[repeated \d+x across cluster\]( \(Ray deduplicates logs [^)]*\))?$")
 # Ray's own notices that ask nothing of the user, at whatever level Ray prints them: folded at INFO, so
 # that a WARNING or an ERROR in the task log is one to act on (docs/reliability.md, "The job's log").
-# Each as Ray 2.60 prints it in a training's log (tests/unit/jobs/test_logs.py keeps the lines).
+# Each as Ray 2.60 prints it in a training's log (tests/unit/jobs/test_logs_folding.py keeps the lines).
 _NOISE = re.compile(
     "|".join(
         [

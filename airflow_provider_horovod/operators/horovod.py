@@ -14,7 +14,7 @@ from airflow_provider_horovod.contract import (
     TrainerApi,
 )
 from airflow_provider_horovod.links.mlflow import MlflowRunLink
-from airflow_provider_horovod.operators.ray import BaseRayJobOperator
+from airflow_provider_horovod.operators.base import BaseRayJobOperator
 from airflow_provider_horovod.parameters import Declaration, Param
 from airflow_provider_horovod.script_checks import check_script_args
 
@@ -76,20 +76,17 @@ class HorovodTrainOperator(BaseRayJobOperator):
             dict[str, Any] | None,
             Param(
                 "Dict name -> URI of parquet/csv/json files (read with Ray Data on the cluster), or a function "
-                "run on the cluster returning a `ray.data.Dataset` (a callable, or an import path). `train` is "
-                "sharded across workers. URIs that each name one parquet file are read with one footer reader "
-                "(`RAY_DATA_PARQUET_FOOTER_NUM_ACTORS=1`, unless `runtime_env` sets it), not Ray Data's 32.",
+                "returning a `ray.data.Dataset` (a callable, or an import path). `train` is sharded across the "
+                "workers (docs/tasks.md).",
                 templated=True,
             ),
         ] = None,
         num_workers: Annotated[
             int | Sequence[int] | str,
             Param(
-                "Number of Horovod workers (ranks); or an elastic range `(min, max)` (a two-element list from "
-                "JSON params or a template means the same; Train V2 only): the run starts once `min` workers "
-                "fit, grows toward `max` as room appears, and after a lost node restarts Horovod at the new "
-                "size from the last reported checkpoint (a lost node counts against `max_failures`; preempted "
-                "ones do not). The resource check and `pending_timeout_seconds` count `min`.",
+                "Number of Horovod workers (ranks); or an elastic range `(min, max)` (Train V2 only): the run "
+                "starts with `min`, grows toward `max` as room appears and shrinks when a node is lost "
+                "(docs/multi-node.md, Elastic training).",
                 templated=True,
             ),
         ] = NUM_WORKERS,
@@ -132,10 +129,9 @@ class HorovodTrainOperator(BaseRayJobOperator):
         horovod_nics: Annotated[
             list[str] | None,
             Param(
-                "Candidate network interface names, in order of preference: each node uses the first of them it "
-                "has for Gloo (and all it has for NCCL), so names may differ between hosts. None: the interface "
-                'of the address Ray uses for the node (docs/multi-node.md). With `trainer_api="legacy"`, the '
-                "first name only, on every host.",
+                "Candidate network interface names, in order of preference: each node uses the first it has "
+                "for Gloo (all it has for NCCL). None: the interface of the address Ray uses for the node "
+                "(docs/multi-node.md).",
                 check=checks.check_nics,
             ),
         ] = None,
@@ -151,23 +147,18 @@ class HorovodTrainOperator(BaseRayJobOperator):
         trainer_api: Annotated[
             str,
             Param(
-                "`auto`: the job chooses on the cluster, Train V2 where the cluster's Ray runs it (its default "
-                "from Ray 2.51, and needed for elastic `num_workers`), Ray's own `HorovodTrainer` where not; the "
-                "task log, the result record and XCom's `trainer_api` say which ran. `v2`: Ray Train V2's "
-                "`DataParallelTrainer` with the provider's own Horovod backend; `legacy`: Ray's own "
-                "`HorovodTrainer` (Train V1, run with `RAY_TRAIN_V2_ENABLED=0`; Ray plans to remove it). The same "
-                "training function runs on both, with the same result (docs/compatibility.md: which Ray minor "
-                "runs which).",
+                "`auto` (Train V2 where the cluster's Ray runs it, else Ray's own `HorovodTrainer`), `v2` "
+                "(Ray Train V2 with the provider's Horovod backend) or `legacy` (Train V1); XCom's "
+                "`trainer_api` says which ran (docs/tasks.md, Ray Train V2 or legacy).",
                 check=functools.partial(checks.check_choice, choices=tuple(api.value for api in TrainerApi)),
             ),
         ] = TrainerApi.AUTO.value,
         forward_aws_credentials: Annotated[
             bool,
             Param(
-                "Give the job short-lived AWS session credentials (STS `GetSessionToken` through `aws_conn_id`) "
-                "for its S3 storage and datasets, for clusters without S3 access of their own. The long-lived "
-                "keys never leave Airflow, and the session credentials travel with the job's code, not in its "
-                "`runtime_env`."
+                "Give the job short-lived AWS session credentials (STS through `aws_conn_id`) for S3, for "
+                "clusters without S3 access of their own; the long-lived keys never leave Airflow "
+                "(docs/storage.md)."
             ),
         ] = False,
         aws_credentials_ttl_seconds: Annotated[
@@ -185,40 +176,35 @@ class HorovodTrainOperator(BaseRayJobOperator):
         materialize_datasets: Annotated[
             bool,
             Param(
-                "Read the datasets into Ray's object store before the workers start. A training waiting for its "
-                "workers then holds none of the CPUs its reads need, so trainings queued on a busy cluster run "
-                "one after another instead of starving each other. False: stream them while the workers train, "
-                "for datasets bigger than the object store (give Ray Data CPUs of its own then: a cluster whose "
-                "CPUs all go to workers cannot read).",
+                "Read the datasets into Ray's object store before the workers start, so queued trainings do "
+                "not starve each other's reads. False: stream them while the workers train, for datasets "
+                "bigger than the object store (docs/reliability.md).",
                 check=checks.check_bool,
             ),
         ] = True,
         horovod_timeline: Annotated[
             bool,
             Param(
-                "Record Horovod's timeline on rank 0 (Chrome-tracing JSON, as `HOROVOD_TIMELINE` does) and store "
-                "it next to the attempt's checkpoints; its URI is in XCom as `timeline_uri`. It slows training "
-                "markedly.",
+                "Record Horovod's timeline on rank 0 (Chrome-tracing JSON) next to the attempt's checkpoints; "
+                "its URI is XCom's `timeline_uri`. It slows training.",
                 check=checks.check_bool,
             ),
         ] = False,
         mlflow_tracking_uri: Annotated[
             str | None,
             Param(
-                "Log the training to an MLflow tracking server that the Ray cluster reaches (`http(s)://host:port`, "
-                "or `databricks`), from rank 0: the parameters (`train_loop_config` or the `@task.horovod` call's, "
-                "world size, trainer), every `ray.train.report`'s metrics at its step, the checkpoint URI and the "
-                "Airflow identifiers as tags. A retry's next attempt goes on with the same run. The cluster needs "
-                "`mlflow-skinny` (the `[mlflow]` extra); Airflow needs nothing of MLflow. None: no tracking.",
+                "Log the training from rank 0 to an MLflow tracking server the Ray cluster reaches "
+                "(`http(s)://host:port` or `databricks`): parameters, every report's metrics, the checkpoint "
+                "(docs/tracking.md). None: no tracking.",
                 templated=True,
             ),
         ] = None,
         mlflow_conn_id: Annotated[
             str | None,
             Param(
-                "Instead of `mlflow_tracking_uri`, a connection whose host is the tracking URI (or a host name "
-                "with `port` and `schema` `http`/`https`); its `login` and `password` (basic auth), or a "
-                "`password` alone (a token), reach the job with its code, never in its `runtime_env`.",
+                "Instead of `mlflow_tracking_uri`, a connection whose host is the tracking URI; its `login` "
+                "and `password` (or a token as `password`) reach the job with its code, never in its "
+                "`runtime_env`.",
                 templated=True,
             ),
         ] = None,
@@ -259,7 +245,7 @@ class HorovodTrainOperator(BaseRayJobOperator):
 
     def mlflow_target(self) -> tuple[str | None, dict[str, str]]:
         """(tracking URI, credentials): ``mlflow_tracking_uri`` as given, or the MLflow connection's."""
-        from airflow_provider_horovod.checks import check_mlflow, mlflow_connection
+        from airflow_provider_horovod.mlflow_checks import check_mlflow, mlflow_connection
 
         check_mlflow(self.mlflow_tracking_uri, self.mlflow_conn_id)
         if not self.mlflow_conn_id:

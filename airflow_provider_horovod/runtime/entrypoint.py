@@ -35,9 +35,9 @@ from airflow_provider_horovod.contract import (
     untested_ray_version,
 )
 from airflow_provider_horovod.documents import JobSpec, ResultRecord, TaskRecord, TaskSpec, TrainingSpec
+from airflow_provider_horovod.exceptions import RayIncompatibleError
 from airflow_provider_horovod.failures import Failure, FailureClass
 from airflow_provider_horovod.runtime import ray_compat
-from airflow_provider_horovod.runtime.ray_compat import RayIncompatibleError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,7 +32,7 @@ from airflow_provider_horovod.contract import (
     SEGMENT_START,
     WORKER_GROUP_REASON_ENV,
 )
-from airflow_provider_horovod.runtime import ray_compat
+from airflow_provider_horovod.runtime import elastic_policy, ray_compat
 from airflow_provider_horovod.runtime.horovod_network import (
     call_ranks,
     check_reachable,
@@ -170,10 +170,10 @@ def segment_reason(previous_size: int | None, size: int, change: str | None, nod
 
 def any_node_gone(node_ids: Sequence[str]) -> bool:
     """Whether a node of ``node_ids`` is dead or its raylet does not answer: a restart after a machine was
-    lost without a goodbye comes before Ray marks its node dead (``ray_compat.answering_nodes``)."""
+    lost without a goodbye comes before Ray marks its node dead (``elastic_policy.answering_nodes``)."""
     import ray
 
-    answering = ray_compat.answering_nodes(ray.nodes())
+    answering = elastic_policy.answering_nodes(ray.nodes())
     return any(node not in answering for node in node_ids)
 
 
@@ -324,8 +324,8 @@ def _controller_args(scaling_config, controller_args: dict, *, has_datasets: boo
 
 def _elastic_policy(scaling_config, controller_args: dict) -> dict:
     """An elastic run's scaling policy counts the workers that fit on a fresh view of the nodes, where Ray
-    can give one (``ray_compat.elastic_scaling_policy``); else Ray's own."""
+    can give one (``elastic_policy.elastic_scaling_policy``); else Ray's own."""
     if not getattr(scaling_config, "elasticity_enabled", False):
         return {}
-    policy = ray_compat.elastic_scaling_policy(scaling_config)
+    policy = elastic_policy.elastic_scaling_policy(scaling_config)
     return {} if policy is None else {"scaling_policy": policy}

@@ -23,6 +23,8 @@ import os
 import socket
 from collections.abc import Mapping, Sequence
 
+from airflow_provider_horovod.exceptions import HorovodNetworkError
+
 # A connection to a listening socket takes milliseconds on a working network: the check gives each
 # one this long at most (and never longer than the Horovod timeout).
 PROBE_TIMEOUT_S = 10.0
@@ -31,10 +33,6 @@ RAY_CALL_TIMEOUT_S = 60.0
 # Text the provider's Horovod build (build_horovod) adds to the binary with its fix that makes process
 # sets use HOROVOD_GLOO_IFACE too; Horovod 0.28.1 as released lacks both.
 PROCESS_SET_IFACE_MARKER = b"Gloo process set device on interface"
-
-
-class HorovodNetworkError(RuntimeError):
-    """Horovod's ranks cannot reach each other, or a host has no interface to use."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 from airflow_provider_horovod.contract import SCRIPT_CHECKPOINT_ENV, SCRIPT_METRICS_PREFIX
 from airflow_provider_horovod.documents import TrainingSpec
-from airflow_provider_horovod.runtime import smoke
+from airflow_provider_horovod.exceptions import ScriptEndedEarlyError, ScriptExitError, ScriptMissingError, SmokeRunDone
 from airflow_provider_horovod.runtime.history import HISTORY, point
 from airflow_provider_horovod.runtime.records import exists, latest_checkpoint, read_json, write_json
 
@@ -36,14 +36,6 @@ HOROVOD_SHUT_DOWN = "Horovod has been shut down"
 # Which ranks' scripts ended, beside the attempt's checkpoints; and a smoke run's signal to stop.
 ENDED_FILE = "script-ended.json"
 SMOKE_STOP_FILE = "smoke-stop.json"
-
-
-class ScriptExitError(RuntimeError):
-    """A rank's script exited with a non-zero code (``sys.exit(n)``)."""
-
-
-class ScriptEndedEarlyError(RuntimeError):
-    """A rank waited in a collective after another rank's script had ended."""
 
 
 def name_of(script: dict[str, Any]) -> str:
@@ -162,7 +154,7 @@ class SmokeStop(threading.Thread):
         while not self._cancelled.wait(1.0):
             if exists(self.flag):
                 self.fired = True
-                async_raise(self.script_thread, smoke.SmokeRunDone)
+                async_raise(self.script_thread, SmokeRunDone)
                 return
 
     def cancel(self) -> None:
@@ -233,7 +225,10 @@ def script_root(path: str) -> str:
     for folder in [os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep), *sys.path]:
         if folder and os.path.isfile(os.path.join(folder, path)):
             return folder
-    raise FileNotFoundError(f"the script {path} is not in the job's working_dir on this node ({os.getcwd()}).")
+    raise ScriptMissingError(
+        f"the script {path} is not in the job's working_dir on this node ({os.getcwd()}): give runtime_env a "
+        "working_dir that holds it, or leave working_dir out to ship the script's own folder."
+    )
 
 
 def expand(args: list[str], folder: str) -> list[str]:
@@ -332,7 +327,7 @@ def runner(spec: TrainingSpec) -> Callable[[], None]:
             finally:  # before anything else: a stop raised as the script ended lands here, not further on
                 if stop:
                     stop.cancel()
-        except smoke.SmokeRunDone:
+        except SmokeRunDone:
             if not (stop and stop.fired):  # the script's own report with a checkpoint stopped it: that is the run's
                 raise
             code, smoke_stopped = 0, True

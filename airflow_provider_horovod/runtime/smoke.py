@@ -9,14 +9,10 @@ import importlib
 import itertools
 from typing import Any
 
+from airflow_provider_horovod.exceptions import SmokeRunDone
+
 _STOPPING = "_ahp_smoke_stopping"
 _rounds = itertools.count()
-
-
-class SmokeRunDone(BaseException):
-    """Raised out of ``ray.train.report`` on every rank once a checkpoint is reported; the provider's wrapper
-    of the training function catches it and returns. A BaseException, so that a user's ``except Exception``
-    around the training loop does not swallow it."""
 
 
 def limited(datasets: dict, rows: int | None) -> dict:

@@ -21,8 +21,10 @@ from airflow_provider_horovod.contract import (
     timings,
 )
 from airflow_provider_horovod.documents import ResultRecord, TrainingSpec
+from airflow_provider_horovod.exceptions import PendingTimeoutError, SmokeRunDone
 from airflow_provider_horovod.runtime import ray_compat, smoke
 from airflow_provider_horovod.runtime.aws_session import read_session, s3_filesystem, session_env, with_env
+from airflow_provider_horovod.runtime.datasets import load_datasets, materialized
 from airflow_provider_horovod.runtime.history import HISTORY
 from airflow_provider_horovod.runtime.payload import load_callable
 from airflow_provider_horovod.runtime.records import (
@@ -42,10 +44,6 @@ from airflow_provider_horovod.runtime.uploads import route_uploads
 HEALTH_CHECK_INTERVAL_S = 0.5
 # pending_timeout_seconds=None means no limit; a week stands for it.
 NO_LIMIT_S = 7 * 24 * 3600.0
-
-
-class PendingTimeoutError(RuntimeError):
-    """The workers' resources were not available within the pending timeout."""
 
 
 def worker_group_start_timeout_s(spec: TrainingSpec) -> float:
@@ -147,7 +145,7 @@ def per_worker(spec: TrainingSpec, fn: Callable) -> Callable:
 def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
-    except smoke.SmokeRunDone:  # a smoke run's first checkpoint is reported: the training ends there
+    except SmokeRunDone:  # a smoke run's first checkpoint is reported: the training ends there
         return None
     except Exception as err:
         import ray.train
@@ -178,24 +176,6 @@ def fail_fast_on_user_errors(trainer: Any) -> Any:
     )
 
 
-def load_datasets(spec: TrainingSpec, folder: str, s3_fs=None) -> dict:
-    """``s3_fs``: the filesystem of forwarded credentials, for datasets on S3 (Ray Data reads them in
-    its own tasks, which do not see the driver's environment)."""
-    import ray.data
-
-    readers = {"parquet": ray.data.read_parquet, "csv": ray.data.read_csv, "json": ray.data.read_json}
-    datasets = {}
-    for name, ref in spec.datasets.items():
-        if "uri" in ref:
-            if s3_fs is not None and ref["uri"].startswith("s3://"):
-                datasets[name] = readers[ref["format"]](ref["uri"][len("s3://") :], filesystem=s3_fs)
-            else:
-                datasets[name] = readers[ref["format"]](ref["uri"])
-        else:
-            datasets[name] = load_callable(ref, folder)()
-    return smoke.limited(datasets, spec.smoke_rows) if spec.smoke_run else datasets
-
-
 def pending_timeout_error(spec: TrainingSpec) -> PendingTimeoutError:
     """The workers found no room in time: what they asked for, and what the cluster has."""
     import ray
@@ -224,15 +204,6 @@ def wait_for_resources(spec: TrainingSpec) -> None:
     remove_placement_group(group)
     if not ready:
         raise pending_timeout_error(spec)
-
-
-def materialized(datasets: dict) -> dict:
-    """The datasets read before the workers start: a training waiting for its workers then holds
-    none of the CPUs its reads need, so trainings queued on a busy cluster run one after another
-    instead of starving each other's reads (Ray Data's read tasks need CPUs the workers hold)."""
-    if datasets:
-        print(f"Reading the datasets {sorted(datasets)} before the workers start.", flush=True)
-    return {name: dataset.materialize() for name, dataset in datasets.items()}
 
 
 def resume_checkpoint(spec: TrainingSpec) -> str | None:

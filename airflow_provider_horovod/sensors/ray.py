@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
@@ -21,6 +21,13 @@ from airflow_provider_horovod.contract import (
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError
 from airflow_provider_horovod.hooks.ray import RayHook, WithRayHook
 from airflow_provider_horovod.links.ray import RayJobLink
+from airflow_provider_horovod.operators.base import (
+    AWS_CONN_ID,
+    PENDING_TIMEOUT_SECONDS,
+    RAY_CONN_ID,
+    RETRY_ON_USER_ERROR,
+)
+from airflow_provider_horovod.parameters import Declaration, Param
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -35,32 +42,39 @@ class RayJobSensor(WithRayHook, BaseSensorOperator):
     returns the same result dict as the operator, with the verified ``checkpoint_uri``, its
     ``cost`` and ``job_tags``; for any other job, its submission id, status, dashboard URL, metadata
     and ``job_tags`` (none). It takes no ``job_tags`` of its own: the job already has its metadata.
-
-    :param submission_id: the Ray job's submission id (templated), e.g.
-        ``"{{ ti.xcom_pull(task_ids='train', key='submission_id') }}"``.
-    :param ray_conn_id: Ray connection (templated); without ``ray_default``, the embedded local cluster.
-    :param aws_conn_id: AWS connection used to read S3 storage; None: the worker's AWS environment (templated).
-    :param deferrable: wait in the triggerer (``poke_interval`` is the poll interval there); default True,
-        whatever Airflow's ``[operators] default_deferrable`` says, as the provider's operators.
-    :param pending_timeout_seconds: fail when the job stays PENDING longer than this; None (default):
-        wait without limit, as the job is not the sensor's own.
-    :param retry_on_user_error: a job that failed in the user's code or its configuration fails the
-        sensor without retries (False, default), as the operators do; True retries it.
+    ``poke_interval`` is the poll interval, in the triggerer too. Its parameters:
     """
 
-    template_fields: Sequence[str] = ("submission_id", "ray_conn_id", "aws_conn_id")
     operator_extra_links = (RayJobLink(),)
+
+    if TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Any: ...
 
     def __init__(
         self,
         *,
-        submission_id: str,
-        ray_conn_id: str = RayHook.default_conn_name,
-        aws_conn_id: str | None = None,
-        deferrable: bool = DEFERRABLE,
-        pending_timeout_seconds: float | None = SENSOR_PENDING_TIMEOUT_S,
-        retry_on_user_error: bool = False,
-        **kwargs,
+        submission_id: Annotated[
+            str,
+            Param(
+                "The Ray job's submission id, e.g. `\"{{ ti.xcom_pull(task_ids='train', key='submission_id') }}\"`.",
+                templated=True,
+                check=checks.check_submission_id,
+            ),
+        ],
+        ray_conn_id: Annotated[str, RAY_CONN_ID] = RayHook.default_conn_name,
+        aws_conn_id: Annotated[str | None, AWS_CONN_ID] = None,
+        deferrable: Annotated[
+            bool,
+            Param(
+                "Wait in the triggerer, whatever Airflow's `[operators] default_deferrable` says, as the "
+                "provider's operators do.",
+                check=checks.check_bool,
+            ),
+        ] = DEFERRABLE,
+        pending_timeout_seconds: Annotated[float | None, PENDING_TIMEOUT_SECONDS] = SENSOR_PENDING_TIMEOUT_S,
+        retry_on_user_error: Annotated[bool, RETRY_ON_USER_ERROR] = False,
+        **kwargs: Any,
     ) -> None:
         # BaseSensorOperator refuses these here already (at parse time), in words that show neither
         # the value nor the task; the same check, with a message like the provider's others.
@@ -68,13 +82,12 @@ class RayJobSensor(WithRayHook, BaseSensorOperator):
             if name in kwargs:
                 checks.check_seconds(name, kwargs[name], allow_none=name == "timeout")
         super().__init__(**kwargs)
-        self.submission_id = submission_id
-        self.ray_conn_id = ray_conn_id
-        self.aws_conn_id = aws_conn_id
-        self.deferrable = deferrable
-        self.pending_timeout_seconds = pending_timeout_seconds
-        self.retry_on_user_error = retry_on_user_error
+        self.parameters.store(self, locals())
         self.dashboard_url: str | None = None  # the "Ray job" link, once known
+
+    parameters: ClassVar[Declaration] = Declaration.of(__init__)
+    template_fields: Sequence[str] = parameters.template_fields
+    __doc__ = parameters.docstring(__doc__)
 
     def wait_policy(self) -> WaitPolicy:
         """The poke interval is the triggerer's poll interval; no stall timeout (the job is not ours)."""
@@ -92,10 +105,7 @@ class RayJobSensor(WithRayHook, BaseSensorOperator):
         """Every argument, checked before the cluster is asked anything."""
         from airflow_provider_horovod.storage import check_aws_conn_id
 
-        sid = checks.check_submission_id(self.submission_id)
-        checks.check_ray_conn_id("ray_conn_id", self.ray_conn_id)
-        checks.check_bool("deferrable", self.deferrable)
-        checks.check_bool("retry_on_user_error", self.retry_on_user_error)
+        sid = self.parameters.checked(self)["submission_id"]
         policy = self.wait_policy()
         # A missing AWS connection would otherwise show only after the job ended, when reading its result.
         check_aws_conn_id(self.aws_conn_id)
@@ -127,7 +137,7 @@ class RayJobSensor(WithRayHook, BaseSensorOperator):
         from airflow_provider_horovod.jobs.logs import LogCursor
         from airflow_provider_horovod.jobs.wait import Poll, step
 
-        sid = checks.check_submission_id(self.submission_id)
+        sid = checks.check_submission_id("submission_id", self.submission_id)
         info = self.hook.get_job_info(sid)
         if info is None:
             raise RayJobError(

@@ -27,7 +27,7 @@ RAY_ADDRESS = os.environ.get("BENCH_RAY_ADDRESS")
 RUNTIME_ENV = {"env_vars": {"RAY_ADDRESS": RAY_ADDRESS}} if RAY_ADDRESS else None
 TRAIN_CONFIG = json.loads(os.environ.get("BENCH_TRAIN_CONFIG") or "{}")
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
-# Where the timed operator notes when it starts and when it has the result (bench.overhead reads it).
+# Where the timed operator notes when it starts and when it has the result (bench.common.operator_times reads it).
 TIMINGS_FILE = os.environ.get("BENCH_TIMINGS_FILE")
 
 
@@ -37,14 +37,10 @@ class TimedHorovodTrainOperator(HorovodTrainOperator):
     Deferred, ``execute_complete`` runs on a new instance, so the notes go to a file."""
 
     def _note(self, context, event: str) -> None:
+        note = {"dag_id": self.dag_id, "run_id": context["ti"].run_id, "event": event, "t": time.time()}
         if TIMINGS_FILE:
             with open(TIMINGS_FILE, "a") as f:
-                f.write(
-                    json.dumps(
-                        {"dag_id": self.dag_id, "run_id": context["ti"].run_id, "event": event, "t": time.time()}
-                    )
-                    + "\n"
-                )
+                f.write(json.dumps(note) + "\n")
 
     def execute(self, context):
         self._note(context, "start")

@@ -11,8 +11,8 @@ import os
 import pendulum
 from airflow.sdk import Asset, dag, task
 
+from airflow_provider_horovod.operators.base import BaseRayJobOperator
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
-from airflow_provider_horovod.operators.ray import BaseRayJobOperator
 
 # Read when the file is parsed, in the test's `airflow dags test` process.
 STORAGE = os.environ.get("AHP_LINEAGE_STORAGE", "/tmp/ahp-lineage")

@@ -13,7 +13,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from unit.operators.test_horovod import BAD_INPUTS, GOOD_FN
+from unit.operators.test_horovod import BAD_INPUTS
+from unit.operators.training_cluster import GOOD_FN
 
 from airflow_provider_horovod.exceptions import (
     HorovodProviderError,

@@ -91,8 +91,11 @@ def test_workers_that_can_never_start_fail_within_the_pending_timeout_while_runn
         watcher.join()
     assert time.monotonic() - started < 90
     message = str(err.value)
-    assert "ended FAILED" in message and "capacity:" in message and "within 8 s" in message
-    assert '{"GPU": 1.0}' in message and "the cluster has" in message  # asked, and what there is
+    assert "ended FAILED" in message
+    assert "capacity:" in message
+    assert "within 8 s" in message
+    assert '{"GPU": 1.0}' in message
+    assert "the cluster has" in message  # asked, and what there is
     assert "RUNNING" in states  # it was the worker group that waited, not the job
     assert ray_hook.get_job_info(sid)["status"] == "FAILED"
 
@@ -107,14 +110,17 @@ def test_a_training_that_stops_making_progress_fails_and_its_retry_resumes(ray_h
         op.execute({"ti": ti, "task_state_store": store})
     assert time.monotonic() - started < 60
     message = str(err.value)
-    assert "showed no progress for" in message and "(stall_timeout_seconds)" in message and "was stopped" in message
+    assert "showed no progress for" in message
+    assert "(stall_timeout_seconds)" in message
+    assert "was stopped" in message
     assert wait_for_status(ray_hook, ti.task_run.submission_id(1), {"STOPPED"}, timeout=30) == "STOPPED"
 
     ti.try_number = 2
     result = make_operator(tmp_path, train_loop_config=config, stall_timeout_seconds=6).execute(
         {"ti": ti, "task_state_store": store}
     )
-    assert result["attempt"] == 2 and result["submission_id"] == ti.task_run.submission_id(2)
+    assert result["attempt"] == 2
+    assert result["submission_id"] == ti.task_run.submission_id(2)
     # The second attempt was told to resume from the first's folder.
     assert f"resume from ['{ti.task_run.storage_uri(str(tmp_path))}/attempt-1']" in ray_hook.get_job_logs(
         result["submission_id"]
@@ -172,9 +178,8 @@ def test_overlapping_retraining_runs_keep_a_consistent_log_of_champion_moves(whe
         ), summary
     assert "2026-11-03" in {m["logical_date"] for m in moves}  # the best day wins whatever the order
     # The current champion is the latest day's move, and its run said it moved the current champion.
-    assert record["current"] == current_champion(moves) and record["current"]["logical_date"] == max(
-        m["logical_date"] for m in moves
-    )
+    assert record["current"] == current_champion(moves)
+    assert record["current"]["logical_date"] == max(m["logical_date"] for m in moves)
     assert record["current"]["run_id"] in {s["run_id"] for s in summaries if s["current"]}
 
     # Then a backfill of an earlier day that beats the champion of its time: recorded as such, the current
@@ -185,9 +190,12 @@ def test_overlapping_retraining_runs_keep_a_consistent_log_of_champion_moves(whe
         "2026-10-30",
         run_id="backfill__2026-10-30",
     )
-    assert backfill["promoted"] and not backfill["current"] and backfill["champion_before"] is None
+    assert backfill["promoted"]
+    assert not backfill["current"]
+    assert backfill["champion_before"] is None
     after = Storage().read_json(champion_uri)
-    assert after["moves"][-1]["run_id"] == "backfill__2026-10-30" and after["current"] == record["current"]
+    assert after["moves"][-1]["run_id"] == "backfill__2026-10-30"
+    assert after["current"] == record["current"]
     # Downstream DAGs hear of the current champion's moves only.
     from airflow.providers.common.compat.sdk import AirflowSkipException
 

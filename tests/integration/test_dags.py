@@ -55,7 +55,8 @@ def test_quickstart_example_trains_and_evaluates_on_the_cluster(airflow_db, ray_
     evaluation = float(re.findall(r"holdout MSE: ([0-9.]+)", output)[-1])
     assert evaluation < 0.05  # the model learnt, scored in a Ray job where torch is
     (checkpoint,) = set(re.findall(r"checkpoint: (\S+)", output))
-    assert checkpoint.startswith(str(tmp_path)) and (Path(checkpoint) / "model.pt").is_file()
+    assert checkpoint.startswith(str(tmp_path))
+    assert (Path(checkpoint) / "model.pt").is_file()
 
 
 @pytest.fixture
@@ -148,9 +149,11 @@ def test_a_backfill_after_a_newer_champion_reproduces_the_past(retraining_env, r
     assert summary["holdout_mse"] < 0.2 * summary["baseline_mse"]  # it learnt
     # It beat the champion in force on its day: recorded as the champion of its day, though a newer exists.
     assert summary["holdout_mse"] < older["holdout_mse"]
-    assert summary["promoted"] and not summary["current"], summary
+    assert summary["promoted"], summary
+    assert not summary["current"], summary
     record = champion(retraining_env)
-    assert record["moves"][-1]["run_id"] == summary["run_id"] and record["moves"][-1]["logical_date"] == day
+    assert record["moves"][-1]["run_id"] == summary["run_id"]
+    assert record["moves"][-1]["logical_date"] == day
     assert record["current"] == newest
     assert champion_as_of(record, "2026-11-03")["run_id"] == summary["run_id"]
     assert champion_as_of(record, "2026-11-01") == older
@@ -231,7 +234,8 @@ def test_rerun_after_a_crash_reattaches_and_clearing_trains_again(airflow_db, ra
         while time.monotonic() < deadline and not (run_id and jobs_for(ray_hook, dag_id, run_id)):
             time.sleep(1)
             run_id = run_id_of(dag_id, "2026-11-05")
-        assert run_id and jobs_for(ray_hook, dag_id, run_id), "the training job was never submitted"
+        assert run_id, "the training job was never submitted"
+        assert jobs_for(ray_hook, dag_id, run_id), "the training job was never submitted"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
@@ -240,14 +244,18 @@ def test_rerun_after_a_crash_reattaches_and_clearing_trains_again(airflow_db, ra
     assert rerun.returncode == 0, rerun.stdout[-4000:] + rerun.stderr[-4000:]
     (job,) = jobs_for(ray_hook, dag_id, run_id)  # re-attached: still one job for this task run
     output = rerun.stdout + rerun.stderr
-    assert job.endswith("-a1") and "Re-attaching to Ray job" in output
+    assert job.endswith("-a1")
+    assert "Re-attaching to Ray job" in output
     # The XCom is what an uninterrupted run pushes: the job's verified result, complete.
     pushed = xcom_values(dag_id, "train", run_id)
     result = pushed["return_value"]
     assert {"checkpoint_uri", "metrics", "submission_id", "dashboard_url", "storage_uri", "world_size"} <= set(result)
-    assert result["submission_id"] == job and result["world_size"] == 2 and result["attempt"] == 1
+    assert result["submission_id"] == job
+    assert result["world_size"] == 2
+    assert result["attempt"] == 1
     assert result["metrics"]["run"] == run_id
-    assert pushed["checkpoint_uri"] == result["checkpoint_uri"] and "/attempt-1/" in result["checkpoint_uri"]
+    assert pushed["checkpoint_uri"] == result["checkpoint_uri"]
+    assert "/attempt-1/" in result["checkpoint_uri"]
     assert pushed["submission_id"] == job
 
     again = tasks_test(dag_id, "train", run_id)
@@ -300,7 +308,8 @@ def test_taskflow_sweep_returns_its_values_picks_the_best_and_scores_it(
     best = min(results.values(), key=lambda r: r["return_value"]["loss"])
     picked = next(value for task_id, _, value in rows if task_id == "pick_best")
     scored = next(value for task_id, _, value in rows if task_id == "evaluate")
-    assert picked["submission_id"] == best["submission_id"] and scored["checkpoint_uri"] == best["checkpoint_uri"]
+    assert picked["submission_id"] == best["submission_id"]
+    assert scored["checkpoint_uri"] == best["checkpoint_uri"]
     assert scored["error"] < 0.05
     # Horovod's timeline of rank 0, stored beside each training's checkpoints.
     for result in results.values():
@@ -328,7 +337,8 @@ def test_sensor_example_end_to_end(airflow_db, ray_cluster, ray_hook, moto_serve
     checkpoints = set(re.findall(r"checkpoint: (\S+)", output))
     assert len(checkpoints) == 1, checkpoints
     (checkpoint,) = checkpoints
-    assert checkpoint.startswith(f"s3://{bucket}/runs/") and "/attempt-1/" in checkpoint
+    assert checkpoint.startswith(f"s3://{bucket}/runs/")
+    assert "/attempt-1/" in checkpoint
     keys = [o["Key"] for o in moto_server.client().list_objects_v2(Bucket=bucket)["Contents"]]
     assert checkpoint.split(f"s3://{bucket}/", 1)[1] + "/model.pt" in keys
     assert any(k.endswith("result.json") for k in keys), keys

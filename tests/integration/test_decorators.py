@@ -31,7 +31,8 @@ def test_a_ray_task_returns_its_value_to_xcom(ray_hook, tmp_path):
     value = ray_task(tmp_path, "json:loads", '{"a": [1, 2]}').execute({"ti": ti})
     assert value == {"a": [1, 2]}
     (job,) = jobs_of(ray_hook, ti.run_id)
-    assert job["metadata"]["ahp_kind"] == "task" and ti.xcoms["submission_id"] == job["submission_id"]
+    assert job["metadata"]["ahp_kind"] == "task"
+    assert ti.xcoms["submission_id"] == job["submission_id"]
     assert job["driver_info"] is not None or job["status"] == "SUCCEEDED"
 
 
@@ -67,8 +68,10 @@ def test_killing_a_ray_task_stops_its_job_and_its_driver_keeps_the_attempts_reco
     # before Ray marked the job STOPPED (as when Airflow's process is SIGKILLed and the job stopped otherwise).
     record_uri = ray_hook.get_job_info(sid)["metadata"]["ahp_result_uri"]
     record = json.loads(open(record_uri).read())
-    assert record["submission_id"] == sid and record["failure"]["failure_class"] == "infrastructure", record
-    assert stopped_by_request(record["failure"]) and "SIGTERM" in record["failure"]["summary"]
+    assert record["submission_id"] == sid, record
+    assert record["failure"]["failure_class"] == "infrastructure", record
+    assert stopped_by_request(record["failure"])
+    assert "SIGTERM" in record["failure"]["summary"]
 
 
 def test_a_retry_of_a_ray_task_reattaches_to_its_job(ray_hook, tmp_path):
@@ -118,5 +121,6 @@ def test_arguments_that_are_not_json_fail_before_submission(ray_hook, tmp_path):
     before = len(ray_hook.list_jobs())
     with pytest.raises(InvalidParameterError) as err:
         ray_task(tmp_path, "json:dumps", object()).execute({"ti": FakeTI("not-json")})
-    assert err.value.parameter == "op_args" and "JSON-serialisable" in str(err.value)
+    assert err.value.parameter == "op_args"
+    assert "JSON-serialisable" in str(err.value)
     assert len(ray_hook.list_jobs()) == before

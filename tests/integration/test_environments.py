@@ -51,7 +51,8 @@ def test_the_embedded_cluster_needs_the_cluster_side(airflow_db, monkeypatch):
         RayHook().get_job_info("ahp-x-a1")
     message = str(err.value)
     assert "pip install 'airflow-provider-horovod[cluster]'" in message
-    assert "python -m airflow_provider_horovod.build_horovod" in message and "ray_default" in message
+    assert "python -m airflow_provider_horovod.build_horovod" in message
+    assert "ray_default" in message
 
 
 def test_the_embedded_cluster_runs_a_job_where_the_cluster_side_is_installed(tmp_path):
@@ -84,19 +85,20 @@ def test_the_embedded_cluster_runs_a_job_where_the_cluster_side_is_installed(tmp
         # The embedded head stays up for the next task; `local` tells where, and stops it.
         cli = [cluster_python(), "-m", "airflow_provider_horovod.local"]
         status = subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=60)
-        assert status.returncode == 0 and "running: http://127.0.0.1:" in status.stdout
+        assert status.returncode == 0
+        assert "running: http://127.0.0.1:" in status.stdout
         assert f"its token in {tmp_path / 'home' / 'ray-local' / 'auth_token'}" in status.stdout
         state = tmp_path / "home" / "ray-local"
         token = (state / "auth_token").read_text()
-        assert oct((state / "auth_token").stat().st_mode & 0o777) == "0o600" and token not in output + status.stdout
+        assert oct((state / "auth_token").stat().st_mode & 0o777) == "0o600"
+        assert token not in output + status.stdout
         temp_dir = json.loads((state / "cluster.json").read_text())["temp_dir"]
         assert _cluster_pids(temp_dir)
         # Loopback only: no port of the embedded cluster (GCS, raylet, agents, workers) is reachable
         # from another machine.
         listening = listening_addresses(_cluster_pids(temp_dir))
-        assert listening and all(ipaddress.ip_address(ip.removeprefix("::ffff:")).is_loopback for ip in listening), (
-            listening
-        )
+        assert listening, listening
+        assert all(ipaddress.ip_address(ip.removeprefix("::ffff:")).is_loopback for ip in listening), listening
     finally:
         down = subprocess.run(
             [cluster_python(), "-m", "airflow_provider_horovod.local", "down"],
@@ -105,7 +107,8 @@ def test_the_embedded_cluster_runs_a_job_where_the_cluster_side_is_installed(tmp
             text=True,
             timeout=120,
         )
-    assert down.returncode == 0 and _cluster_pids(temp_dir) == []
+    assert down.returncode == 0
+    assert _cluster_pids(temp_dir) == []
     assert not os.path.exists(temp_dir)  # Ray's session folder (its logs) went with the cluster
     assert subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=60).returncode == 1
 
@@ -141,6 +144,8 @@ def test_a_function_pickled_on_another_python_fails_at_the_jobs_start(ray_hook, 
     with pytest.raises(RayJobError) as err:
         op.execute({"ti": FakeTI("cross-python")})
     message = str(err.value)
-    assert "ended FAILED" in message and "train_fn travelled pickled" in message
-    assert f"Airflow's Python {airflow_python}" in message and f"runs Python {cluster}" in message
+    assert "ended FAILED" in message
+    assert "train_fn travelled pickled" in message
+    assert f"Airflow's Python {airflow_python}" in message
+    assert f"runs Python {cluster}" in message
     assert 'import path "package.module:function"' in message

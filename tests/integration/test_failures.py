@@ -59,12 +59,15 @@ def test_a_users_bug_on_one_rank_runs_one_job_one_worker_group_and_fails_after_o
     assert log.count("Started training worker group") == 1, log[-3000:]  # Ray Train restarted nothing
     # The task log ends with the answer: the class, the rank, the user's exception and own line.
     answer = output[output.rindex("user code, rank 1: ZeroDivisionError") :]
-    assert f'File "{DAG_FILE}"' in answer and "in bug_on_rank_1" in answer
-    assert 'return config["steps"] / (ranks - 2)' in answer and "What to do: fix the function" in answer
+    assert f'File "{DAG_FILE}"' in answer
+    assert "in bug_on_rank_1" in answer
+    assert 'return config["steps"] / (ranks - 2)' in answer
+    assert "What to do: fix the function" in answer
     assert "UserCodeFailed" in output  # an AirflowFailException: Airflow does not retry it
     storage_uri = job["metadata"]["ahp_storage_uri"]
     record = json.loads(open(result_uri(storage_uri, 1)).read())
-    assert record["failure"]["failure_class"] == "user_code" and record["failure"]["rank"] == 1
+    assert record["failure"]["failure_class"] == "user_code"
+    assert record["failure"]["rank"] == 1
     assert [p["metrics"]["step"] for p in record["history"]] == [1.0, 2.0, 3.0], record["history"]
     assert all(p["checkpoint"] for p in record["history"]), record["history"]
     live = read_attempt(Storage(), storage_uri, 1, history=True).history  # as the Training view reads it
@@ -109,7 +112,8 @@ def test_a_runtime_env_package_that_does_not_exist_is_configuration_and_fails_on
         op.execute({"ti": ti})
     assert isinstance(err.value, AirflowFailException)  # not retried
     message = str(err.value)
-    assert "RUNTIME_ENV_SETUP_FAILURE" in message and package in message, message
+    assert "RUNTIME_ENV_SETUP_FAILURE" in message, message
+    assert package in message, message
     assert message.splitlines()[-1].startswith("What to do: fix what the task asks for")
 
 
@@ -142,7 +146,8 @@ def test_a_retry_policy_on_the_infrastructure_class_is_honoured_and_the_reason_o
     cluster.down(state)  # the cluster is torn down; the post-mortem stays beside the checkpoints
     record = ResultRecord.from_json(open(result_uri(storage_uri, 1)).read())
     assert record.failure["failure_class"] == "infrastructure"
-    assert "driver was killed" in record.failure["summary"] and record.submission_id == job["submission_id"]
+    assert "driver was killed" in record.failure["summary"]
+    assert record.submission_id == job["submission_id"]
     assert storage_uri == TaskRun(dag_id, "lost", job["metadata"]["airflow_run_id"]).storage_uri(str(tmp_path))
 
 

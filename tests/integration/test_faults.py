@@ -92,7 +92,8 @@ def test_a_restarted_trigger_repeats_no_line_and_yields_one_event(ray_cluster, r
         task = asyncio.create_task(consume(first))
         deadline = time.monotonic() + 120
         while len([line for line in streamed.lines() if line.startswith("line-")]) < 8:
-            assert time.monotonic() < deadline and not task.done(), f"the trigger streamed {streamed.lines()}"
+            assert time.monotonic() < deadline, f"the trigger streamed {streamed.lines()}"
+            assert not task.done(), f"the trigger streamed {streamed.lines()}"
             await asyncio.sleep(0.1)
         task.cancel()  # the triggerer goes down: no user action, so no on_kill
         with pytest.raises(asyncio.CancelledError):
@@ -103,9 +104,11 @@ def test_a_restarted_trigger_repeats_no_line_and_yields_one_event(ray_cluster, r
         return events
 
     events = asyncio.run(scenario())
-    assert len(events) == 1 and events[0].payload["outcome"] == "success", events
+    assert len(events) == 1, events
+    assert events[0].payload["outcome"] == "success", events
     lines = streamed.lines()
-    assert len(lines) > 1200 and lines == ray_hook.get_job_logs(sid).splitlines()  # each line once, in order
+    assert len(lines) > 1200
+    assert lines == ray_hook.get_job_logs(sid).splitlines()  # each line once, in order
     saved = store.values[(ti.dag_id, ti.task_id, ti.run_id, -1, XCOM_LOG_CURSOR)]
     assert (saved["submission_id"], saved["lines"]) == (sid, len(ray_hook.get_job_logs(sid).splitlines()))
     assert len(ray_hook.list_jobs()) == jobs_before + 1  # the trigger never submits
@@ -281,7 +284,8 @@ def test_a_dashboard_that_comes_back_within_the_retries_costs_nothing(
     outage.up()
     thread.join(240)
     assert not thread.is_alive()
-    assert "error" not in outcome and "result" in outcome, outcome
+    assert "error" not in outcome, outcome
+    assert "result" in outcome, outcome
     assert outcome["result"]["metrics"]["run"] == run_id
     assert ti.xcoms["checkpoint_uri"] == outcome["result"]["checkpoint_uri"]
     assert [j["submission_id"] for j in jobs_of(ray_hook, run_id)] == [sid]  # one job, submitted once
@@ -296,6 +300,8 @@ def test_a_dashboard_that_stays_away_fails_the_task_clearly(outage, ray_hook, tm
         op.execute({"ti": FakeTI(run_id)})
     assert time.monotonic() - started < 60
     message = str(err.value)
-    assert f"http://127.0.0.1:{outage.port}" in message and "'ray_flaky'" in message and "tries" in message
+    assert f"http://127.0.0.1:{outage.port}" in message
+    assert "'ray_flaky'" in message
+    assert "tries" in message
     assert outage.refused >= 6  # every try met the outage
     assert jobs_of(ray_hook, run_id) == []  # nothing reached the cluster

@@ -39,7 +39,7 @@ def test_submit_status_logs_stop_delete_round_trip(ray_hook):
     ]
     assert ray_hook.get_job_info(sid)["metadata"] == {"k": "v"}
     assert sid in [j["submission_id"] for j in ray_hook.list_jobs()]
-    assert ray_hook.get_job_url(sid) == f"{ray_hook.get_dashboard_url()}/#/jobs/{sid}"
+    assert ray_hook.get_job_url(sid) == f"{ray_hook.endpoint.url}/#/jobs/{sid}"
 
     long_id = f"hook-sleep-{uuid.uuid4().hex[:8]}"
     ray_hook.submit_job(entrypoint="sleep 300", submission_id=long_id)
@@ -51,48 +51,49 @@ def test_submit_status_logs_stop_delete_round_trip(ray_hook):
     # still winding down (seen on a loaded machine), False once it is gone.
     ray_hook.stop_job(long_id)
     assert ray_hook.get_job_info(long_id)["status"] == "STOPPED"
-    assert ray_hook.delete_job(long_id) and ray_hook.get_job_info(long_id) is None
+    assert ray_hook.delete_job(long_id)
+    assert ray_hook.get_job_info(long_id) is None
     assert ray_hook.get_job_info("no-such-job") is None
 
 
 def test_async_round_trip(ray_hook):
-    """The async twins alone: submit, status, logs, stop, delete and the job's URL."""
+    """The async calls a trigger makes, against jobs submitted as the operator submits them: status,
+    logs, stop and the cluster's resources."""
     sid = f"hook-async-{uuid.uuid4().hex[:8]}"
     long_id = f"hook-async-sleep-{uuid.uuid4().hex[:8]}"
+    ray_hook.submit_job(entrypoint=PRINT_LINES, submission_id=sid, metadata={"k": "v"})
+    ray_hook.submit_job(entrypoint="sleep 300", submission_id=long_id)
 
     async def go():
         hook = RayHook()
-        assert await hook.a_submit_job(entrypoint=PRINT_LINES, submission_id=sid, metadata={"k": "v"}) == sid
-        while (status := await hook.a_get_job_status(sid)) not in ("SUCCEEDED", "FAILED", "STOPPED"):
+        while (info := await hook.a_get_job_info(sid))["status"] not in ("SUCCEEDED", "FAILED", "STOPPED"):
             await asyncio.sleep(0.2)
         seen = (await hook.a_get_job_logs(sid)).splitlines()
-        info = await hook.a_get_job_info(sid)
-        await hook.a_submit_job(entrypoint="sleep 300", submission_id=long_id)
         stopped = await hook.a_stop_job(long_id)
         deadline = time.monotonic() + 15
-        while (await hook.a_get_job_status(long_id)) != "STOPPED" and time.monotonic() < deadline:
+        while (await hook.a_get_job_info(long_id))["status"] != "STOPPED" and time.monotonic() < deadline:
             await asyncio.sleep(0.3)
-        deleted = await hook.a_delete_job(long_id)
         outcome = (
-            status,
-            seen,
             info,
+            seen,
             stopped,
-            deleted,
-            await hook.a_get_job_info(long_id),
-            await hook.a_get_job_url(sid),
+            (await hook.a_get_job_info(long_id))["status"],
             await hook.a_get_cluster_resources(),
             await hook.a_get_job_info("no-such-job"),
         )
         await hook.aclose()
         return outcome
 
-    status, seen, info, stopped, deleted, gone, url, resources, missing = asyncio.run(go())
-    assert status == "SUCCEEDED" and info["metadata"] == {"k": "v"}
+    info, seen, stopped, long_status, resources, missing = asyncio.run(go())
+    assert info["status"] == "SUCCEEDED"
+    assert info["metadata"] == {"k": "v"}
     assert [ln for ln in seen if ln.startswith("line ")] == [f"line {i}" for i in range(5)]  # none lost or repeated
-    assert stopped and deleted and gone is None and missing is None
-    assert url == ray_hook.get_job_url(sid)
-    assert resources.get("CPU", 0) >= 2 and resources == ray_hook.get_cluster_resources()
+    assert stopped
+    assert long_status == "STOPPED"
+    assert missing is None
+    assert resources.get("CPU", 0) >= 2
+    assert resources == ray_hook.get_cluster_resources()
+    assert ray_hook.delete_job(long_id)
 
 
 def test_wrong_token_is_a_clear_error(ray_cluster, monkeypatch):
@@ -123,7 +124,8 @@ def test_unreachable_cluster_is_a_clear_error_within_bounded_time(monkeypatch):
     # Retried with backoff, then given up.
     assert time.monotonic() - started < 10
     assert f"after {ray_transport.RETRIES} tries" in str(err.value)
-    assert f"http://127.0.0.1:{port}" in str(err.value) and "'ray_gone'" in str(err.value)
+    assert f"http://127.0.0.1:{port}" in str(err.value)
+    assert "'ray_gone'" in str(err.value)
 
 
 def test_local_folders_travel_through_the_package_api(ray_hook, tmp_path):

@@ -80,7 +80,8 @@ def kill_rank1_at_epoch_2(progress_file, outcome) -> dict:
         time.sleep(0.5)
         if progress_file.exists():
             progress = json.loads(progress_file.read_text())
-    assert progress and progress["epoch"] == 2, f"training never reached epoch 2: {progress} {outcome}"
+    assert progress, f"training never reached epoch 2: {progress} {outcome}"
+    assert progress["epoch"] == 2, f"training never reached epoch 2: {progress} {outcome}"
     # Ray Train V2 registers a report only when it polls all ranks (every 2 s): let it see epoch 2's.
     time.sleep(max(0.0, progress["at"] + 5 - time.time()))
     os.kill(progress["pid"], signal.SIGKILL)
@@ -110,7 +111,8 @@ def test_killed_worker_resumes_from_its_last_checkpoint(ray_cluster, tmp_path, t
     assert (metrics["restored_epoch"], metrics["start_epoch"], metrics["epoch"]) == (2, 3, 5)
     assert metrics["total"] == 10.0  # both ranks' epoch 5, allreduced
     after = json.loads(progress_file.read_text())
-    assert after["pid"] != progress["pid"] and after["restored"] == 2
+    assert after["pid"] != progress["pid"]
+    assert after["restored"] == 2
 
 
 def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(
@@ -146,20 +148,24 @@ def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(
     kill_rank1_at_epoch_2(progress_dir / "rank1.json", outcome)
     thread.join(300)
     error = outcome.get("error")
-    assert isinstance(error, InfrastructureError) and not isinstance(error, AirflowFailException), outcome
-    assert "infrastructure:" in str(error) and error.failure["failure_class"] == "infrastructure"
+    assert isinstance(error, InfrastructureError), outcome
+    assert not isinstance(error, AirflowFailException), outcome
+    assert "infrastructure:" in str(error)
+    assert error.failure["failure_class"] == "infrastructure"
 
     ti.try_number = 2
     with structlog.testing.capture_logs() as logged:  # the task log, as the operator writes it
         result = op.execute({"ti": ti})
-    assert result["attempt"] == 2 and result["submission_id"].endswith("-a2")
+    assert result["attempt"] == 2
+    assert result["submission_id"].endswith("-a2")
     (first,) = result["attempts"]  # the failed attempt before it, with its class
     assert (first["attempt"], first["failure_class"]) == (1, "infrastructure")
     assert first["submission_id"].endswith("-a1")
     metrics = result["metrics"]
     assert (metrics["restored_epoch"], metrics["start_epoch"], metrics["epoch"]) == (2, 3, 5)
     assert metrics["restored_intact"] is True
-    assert result["checkpoint_uri"].startswith(f"s3://{bucket}/runs/") and "/attempt-2/" in result["checkpoint_uri"]
+    assert result["checkpoint_uri"].startswith(f"s3://{bucket}/runs/")
+    assert "/attempt-2/" in result["checkpoint_uri"]
     key = result["checkpoint_uri"].split(f"s3://{bucket}/", 1)[1] + "/weights.bin"
     weights = moto_server.client().head_object(Bucket=bucket, Key=key)
     assert weights["ETag"].strip('"').endswith("-2")  # 24 MiB in 16 MiB parts
@@ -167,14 +173,16 @@ def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(
     # Tags: the Ray jobs' own metadata (what the dashboard and the Jobs API filter on), and back in XCom.
     jobs = [ray_hook.get_job_info(ti.task_run.submission_id(n)) for n in (1, 2)]
     assert all({k: job["metadata"][k] for k in tags} == tags for job in jobs)
-    assert result["job_tags"] == tags and ti.xcoms["ray_job"]["job_tags"] == tags
+    assert result["job_tags"] == tags
+    assert ti.xcoms["ray_job"]["job_tags"] == tags
     # Cost: both attempts, from Ray's own times and the workers' starts; the failed one marked.
     cost = result["cost"]
     first_cost, second_cost = cost["attempts"]
     assert (first_cost["failed"], second_cost["failed"]) == (True, False)
     for job, spent in zip(jobs, cost["attempts"]):
         assert spent["wall_s"] == pytest.approx((job["end_time"] - job["start_time"]) / 1000, abs=0.01)
-        assert 0 <= spent["queued_s"] < spent["wall_s"] and spent["world_size"] == 2
+        assert 0 <= spent["queued_s"] < spent["wall_s"]
+        assert spent["world_size"] == 2
         assert spent["worker_s"] == pytest.approx(2 * spent["held_s"], abs=0.01) == spent["cpu_s"]  # 1 CPU each
     # Attempt 1 held its 2 workers through epochs 0-2 and the 5 s before the kill, at least.
     assert first_cost["worker_s"] >= 2 * 5
@@ -183,11 +191,13 @@ def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(
     assert 0.6 * 2 * fit_s <= second_cost["worker_s"] <= 2 * fit_s + 1, (second_cost, fit_s)
     total = cost["total"]
     assert total["worker_s"] == pytest.approx(first_cost["worker_s"] + second_cost["worker_s"], abs=0.01)
-    assert total["failed_worker_s"] == first_cost["worker_s"] and total["failed_attempts"] == 1
+    assert total["failed_worker_s"] == first_cost["worker_s"]
+    assert total["failed_attempts"] == 1
     assert total["amount"] == pytest.approx(total["cpu_s"] / 3600 * 0.05, abs=1e-5)
     # The same in the attempts' records, and as the task log's last line.
     assert Storage().read_json(result_uri(result["storage_uri"], 2))["cost"] == cost
     assert Storage().read_json(result_uri(result["storage_uri"], 1))["cost"]["attempts"] == [first_cost]
     events = [str(e.get("event")) for e in logged]
     (line,) = [e for e in events[-2:] if e.startswith("Cost: 2 attempt(s), wall ")]
-    assert "1 failed attempt(s)" in line and "USD" in line
+    assert "1 failed attempt(s)" in line
+    assert "USD" in line

@@ -58,11 +58,15 @@ def test_many_waiting_jobs_read_their_statuses_from_one_list(ray_hook, monkeypat
     # One list, once the tenth job asked (the first nine asked for their own, the board counting them);
     # then, within fresh_within_s, no request for the running job: only the ended job and those gone
     # ask for their own.
-    assert lists == [1] and "/api/v0/jobs" not in paths
+    assert lists == [1]
+    assert "/api/v0/jobs" not in paths
     assert sorted(p for p in paths if p != "/api/v0/jobs") == sorted(
         f"/api/jobs/{sid}" for sid in [ended, *gone, running]
     )  # the last: `own`
-    assert second[0]["submission_id"] == running and {k: second[0][k] for k in USED} == {k: own[k] for k in USED}
-    assert second[0]["status"] == "RUNNING" and second[0]["metadata"] == {"k": "v"}
-    assert second[1]["status"] == "SUCCEEDED" and second[2:] == [None] * len(gone)
+    assert second[0]["submission_id"] == running
+    assert {k: second[0][k] for k in USED} == {k: own[k] for k in USED}
+    assert second[0]["status"] == "RUNNING"
+    assert second[0]["metadata"] == {"k": "v"}
+    assert second[1]["status"] == "SUCCEEDED"
+    assert second[2:] == [None] * len(gone)
     assert [info and info["status"] for info in first] == [info and info["status"] for info in second]

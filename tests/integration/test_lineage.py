@@ -84,14 +84,20 @@ def test_a_training_reports_its_data_its_checkpoint_and_its_run_after_a_deferral
     assert [(d["namespace"], d["name"]) for d in complete["outputs"]] == [("file", result["checkpoint_uri"])]
     facet = complete["run"]["facets"]["horovod"]
     assert facet["_schemaURL"].endswith("/HorovodRunFacet.json")
-    assert facet["jobKind"] == "train" and facet["worldSize"] == 2 and facet["trainer"] == "v2"
+    assert facet["jobKind"] == "train"
+    assert facet["worldSize"] == 2
+    assert facet["trainer"] == "v2"
     assert facet["hyperparameters"] == {"num_epochs": 1, "lr": 0.01, "batch_size": 64}
-    assert facet["metrics"] == result["metrics"] and "train_mse" in facet["metrics"]
-    assert facet["attempts"] == 1 and facet["failedAttempts"] == []
+    assert facet["metrics"] == result["metrics"]
+    assert "train_mse" in facet["metrics"]
+    assert facet["attempts"] == 1
+    assert facet["failedAttempts"] == []
     assert facet["submissionId"] == result["submission_id"]
     # Deferred too, the cost comes from Ray's own times (the trigger's event carries them).
     (spent,) = result["cost"]["attempts"]
-    assert not spent["failed"] and 0 < spent["queued_s"] < spent["wall_s"] and spent["worker_s"] > 0
+    assert not spent["failed"]
+    assert 0 < spent["queued_s"] < spent["wall_s"]
+    assert spent["worker_s"] > 0
     assert facet["cost"] == without_none(result["cost"])  # the events leave out what is None
     assert result["dashboard_url"].endswith("/#/jobs/" + result["submission_id"])
     # The start event already names the data read, before the job runs.
@@ -111,7 +117,9 @@ def test_ray_tasks_report_their_run_and_pass_the_parent_run_into_the_job(lineage
     assert [e["eventType"] for e in lineage_run["events"][f"{DAG_ID}.promote"]] == ["START", "START", "COMPLETE"]
     for event, task_id in ((prepare, "prepare"), (promote, "promote")):
         facet = event["run"]["facets"]["horovod"]
-        assert facet["jobKind"] == "task" and facet["attempts"] == 1 and facet["submissionId"]
+        assert facet["jobKind"] == "task"
+        assert facet["attempts"] == 1
+        assert facet["submissionId"]
         assert facet["trainFunction"].endswith(f":ahp_lineage.<locals>.{task_id}")
         seen = returned(task_id)["env"]
         # What the job saw is the task's own OpenLineage run, and the DAG run as the root.
@@ -124,4 +132,5 @@ def test_ray_tasks_report_their_run_and_pass_the_parent_run_into_the_job(lineage
     # The promoting task's outlet, the champion, is its output (deferred: the resumed instance's).
     storage = lineage_run["storage"]
     assert [(d["namespace"], d["name"]) for d in promote["outputs"]] == [("file", f"{storage}/champion.json")]
-    assert prepare["outputs"] == [] and prepare["inputs"] == []
+    assert prepare["outputs"] == []
+    assert prepare["inputs"] == []

@@ -292,13 +292,15 @@ def test_elastic_training_loses_a_host_and_finishes_smaller_from_its_checkpoint(
     if "error" in outcome:
         raise outcome["error"]
     smaller = [g for g in groups_started(ti) if g["world_size"] == 2]
-    assert smaller and smaller[0]["started_at"] - dead_at < 2 * monitor_s, (dead_at, groups_started(ti))
+    assert smaller, (dead_at, groups_started(ti))
+    assert smaller[0]["started_at"] - dead_at < 2 * monitor_s, (dead_at, groups_started(ti))
     result = outcome["result"]
     segments = result["segments"]
     assert [(s["world_size"], s["reason"]) for s in segments] == [(4, "start"), (2, "node lost")], segments
     assert result["world_size"] == 2
     value = result["return_value"]
-    assert value["size"] == 2 and value["total"] == steps == value["steps"], value
+    assert value["size"] == 2, value
+    assert value["total"] == steps == value["steps"], value
     assert 0 < value["resumed_at"] < steps, value  # from a checkpoint, not from scratch
 
 
@@ -326,7 +328,9 @@ def test_elastic_training_grows_when_a_host_returns(cluster):
     result = outcome["result"]
     assert [(s["world_size"], s["reason"]) for s in result["segments"]] == [(2, "start"), (4, "grow")], result
     value = result["return_value"]
-    assert result["world_size"] == 4 and value["size"] == 4 and value["total"] == steps, value
+    assert result["world_size"] == 4, value
+    assert value["size"] == 4, value
+    assert value["total"] == steps, value
     assert 0 < value["resumed_at"] < steps, value
 
 
@@ -363,9 +367,11 @@ def test_a_fixed_size_training_that_loses_a_host_fails_as_infrastructure_and_its
     ensure_nodes(cluster, 2)
     retry = FakeTI(ti.run_id, try_number=2)
     result = make().execute({"ti": retry})
-    assert result["attempt"] == 2 and [a["failure_class"] for a in result["attempts"]] == ["infrastructure"]
+    assert result["attempt"] == 2
+    assert [a["failure_class"] for a in result["attempts"]] == ["infrastructure"]
     value = result["return_value"]
-    assert value["total"] == steps == value["steps"] and 0 < value["resumed_at"] < steps, value
+    assert value["total"] == steps == value["steps"], value
+    assert 0 < value["resumed_at"] < steps, value
 
 
 def test_hosts_that_cannot_connect_fail_saying_where_within_the_timeout(cluster):

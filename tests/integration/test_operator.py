@@ -64,7 +64,8 @@ def test_a_failed_job_fails_the_task_with_its_class_and_what_to_do(ray_hook, tmp
     assert "infrastructure: QuickJobError: boom-in-training" in message
     assert message.splitlines()[-1].startswith("What to do: nothing in the task")
     assert "quick-line-0001" not in message  # the log is in the task log already, not in the answer
-    assert err.value.status == "FAILED" and "checkpoint_uri" not in ti.xcoms
+    assert err.value.status == "FAILED"
+    assert "checkpoint_uri" not in ti.xcoms
 
 
 def test_stopped_job_fails_the_task(ray_hook, tmp_path, quick_jobs):
@@ -76,7 +77,8 @@ def test_stopped_job_fails_the_task(ray_hook, tmp_path, quick_jobs):
     ray_hook.stop_job(sid)
     thread.join(60)
     err = outcome.get("error")
-    assert isinstance(err, RayJobError) and "ended STOPPED" in str(err), outcome
+    assert isinstance(err, RayJobError), outcome
+    assert "ended STOPPED" in str(err), outcome
 
 
 def streamed_lines(events: list[dict]) -> list[str]:
@@ -103,7 +105,8 @@ def test_retry_reattaches_to_the_running_job(ray_hook, tmp_path, quick_jobs):
         thread.join(30)
         first_lines = streamed_lines(events)
         saved = store["ray_log_cursor"]
-        assert first_lines and (saved["submission_id"], saved["lines"]) == (sid, len(first_lines))
+        assert first_lines
+        assert (saved["submission_id"], saved["lines"]) == (sid, len(first_lines))
         assert wait_for_status(ray_hook, sid, {"RUNNING", "SUCCEEDED"})
 
         ti.try_number = 2
@@ -150,7 +153,8 @@ def test_a_job_the_cluster_forgot_is_not_submitted_again_and_the_retry_resumes(r
     assert (result["submission_id"], result["resumed_from"]) == (second, str(attempt_1))
     assert ray_hook.get_job_info(first) is None  # not submitted again
     failure = json.loads((attempt_1 / "result.json").read_text())["failure"]
-    assert failure["failure_class"] == "infrastructure" and f"Ray job {first} vanished" in failure["summary"]
+    assert failure["failure_class"] == "infrastructure"
+    assert f"Ray job {first} vanished" in failure["summary"]
 
 
 def test_gpus_the_cluster_lacks_fail_before_submission(ray_hook, tmp_path):
@@ -160,7 +164,9 @@ def test_gpus_the_cluster_lacks_fail_before_submission(ray_hook, tmp_path):
     op = make_operator(tmp_path, use_gpu=True)
     with pytest.raises(RayJobPendingTimeoutError) as err:
         op.execute({"ti": FakeTI(f"gpu-{uuid.uuid4().hex[:6]}")})
-    assert '"GPU": 2.0' in str(err.value) and '"CPU": ' in str(err.value) and "use_gpu=False" in str(err.value)
+    assert '"GPU": 2.0' in str(err.value)
+    assert '"CPU": ' in str(err.value)
+    assert "use_gpu=False" in str(err.value)
     assert len(ray_hook.list_jobs()) == before  # nothing was submitted
 
 

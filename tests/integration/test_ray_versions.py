@@ -85,7 +85,8 @@ def test_a_killed_worker_resumes_from_its_checkpoint_and_the_checkpoint_reaches_
     metrics = result["metrics"]
     assert (metrics["restored_epoch"], metrics["start_epoch"], metrics["epoch"]) == (2, 3, 5)
     assert result["checkpoint_uri"].startswith(str(tmp_path / "storage"))
-    assert ti.xcoms["checkpoint_uri"] == result["checkpoint_uri"] and result["attempt"] == 1
+    assert ti.xcoms["checkpoint_uri"] == result["checkpoint_uri"]
+    assert result["attempt"] == 1
     log = task_log(logged)
     assert f"[ray] Trainer API: {ran} (trainer_api={trainer_api!r}: " in log  # the job's log, in the task log
     assert f"checkpoint: {result['checkpoint_uri']}" in log
@@ -110,7 +111,8 @@ def test_a_users_bug_fails_the_task_once_with_its_class(ray_hook, minor, tmp_pat
     with pytest.raises(UserCodeError) as failed:
         op.execute({"ti": ti})
     assert isinstance(failed.value, AirflowFailException)  # Airflow does not retry it
-    assert failed.value.failure["failure_class"] == "user_code" and failed.value.failure["rank"] == 1
+    assert failed.value.failure["failure_class"] == "user_code"
+    assert failed.value.failure["rank"] == 1
     assert "ZeroDivisionError" in str(failed.value)
     (job,) = jobs_of(ray_hook, ti.run_id)  # one Ray job
     assert job["status"] == "FAILED"
@@ -170,13 +172,16 @@ def test_elastic_workers_need_elastic_scaling(ray_hook, minor, tmp_path, record_
         with pytest.raises(InvalidParameterError) as refused:
             op.execute({"ti": ti})
         message = str(refused.value)
-        assert f"the cluster's Ray {ray_hook.ray_version()} lacks" in message and "Ray 2.55" in message
+        assert f"the cluster's Ray {ray_hook.ray_version()} lacks" in message
+        assert "Ray 2.55" in message
         assert jobs_of(ray_hook, ti.run_id) == []  # refused before anything was submitted
         record_property("compat", "not supported: refused before submission, naming 2.55")
         return
     result = op.execute({"ti": ti})
-    assert result["trainer_api"] == "v2" and 1 <= result["world_size"] <= 2
-    assert result["metrics"]["size"] == result["world_size"] and result["checkpoint_uri"]
+    assert result["trainer_api"] == "v2"
+    assert 1 <= result["world_size"] <= 2
+    assert result["metrics"]["size"] == result["world_size"]
+    assert result["checkpoint_uri"]
     record_property("compat", f"world size {result['world_size']}")
 
 

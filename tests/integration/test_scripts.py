@@ -55,7 +55,7 @@ def test_the_taskflow_function_gets_its_context_and_its_command_line_sets_the_ta
     """On every supported Airflow: the function is called as ``@task.bash`` calls its own (context values by
     name), and what it returns sets the script, its arguments and the launcher's flags before the job."""
     from airflow_provider_horovod.decorators.horovod import _HorovodScriptDecoratedOperator
-    from airflow_provider_horovod.operators.ray import BaseRayJobOperator
+    from airflow_provider_horovod.operators.base import BaseRayJobOperator
 
     seen = {}
     monkeypatch.setattr(

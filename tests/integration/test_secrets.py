@@ -100,7 +100,8 @@ def test_no_secret_reaches_logs_xcom_fields_trigger_or_the_ray_job(
     result = op.execute_complete(context, event.payload)
 
     # The forwarded session reached the workers (a session key, not the cluster's own keys).
-    assert len(sessions) == 1 and sessions[0]["aws_session_token"]
+    assert len(sessions) == 1
+    assert sessions[0]["aws_session_token"]
     assert result["metrics"]["has_session_token"] is True
     assert result["metrics"]["key_prefix"] == sessions[0]["aws_access_key_id"][:4] != "test"
 

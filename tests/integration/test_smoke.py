@@ -79,18 +79,22 @@ def test_a_production_retraining_dag_passes_its_smoke_run_without_promoting(smok
     assert f"first {SMOKE_ROWS} rows of each dataset ['train']" in output
 
     result = xcom_values(DAG_ID, "train")["return_value"]
-    assert result["smoke_run"] is True and result["world_size"] == 2
+    assert result["smoke_run"] is True
+    assert result["world_size"] == 2
     # Stopped after the first epoch's checkpoint, of 1000.
     assert result["metrics"]["epoch"] == 0
     assert [p["report"] for p in xcom_history(result)] == [1]
     checkpoint = Path(result["checkpoint_uri"])
-    assert checkpoint.is_relative_to(storage) and (checkpoint / "model.pt").stat().st_size > 0
+    assert checkpoint.is_relative_to(storage)
+    assert (checkpoint / "model.pt").stat().st_size > 0
     # The evaluation loaded that checkpoint; the promotion refused it: no champion, no Asset event.
     evaluation = xcom_values(DAG_ID, "evaluate")["return_value"]
-    assert evaluation["checkpoint_uri"] == result["checkpoint_uri"] and evaluation["smoke_run"] is True
+    assert evaluation["checkpoint_uri"] == result["checkpoint_uri"]
+    assert evaluation["smoke_run"] is True
     assert evaluation["holdout_mse"] > 0
     summary = xcom_values(DAG_ID, "promote")["return_value"]
-    assert summary["promoted"] is False and summary["current"] is False
+    assert summary["promoted"] is False
+    assert summary["current"] is False
     assert not (storage / DAG_ID / "champion.json").exists()
     assert champion_events(storage) == []
 

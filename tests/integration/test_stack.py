@@ -123,7 +123,8 @@ def test_the_example_retraining_dag_triggered_without_a_logical_date_runs_on_the
     )
     assert ti["state"] == "success", stack.log_tail("scheduler")
     summary = stack.xcom("horovod_retraining", run_id, "promote")
-    assert summary["logical_date"] == run["run_after"][:10] and summary["checkpoint_uri"]
+    assert summary["logical_date"] == run["run_after"][:10]
+    assert summary["checkpoint_uri"]
     train = stack.api("GET", f"/dags/horovod_retraining/dagRuns/{run_id}/taskInstances/train")
     (job,) = jobs_of(ray_hook, run_id, dag_id="horovod_retraining")
     deferred = any(DEFERRED in str(r.get("event")) for r in stack.task_log("horovod_retraining", run_id, "train"))
@@ -160,7 +161,8 @@ def test_the_connection_form_shows_the_ray_fields_in_reading_order_with_switches
     page.get_by_text("Ray", exact=True).first.click()
     address = page.get_by_text("Ray dashboard address", exact=True)
     token = page.get_by_text("Ray auth token", exact=True)
-    assert address.first.is_visible() and token.first.is_visible()
+    assert address.first.is_visible()
+    assert token.first.is_visible()
     assert address.first.bounding_box()["y"] < token.first.bounding_box()["y"]  # the address, then the token
     for hidden in ("Port", "Schema", "Login"):
         assert not page.get_by_text(hidden, exact=True).is_visible(), hidden

@@ -28,8 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from airflow_provider_horovod.contract import META_RESULT_URI, XCOM_CHECKPOINT_URI, XCOM_SUBMISSION_ID
-from airflow_provider_horovod.exceptions import StorageError, TrainingResultError
-from airflow_provider_horovod.storage import Storage, StorageUnavailableError, split_uri
+from airflow_provider_horovod.exceptions import StorageError, StorageUnavailableError, TrainingResultError
+from airflow_provider_horovod.storage import Storage, split_uri
 from harness.tasks import FakeTI, defer, jobs_of, trigger_event
 
 from .test_operator import make_operator
@@ -152,8 +152,10 @@ def test_s3_down_when_the_task_starts_fails_before_submission(flaky_s3, ray_hook
     assert time.monotonic() - started < 60  # bounded, not botocore's minutes of retries
     message = str(err.value)
     assert ti.task_run.storage_uri(storage_path) in message  # names the storage
-    assert flaky_s3.url in message and "'aws_flaky'" in message  # where it looked
-    assert "does not answer" in message and "Check that the S3 service is up" in message  # what to do
+    assert flaky_s3.url in message
+    assert "'aws_flaky'" in message  # where it looked
+    assert "does not answer" in message
+    assert "Check that the S3 service is up" in message  # what to do
     assert jobs_of(ray_hook, run_id) == []  # nothing was submitted
     assert ti.xcoms == {}
 
@@ -166,7 +168,8 @@ def test_a_missing_bucket_fails_before_submission(flaky_s3, ray_hook):
     with pytest.raises(StorageUnavailableError) as err:
         op.execute({"ti": ti})
     message = str(err.value)
-    assert "the bucket 'ahp-no-such-bucket' does not exist" in message and "Create it, or fix storage_path" in message
+    assert "the bucket 'ahp-no-such-bucket' does not exist" in message
+    assert "Create it, or fix storage_path" in message
     assert jobs_of(ray_hook, run_id) == []
 
 
@@ -183,12 +186,15 @@ def test_s3_down_after_submission_fails_the_job_and_the_task(flaky_s3, ray_hook)
     deferred = defer(op, ti)  # the bucket answered: the job is submitted
     flaky_s3.down()  # before the job's driver has even started
     event = trigger_event(deferred)
-    assert event["outcome"] == "error" and event["job_status"] == "FAILED", event
+    assert event["outcome"] == "error", event
+    assert event["job_status"] == "FAILED", event
     with pytest.raises(StorageError) as err:
         complete(lambda: tiny_operator(f"s3://{flaky_s3.bucket}/runs", run_id, **kwargs), ti, deferred, event)
     message = str(err.value)
     # The job's own words: it could not reach the bucket.
-    assert "storage:" in message and flaky_s3.bucket in message and "connect" in message.lower(), message
+    assert "storage:" in message, message
+    assert flaky_s3.bucket in message, message
+    assert "connect" in message.lower(), message
     assert no_result_pushed(ti)
     assert [j["submission_id"] for j in jobs_of(ray_hook, run_id)] == [deferred.trigger.submission_id]
 
@@ -209,8 +215,10 @@ def test_s3_down_when_the_operator_checks_fails_then_the_retry_reuses_the_job(fl
     with pytest.raises(TrainingResultError) as err:
         complete(make, ti, deferred, event)
     message = str(err.value)
-    assert event["metadata"][META_RESULT_URI] in message and flaky_s3.url in message, message
-    assert "does not answer" in message and "retry the task" in message
+    assert event["metadata"][META_RESULT_URI] in message, message
+    assert flaky_s3.url in message, message
+    assert "does not answer" in message
+    assert "retry the task" in message
     assert no_result_pushed(ti)
 
     flaky_s3.up()  # the storage is back: the retry re-attaches to the finished job, no second job
@@ -219,7 +227,8 @@ def test_s3_down_when_the_operator_checks_fails_then_the_retry_reuses_the_job(fl
     # The job has ended: the retry finishes it in the worker, without a deferral.
     result = make().execute({"ti": retry_ti})
     assert retry_ti.xcoms[XCOM_SUBMISSION_ID] == deferred.trigger.submission_id
-    assert result["checkpoint_uri"] == checkpoint_of(event) and result["attempt"] == 1
+    assert result["checkpoint_uri"] == checkpoint_of(event)
+    assert result["attempt"] == 1
     assert retry_ti.xcoms[XCOM_CHECKPOINT_URI] == result["checkpoint_uri"]
     assert len(jobs_of(ray_hook, run_id)) == 1
 
@@ -265,7 +274,8 @@ def test_a_checkpoint_that_vanishes_before_the_check_fails_the_task(
         complete(make, ti, deferred, event)
     message = str(err.value)
     assert f"checkpoint {checkpoint}, but it is missing or empty" in message, message
-    assert "No checkpoint URI was pushed" in message and "Retry or clear the task" in message
+    assert "No checkpoint URI was pushed" in message
+    assert "Retry or clear the task" in message
     assert no_result_pushed(ti)
 
     # The retry does not reuse the job whose checkpoint is gone (it would fail again): it trains anew.
@@ -274,7 +284,8 @@ def test_a_checkpoint_that_vanishes_before_the_check_fails_the_task(
     again = defer(make(), retry_ti)
     assert again.trigger.submission_id == ti.task_run.submission_id(2)
     result = complete(make, retry_ti, again, trigger_event(again))
-    assert result["attempt"] == 2 and result["checkpoint_uri"] != checkpoint
+    assert result["attempt"] == 2
+    assert result["checkpoint_uri"] != checkpoint
     assert Storage().folder_has_files(result["checkpoint_uri"])
     assert retry_ti.xcoms[XCOM_CHECKPOINT_URI] == result["checkpoint_uri"]
     assert [j["submission_id"] for j in sorted(jobs_of(ray_hook, run_id), key=lambda j: j["submission_id"])] == [
@@ -356,8 +367,11 @@ def test_a_backfill_of_20_runs_at_once_completes_each_with_its_own_checkpoint(
     # Every run: its own job, its own checkpoint under its own folder, a complete XCom.
     for ti, deferred, result in zip(tis, deferrals, results, strict=True):
         assert result["submission_id"] == deferred.trigger.submission_id == ti.task_run.submission_id(1)
-        assert RESULT_KEYS <= set(result) and result["world_size"] == 2 and result["attempt"] == 1
-        assert result["metrics"]["run"] == ti.run_id and result["metrics"]["size"] == 2  # its own config ran
+        assert RESULT_KEYS <= set(result)
+        assert result["world_size"] == 2
+        assert result["attempt"] == 1
+        assert result["metrics"]["run"] == ti.run_id
+        assert result["metrics"]["size"] == 2  # its own config ran
         assert result["checkpoint_uri"].startswith(ti.task_run.storage_uri(storage_path))
         assert Storage().folder_has_files(result["checkpoint_uri"])
         assert ti.xcoms[XCOM_CHECKPOINT_URI] == result["checkpoint_uri"]

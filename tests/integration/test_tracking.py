@@ -95,7 +95,8 @@ def mlflow_server(tmp_path_factory):
                         break
             except OSError:
                 pass
-            assert server.poll() is None and time.monotonic() < deadline, (folder / "server.log").read_text()[-3000:]
+            assert server.poll() is None, (folder / "server.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, (folder / "server.log").read_text()[-3000:]
             time.sleep(0.5)
         yield MlflowServer(uri)
     finally:
@@ -166,16 +167,19 @@ def test_a_failed_then_resumed_training_logs_one_mlflow_run(
         op.execute({"ti": ti})
     first = mlflow_server.read(experiment, ("epoch",))
     (failed,) = first["runs"]
-    assert failed["status"] == "FAILED" and failed["history"]["epoch"] == [[1, 0.0], [2, 1.0]], failed
+    assert failed["status"] == "FAILED", failed
+    assert failed["history"]["epoch"] == [[1, 0.0], [2, 1.0]], failed
 
     ti.try_number = 2
     result = op.execute({"ti": ti})
     elapsed = time.monotonic() - started
-    assert result["attempt"] == 2 and result["metrics"]["start_epoch"] == 2  # resumed from epoch 1's checkpoint
+    assert result["attempt"] == 2
+    assert result["metrics"]["start_epoch"] == 2  # resumed from epoch 1's checkpoint
 
     read = mlflow_server.read(experiment, ("epoch", "loss", "start_epoch"))
     (run,) = read["runs"]  # the retry went on with the first attempt's run
-    assert run["run_id"] == failed["run_id"] and run["status"] == "FINISHED"
+    assert run["run_id"] == failed["run_id"]
+    assert run["status"] == "FINISHED"
     # Every report of both attempts, at its step, in order.
     assert run["history"]["epoch"] == [[1, 0.0], [2, 1.0], [3, 2.0], [4, 3.0]]
     assert [step for step, _ in run["history"]["loss"]] == [1, 2, 3, 4]
@@ -212,7 +216,8 @@ def test_a_failed_then_resumed_training_logs_one_mlflow_run(
         "ray.attempt": "2",
         "ray.submission_id": result["submission_id"],
     }
-    assert tags["checkpoint_uri"] == result["checkpoint_uri"] and "/attempt-2/" in tags["checkpoint_uri"]
+    assert tags["checkpoint_uri"] == result["checkpoint_uri"]
+    assert "/attempt-2/" in tags["checkpoint_uri"]
     assert tags["mlflow.runName"] == f"train {ti.run_id}"
 
     # The run in the task's result and on its extra link.

@@ -222,7 +222,8 @@ def test_in_dark_mode_the_view_is_dark(stack, runs, browser):
         shots[scheme] = mean_brightness(page, page.locator(VIEW).screenshot())
         if scheme == "dark":
             page.screenshot(path=str(SCREENSHOTS / "training-view-dark.png"))
-    assert shots["light"] > 200 and shots["dark"] < 60, shots
+    assert shots["light"] > 200, shots
+    assert shots["dark"] < 60, shots
 
 
 @pytest.mark.oldest_airflow
@@ -234,7 +235,8 @@ def test_a_task_that_does_not_train_shows_a_neutral_line_and_no_error(stack, his
     message.wait_for(timeout=60_000)
     assert message.inner_text() == "This task does not train with Horovod: there are no training curves here."
     assert page.locator(VIEW).get_attribute("data-trains") == "no"
-    assert page.get_by_test_id("problem").count() == 0 and page.locator(f"{VIEW} .ahp-chart").count() == 0
+    assert page.get_by_test_id("problem").count() == 0
+    assert page.locator(f"{VIEW} .ahp-chart").count() == 0
     assert page.errors == []
 
 
@@ -252,13 +254,16 @@ def test_the_history_of_a_dag_with_three_runs_shows_three_rows_and_its_charts(st
     # Every run's cost after its duration; then the metric that ranks checkpoints leads; epoch, which
     # counts rather than measures, is no column.
     assert header[header.index("duration") + 1 :][:2] == ["cost", "val_loss"]
-    assert "holdout_mse" in header and header[-1] == "champion" and "epoch" not in header
+    assert "holdout_mse" in header
+    assert header[-1] == "champion"
+    assert "epoch" not in header
     costs = table.locator("tbody td[data-cost]")
     assert [costs.nth(i).get_attribute("data-cost") for i in range(3)] == ["yes"] * 3
     assert all(re.fullmatch(r"[\d.]+ worker-s", text) for text in costs.all_inner_texts()), costs.all_inner_texts()
     assert [rows.nth(i).locator("td").last.inner_text() for i in range(3)] == ["moved", "kept", "moved"]
     charts = [c.get_attribute("data-chart") for c in page.locator("[data-testid=history-view] .ahp-chart").all()]
-    assert charts[:1] == ["m-val_loss"] and {"e-holdout_mse", "duration", "compare"} <= set(charts)
+    assert charts[:1] == ["m-val_loss"]
+    assert {"e-holdout_mse", "duration", "compare"} <= set(charts)
     compare = page.locator('[data-chart="compare"]')
     compare.wait_for(timeout=30_000)
     assert compare.get_attribute("data-series") == "2"  # two runs' curves on one chart
@@ -313,11 +318,13 @@ def test_under_a_sub_path_both_views_load_their_bundle_and_icons_from_under_it(s
     ):
         page = open_page(browser, url, only_under="/airflow", height=1200)
         page.locator(ready).wait_for(timeout=60_000)
-        assert page.refused == [] and page.errors == [], (page.refused, page.errors)
+        assert page.refused == [], (page.refused, page.errors)
+        assert page.errors == [], (page.refused, page.errors)
     # The views' entries as the UI gets them: the bundle and the icons under the sub-path, served there.
     (plugin,) = [p for p in sub_path.api("GET", "/plugins")["plugins"] if p["name"] == "horovod_training"]
     for app in plugin["react_apps"]:
         for key in ("bundle_url", "icon", "icon_dark_mode"):
             assert app[key].startswith("/airflow/horovod/static/"), (key, app[key])
             served = httpx.get(f"http://127.0.0.1:{sub_path.port}{app[key]}", timeout=30)
-            assert served.status_code == 200 and served.content, (key, served.status_code)
+            assert served.status_code == 200, (key, served.status_code)
+            assert served.content, (key, served.status_code)

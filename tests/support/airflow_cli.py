@@ -1,14 +1,14 @@
 """Run DAGs the way users and their CI do: `airflow dags test` in a subprocess, or ``dag.test()`` in this
 process (docs/ci.md's pytest example) where the command line is not what a test checks: each
-`airflow dags test` starts Airflow anew, about 7 s of CPU on this machine."""
+`airflow dags test` starts Airflow anew. The runner and ``tagged_json`` are the harness's
+(``harness/airflow_cli.py``), shared with the benchmarks."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 
+from harness import airflow_cli
+from harness.airflow_cli import tagged_json
 from harness.stack import airflow_bin
 
 __all__ = ["TEST_DAGS", "airflow_bin", "dag_test", "dags_test", "tagged_json", "xcom_values"]
@@ -24,14 +24,11 @@ def dags_test(
     dags_folder: Path = TEST_DAGS,
     timeout: int = 600,
     env: dict | None = None,
-) -> subprocess.CompletedProcess:
-    cmd = [airflow_bin(), "dags", "test", dag_id]
-    if logical_date:
-        cmd.append(logical_date)
-    if conf:
-        cmd += ["--conf", json.dumps(conf)]
-    env = {**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder), **(env or {})}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+):
+    """`airflow dags test` of a DAG of tests/dags (or of ``dags_folder``)."""
+    return airflow_cli.dags_test(
+        dag_id, conf=conf, logical_date=logical_date, dags_folder=dags_folder, timeout=timeout, env=env
+    )
 
 
 def dag_test(dag_id: str, dag_file: Path, *, conf: dict | None = None, logical_date: str | None = None):
@@ -53,12 +50,6 @@ def dag_test(dag_id: str, dag_file: Path, *, conf: dict | None = None, logical_d
         return bag.dags[dag_id].test(logical_date=when, run_conf=conf)
     finally:
         settings.DAGS_FOLDER = folder
-
-
-def tagged_json(output: str, tag: str) -> list[dict]:
-    """Objects that tasks printed as `<tag> {json}` lines (the task log may add its own suffix)."""
-    decoder = json.JSONDecoder()
-    return [decoder.raw_decode(line.split(tag + " ", 1)[1])[0] for line in output.splitlines() if tag + " " in line]
 
 
 def xcom_values(dag_id: str, task_id: str, run_id: str | None = None) -> dict:

@@ -1,6 +1,6 @@
 """Wall time against CPU time per test, so waiting (which can overlap) is told apart from work (which
 cannot on a small machine). CPU is the whole machine's busy time over the test (every process: the
-Ray head, Airflow's components, the test itself), from ``/proc/stat``.
+Ray head, Airflow's components, the test itself), from ``/proc/stat`` (``harness/processes.py``).
 
 Registered by ``tests/conftest.py`` when ``AHP_TIMINGS_DIR`` is set: each pytest run writes
 ``$AHP_TIMINGS_DIR/<run name>.json`` (the name from ``AHP_TIMINGS_NAME``), and
@@ -17,19 +17,13 @@ from pathlib import Path
 
 import pytest
 
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
 
 def machine_busy_s() -> float:
-    """Seconds of CPU the machine spent busy since boot, all cores together."""
-    try:
-        with open("/proc/stat", encoding="ascii") as stat:
-            fields = [int(v) for v in stat.readline().split()[1:]]
-    except OSError:
-        return 0.0
-    # user nice system idle iowait irq softirq steal: everything but idle and iowait.
-    busy = sum(fields[:8]) - fields[3] - fields[4]
-    return busy / _TICKS
+    """Seconds of CPU the machine spent busy since boot (``harness/processes.py``; imported on call, since
+    ``python tests/support/timing.py`` runs without the checkout's root on its path)."""
+    from harness.processes import machine_busy_s as busy
+
+    return busy()
 
 
 class Timings:

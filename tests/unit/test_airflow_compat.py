@@ -19,7 +19,8 @@ def test_state_store_round_trip():
     context = {"task_state_store": store}
     assert compat.state_get(context, "k") is None
     compat.state_set(context, "k", {"lines": 3})
-    assert store == {"k": {"lines": 3}} and compat.state_get(context, "k") == {"lines": 3}
+    assert store == {"k": {"lines": 3}}
+    assert compat.state_get(context, "k") == {"lines": 3}
 
 
 def test_without_a_store():

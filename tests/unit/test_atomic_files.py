@@ -15,7 +15,8 @@ def test_the_file_is_written_whole_in_a_folder_made_for_it(tmp_path):
     write_atomically(str(path), b'{"a": 1}')
     assert path.read_bytes() == b'{"a": 1}'
     write_atomically(str(path), b'{"a": 2}')
-    assert path.read_bytes() == b'{"a": 2}' and os.listdir(path.parent) == ["result.json"]
+    assert path.read_bytes() == b'{"a": 2}'
+    assert os.listdir(path.parent) == ["result.json"]
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
@@ -28,4 +29,5 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, mon
     monkeypatch.setattr(os, "replace", refused)
     with pytest.raises(OSError, match="disk full"):
         write_atomically(str(path), b"new")
-    assert path.read_bytes() == b"old" and os.listdir(tmp_path) == ["result.json"]
+    assert path.read_bytes() == b"old"
+    assert os.listdir(tmp_path) == ["result.json"]

@@ -30,10 +30,13 @@ def test_local_files_the_record_the_worker_groups_the_history_and_the_checkpoint
     files = everything(Storage(), str(tmp_path), 3)
     assert files.record == {"history": HISTORY, "unknown_field": 1}  # as written, what this version ignores too
     assert (files.history, files.worker_groups, files.checkpoints) == (HISTORY, GROUPS, {"checkpoint_000001"})
-    assert files.unread == {} and files.checkpoint_uri("checkpoint_000001") == f"{tmp_path}/attempt-3/checkpoint_000001"
+    assert files.unread == {}
+    assert files.checkpoint_uri("checkpoint_000001") == f"{tmp_path}/attempt-3/checkpoint_000001"
     only_the_record = read_attempt(Storage(), str(tmp_path), 3)
-    assert only_the_record.record == files.record and only_the_record.history is None
-    assert only_the_record.worker_groups == [] and only_the_record.checkpoints is None
+    assert only_the_record.record == files.record
+    assert only_the_record.history is None
+    assert only_the_record.worker_groups == []
+    assert only_the_record.checkpoints is None
 
 
 def test_the_folders_are_listed_only_when_a_report_named_a_checkpoint(tmp_path):
@@ -46,9 +49,11 @@ def test_the_folders_are_listed_only_when_a_report_named_a_checkpoint(tmp_path):
 
     (tmp_path / "attempt-1").mkdir()
     (tmp_path / "attempt-1" / "metrics_history.json").write_text(json.dumps([{"report": 1, "checkpoint": None}]))
-    assert everything(Counting(), str(tmp_path), 1).checkpoints is None and Counting.listings == 0
+    assert everything(Counting(), str(tmp_path), 1).checkpoints is None
+    assert Counting.listings == 0
     (tmp_path / "attempt-1" / "metrics_history.json").write_text(json.dumps(HISTORY))
-    assert everything(Counting(), str(tmp_path), 1).checkpoints == frozenset() and Counting.listings == 1
+    assert everything(Counting(), str(tmp_path), 1).checkpoints == frozenset()
+    assert Counting.listings == 1
 
 
 def test_what_cannot_be_read_is_said_in_the_snapshot_not_raised(tmp_path):
@@ -61,7 +66,9 @@ def test_what_cannot_be_read_is_said_in_the_snapshot_not_raised(tmp_path):
     (tmp_path / "attempt-2").mkdir()
     (tmp_path / "attempt-2" / "result.json").write_text('{"cut sh')  # a file cut short
     files = everything(HistoryDown(), str(tmp_path), 2)
-    assert set(files.unread) == {"record", "history"} and files.record is None and files.history is None
+    assert set(files.unread) == {"record", "history"}
+    assert files.record is None
+    assert files.history is None
     assert str(files.unread["history"]) == "the S3 endpoint does not answer"
     assert isinstance(files.unread["record"], ValueError)
 
@@ -79,6 +86,8 @@ def test_s3_one_listing_finds_the_checkpoints_and_a_folder_marker_alone_is_no_ch
     ):
         client.put_object(Bucket=bucket, Key=key, Body=json.dumps(HISTORY).encode())
     files = everything(Storage(), base, 1)
-    assert files.checkpoints == {"checkpoint_000002"} and files.history == HISTORY and files.record is None
+    assert files.checkpoints == {"checkpoint_000002"}
+    assert files.history == HISTORY
+    assert files.record is None
     assert files.unread == {}
     assert everything(Storage(), f"s3://{bucket}/nothing", 1) == AttemptFiles(f"s3://{bucket}/nothing", 1)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_horovod import build_horovod as bh
+from airflow_provider_horovod.exceptions import SourceChanged
 
 # The lines of Horovod 0.28.1's sdist that the edits change, around lines that must stay.
 FAKE_SDIST = {
@@ -125,14 +126,14 @@ def test_patch_sources_twice_changes_nothing(tmp_path):
 )
 def test_patch_sources_refuses_a_changed_source(tmp_path, rel, text, says):
     src = fake_sdist(tmp_path, {**FAKE_SDIST, rel: text})
-    with pytest.raises(bh.SourceChanged, match="Horovod's source changed") as raised:
+    with pytest.raises(SourceChanged, match="Horovod's source changed") as raised:
         bh.patch_sources(src)
     assert says in str(raised.value)
 
 
 def test_patch_sources_refuses_a_missing_file(tmp_path):
     files = {rel: text for rel, text in FAKE_SDIST.items() if rel != "horovod/common/group_table.h"}
-    with pytest.raises(bh.SourceChanged, match="group_table.h is missing"):
+    with pytest.raises(SourceChanged, match="group_table.h is missing"):
         bh.patch_sources(fake_sdist(tmp_path, files))
 
 
@@ -191,19 +192,25 @@ def test_cached_wheel_ignores_partial_copies(tmp_path):
 def test_build_env_cpu():
     env = bh.build_env({"PATH": "/bin", "HOROVOD_GPU_OPERATIONS": ""}, jobs=3)
     assert env["PATH"] == "/bin"
-    assert env["HOROVOD_WITH_PYTORCH"] == "1" and env["HOROVOD_CPU_OPERATIONS"] == "GLOO"
+    assert env["HOROVOD_WITH_PYTORCH"] == "1"
+    assert env["HOROVOD_CPU_OPERATIONS"] == "GLOO"
     assert env["HOROVOD_WITHOUT_MPI"] == env["HOROVOD_WITHOUT_TENSORFLOW"] == env["HOROVOD_WITHOUT_MXNET"] == "1"
-    assert env["CMAKE_POLICY_VERSION_MINIMUM"] == "3.5" and env["MAKEFLAGS"] == "-j3"
-    assert "HOROVOD_GPU_OPERATIONS" not in env and "HOROVOD_NCCL_LIB" not in env
+    assert env["CMAKE_POLICY_VERSION_MINIMUM"] == "3.5"
+    assert env["MAKEFLAGS"] == "-j3"
+    assert "HOROVOD_GPU_OPERATIONS" not in env
+    assert "HOROVOD_NCCL_LIB" not in env
 
 
 def test_build_env_gpu_with_torchs_nccl():
     base = {"MAKEFLAGS": "-j1", "HOROVOD_BUILD_CUDA_CC_LIST": "90"}
     assert bh.wants_torch_nccl(base, "NCCL")
     env = bh.build_env(base, "NCCL", "/site/nvidia/nccl/include", "/tmp/w/nccl-lib")
-    assert env["HOROVOD_GPU_OPERATIONS"] == "NCCL" and env["HOROVOD_BUILD_CUDA_CC_LIST"] == "90"
-    assert env["HOROVOD_NCCL_INCLUDE"] == "/site/nvidia/nccl/include" and env["HOROVOD_NCCL_LIB"] == "/tmp/w/nccl-lib"
-    assert env["HOROVOD_NCCL_LINK"] == "SHARED" and env["MAKEFLAGS"] == "-j1"
+    assert env["HOROVOD_GPU_OPERATIONS"] == "NCCL"
+    assert env["HOROVOD_BUILD_CUDA_CC_LIST"] == "90"
+    assert env["HOROVOD_NCCL_INCLUDE"] == "/site/nvidia/nccl/include"
+    assert env["HOROVOD_NCCL_LIB"] == "/tmp/w/nccl-lib"
+    assert env["HOROVOD_NCCL_LINK"] == "SHARED"
+    assert env["MAKEFLAGS"] == "-j1"
     assert base == {"MAKEFLAGS": "-j1", "HOROVOD_BUILD_CUDA_CC_LIST": "90"}  # not changed in place
 
 
@@ -219,7 +226,8 @@ def test_cuda_home_named_first_else_the_default_where_it_has_nvcc(tmp_path):
 def test_build_env_names_the_cuda_toolkit_to_cmake():
     env = bh.build_env({"CUDA_HOME": "/usr/local"}, cuda="/usr/local/cuda")
     assert env["HOROVOD_CUDA_HOME"] == env["CUDA_HOME"] == "/usr/local/cuda"  # torch's cpp_extension reads CUDA_HOME
-    assert "HOROVOD_CUDA_HOME" not in bh.build_env({}) and "CUDA_HOME" not in bh.build_env({})
+    assert "HOROVOD_CUDA_HOME" not in bh.build_env({})
+    assert "CUDA_HOME" not in bh.build_env({})
 
 
 def test_torchs_nccl_only_when_no_nccl_is_named():

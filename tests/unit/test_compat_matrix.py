@@ -26,11 +26,14 @@ def test_junit_cases_become_cells(tmp_path):
     path.write_text(XML)
     cases = compat.junit(path)
     train = cases[f"{compat.BUG}[auto]"]
-    assert train["outcome"] == "pass" and train["properties"] == {"compat": "legacy"} and train["time_s"] == 41.2
+    assert train["outcome"] == "pass"
+    assert train["properties"] == {"compat": "legacy"}
+    assert train["time_s"] == 41.2
     assert compat.cell(train) == "pass (legacy)"
     assert compat.cell(cases[f"{compat.BUG}[v2]"]) == "fail: AssertionError: one job \\| two"
     assert compat.cell(cases["test_a_ray_task_returns_its_value"]) == "not supported: no such thing"
-    assert compat.cell(None) == "not run" and compat.junit(tmp_path / "missing.xml") == {}
+    assert compat.cell(None) == "not run"
+    assert compat.junit(tmp_path / "missing.xml") == {}
     refused = {"outcome": "pass", "message": "", "properties": {"compat": "not supported: refused, naming 2.55"}}
     assert compat.cell(refused) == "not supported: refused, naming 2.55 (checked)"
 

@@ -75,9 +75,12 @@ def test_runs_that_sanitise_alike_still_differ():
 def test_ids_and_paths_use_safe_characters_only():
     run = TaskRun("my dag/ü", "group.task:x", "manual__2026-11-01T00:00:00+00:00 #?&", map_index=3)
     sid = run.submission_id(12)
-    assert SAFE.match(sid) and sid.startswith("ahp-") and sid.endswith("-a12")
+    assert SAFE.match(sid)
+    assert sid.startswith("ahp-")
+    assert sid.endswith("-a12")
     uri = run.storage_uri("s3://bucket/prefix/")
-    assert uri.startswith("s3://bucket/prefix/") and "//" not in uri[len("s3://") :]
+    assert uri.startswith("s3://bucket/prefix/")
+    assert "//" not in uri[len("s3://") :]
     assert all(SAFE.match(part) for part in uri[len("s3://bucket/prefix/") :].split("/"))
     assert uri.endswith("/map-3")
 
@@ -163,7 +166,8 @@ def test_the_storage_root_is_read_back_from_a_task_runs_folder_and_its_attempts(
 
 
 def test_job_status_is_a_string():
-    assert JobStatus.RUNNING == "RUNNING" and isinstance(JobStatus.FAILED, str)
+    assert JobStatus.RUNNING == "RUNNING"
+    assert isinstance(JobStatus.FAILED, str)
     assert json.dumps({"s": JobStatus.SUCCEEDED}) == '{"s": "SUCCEEDED"}'
     assert {s.value for s in JobStatus} == {"PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"}
 
@@ -183,19 +187,23 @@ def test_a_state_this_provider_does_not_know_is_none_where_a_wait_asks_gently(va
 def test_an_unknown_status_is_an_error_naming_it(value):
     with pytest.raises(UnknownJobStatusError, match=re.escape(repr(value))):
         JobStatus.of(value)
-    assert JobStatus.of("FAILED") is JobStatus.FAILED and JobStatus.of(JobStatus.PENDING) is JobStatus.PENDING
+    assert JobStatus.of("FAILED") is JobStatus.FAILED
+    assert JobStatus.of(JobStatus.PENDING) is JobStatus.PENDING
 
 
 def test_the_python_minor_version_and_a_records_timings():
     assert python_minor() == f"{sys.version_info.major}.{sys.version_info.minor}"
     started = time.time() - 2.0
     made = timings(started, fit_s=1.5)
-    assert list(made) == ["started_at", "finished_at", "fit_s", "total_s"] and made["fit_s"] == 1.5
-    assert made["started_at"] == started and made["total_s"] == round(made["finished_at"] - started, 3) >= 2.0
+    assert list(made) == ["started_at", "finished_at", "fit_s", "total_s"]
+    assert made["fit_s"] == 1.5
+    assert made["started_at"] == started
+    assert made["total_s"] == round(made["finished_at"] - started, 3) >= 2.0
 
 
 def test_trainer_apis_and_job_kinds_are_strings():
-    assert [api.value for api in TrainerApi] == ["auto", "v2", "legacy"] and TrainerApi.V2 == "v2"
+    assert [api.value for api in TrainerApi] == ["auto", "v2", "legacy"]
+    assert TrainerApi.V2 == "v2"
     assert [kind.value for kind in JobKind] == ["train", "task"]
 
 
@@ -212,21 +220,25 @@ def test_required_positional_parameters(fn, count):
 
 @pytest.mark.parametrize("version", ["2.50.0", "2.50.1", "2.55.1", "2.60.0", "2.60.0rc1", "2.60"])
 def test_tested_ray_versions_run_without_a_warning(version):
-    assert check_ray_version(version) is None and untested_ray_version(version) is None
+    assert check_ray_version(version) is None
+    assert untested_ray_version(version) is None
 
 
 @pytest.mark.parametrize("version", ["2.61.0", "2.70.1", "3.0.0"])
 def test_newer_ray_versions_run_with_a_warning_naming_the_tested_range(version):
     assert check_ray_version(version) is None
     warning = untested_ray_version(version)
-    assert f"Ray {version} is newer" in warning and "(2.50 to 2.60)" in warning and "docs/compatibility.md" in warning
+    assert f"Ray {version} is newer" in warning
+    assert "(2.50 to 2.60)" in warning
+    assert "docs/compatibility.md" in warning
 
 
 @pytest.mark.parametrize("version", ["2.49.2", "2.9.3", "1.60.0", None, "", "nightly"])
 def test_older_ray_versions_are_refused_with_the_range_and_the_fix(version):
     problem = check_ray_version(version)
     (low, _) = RAY_VERSIONS
-    assert problem is not None and f"runs on Ray {low[0]}.{low[1]} or newer (tested: 2.50 to 2.60)" in problem
+    assert problem is not None
+    assert f"runs on Ray {low[0]}.{low[1]} or newer (tested: 2.50 to 2.60)" in problem
     assert f"ray[default,train]>={low[0]}.{low[1]}" in problem
     assert (f"it runs Ray {version}," if version else "of an unknown version") in problem
 
@@ -236,4 +248,5 @@ def test_elastic_training_needs_ray_2_55(version, refused):
     problem = elastic_ray_problem(version)
     assert (problem is not None) == refused
     if refused:
-        assert f"the cluster's Ray {version} lacks" in problem and "first comes with Ray 2.55" in problem
+        assert f"the cluster's Ray {version} lacks" in problem
+        assert "first comes with Ray 2.55" in problem

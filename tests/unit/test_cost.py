@@ -34,7 +34,8 @@ def test_one_attempt_from_rays_times_and_its_worker_group():
     assert (cost["world_size"], cost["worker_s"], cost["cpu_s"], cost["gpu_s"]) == (2, 100.0, 200.0, 0.0)
     assert cost["amount"] == pytest.approx(200 / 3600 * 3.6)  # 0.2 EUR
     assert (cost["submitted_at"], cost["workers_started_at"], cost["ended_at"]) == (95.0, 110.0, 162.0)
-    assert cost["failed"] is False and cost["attempt"] == 1
+    assert cost["failed"] is False
+    assert cost["attempt"] == 1
 
 
 def test_a_restarted_worker_group_counts_each_group_at_its_own_size():
@@ -48,8 +49,11 @@ def test_a_restarted_worker_group_counts_each_group_at_its_own_size():
         per_worker={"CPU": 1.0, "GPU": 1.0},
         prices=None,
     )
-    assert cost["worker_s"] == 2 * 30 + 1 * 20 and cost["gpu_s"] == 80.0 and cost["held_s"] == 50.0
-    assert cost["world_size"] == 2 and cost["amount"] is None
+    assert cost["worker_s"] == 2 * 30 + 1 * 20
+    assert cost["gpu_s"] == 80.0
+    assert cost["held_s"] == 50.0
+    assert cost["world_size"] == 2
+    assert cost["amount"] is None
 
 
 def test_an_elastic_runs_segments_win_over_the_worker_groups():
@@ -66,7 +70,9 @@ def test_an_elastic_runs_segments_win_over_the_worker_groups():
         per_worker={"CPU": 1.0},
         prices=None,
     )
-    assert cost["worker_s"] == 4 * 10 + 2 * 30 and cost["queued_s"] == 20.0 and cost["world_size"] == 4
+    assert cost["worker_s"] == 4 * 10 + 2 * 30
+    assert cost["queued_s"] == 20.0
+    assert cost["world_size"] == 4
 
 
 def test_a_driver_killed_before_its_record_falls_back_to_rays_times():
@@ -119,11 +125,14 @@ def test_the_total_counts_failed_attempts_and_shows_their_share():
     total = cost["total"]
     assert (total["worker_s"], total["cpu_s"], total["wall_s"]) == (60.0 + 100.0, 320.0, 102.0)
     assert (total["attempts"], total["failed_attempts"], total["failed_worker_s"]) == (2, 1, 60.0)
-    assert total["amount"] == pytest.approx(320 / 3600 * 3.6) and total["failed_amount"] == pytest.approx(0.12)
-    assert cost["resources_per_worker"] == CPU2 and cost["prices"] == PRICES
+    assert total["amount"] == pytest.approx(320 / 3600 * 3.6)
+    assert total["failed_amount"] == pytest.approx(0.12)
+    assert cost["resources_per_worker"] == CPU2
+    assert cost["prices"] == PRICES
     line = summary(cost)
     assert line.startswith("Cost: 2 attempt(s), wall 102.0 s, queued 20.0 s, 160.0 worker-s (CPU 320.0 s, GPU 0.0 s)")
-    assert "0.3200 EUR" in line and "1 failed attempt(s): 60.0 worker-s, 0.1200" in line
+    assert "0.3200 EUR" in line
+    assert "1 failed attempt(s): 60.0 worker-s, 0.1200" in line
 
 
 def test_without_prices_there_is_no_amount():
@@ -131,9 +140,11 @@ def test_without_prices_there_is_no_amount():
         record(), failed=False, submitted_at=None, ended_at=None, worker_groups=[], per_worker=CPU2, prices=None
     )
     cost = task_run_cost([only], per_worker=CPU2, prices=None)
-    assert cost["total"]["amount"] is None and cost["prices"] is None
+    assert cost["total"]["amount"] is None
+    assert cost["prices"] is None
     assert only["wall_s"] == 60.0  # the driver's own times stand in for Ray's
-    assert "EUR" not in summary(cost) and "failed" not in summary(cost)
+    assert "EUR" not in summary(cost)
+    assert "failed" not in summary(cost)
     assert amount(3600.0, 3600.0, {"gpu_hour": 2.0}) == 2.0
 
 

@@ -43,9 +43,12 @@ def test_session_credentials_from_the_connection(aws_conn, s3):
         "region_name",
         "endpoint_url",
     }
-    assert session["aws_access_key_id"] and session["aws_session_token"]
-    assert session["aws_access_key_id"] != KEY_ID and session["aws_secret_access_key"] != SECRET_KEY
-    assert session["endpoint_url"] == s3.endpoint_url and session["region_name"] == "eu-west-1"
+    assert session["aws_access_key_id"]
+    assert session["aws_session_token"]
+    assert session["aws_access_key_id"] != KEY_ID
+    assert session["aws_secret_access_key"] != SECRET_KEY
+    assert session["endpoint_url"] == s3.endpoint_url
+    assert session["region_name"] == "eu-west-1"
     from datetime import datetime
 
     datetime.fromisoformat(session["expiration"])
@@ -71,8 +74,10 @@ def test_sts_errors_name_the_connection_and_not_the_keys(aws_conn, monkeypatch):
     with pytest.raises(HorovodProviderError) as err:
         session_credentials(aws_conn, 900)
     message = str(err.value)
-    assert "connection 'aws_x'" in message and "sts:GetSessionToken" in message
-    assert KEY_ID not in message and SECRET_KEY not in message
+    assert "connection 'aws_x'" in message
+    assert "sts:GetSessionToken" in message
+    assert KEY_ID not in message
+    assert SECRET_KEY not in message
 
 
 def test_without_the_amazon_provider(monkeypatch):
@@ -95,7 +100,8 @@ def test_the_cluster_side_environment_of_a_session(aws_conn, monkeypatch):
     # The cluster's own endpoint and region win over Airflow's.
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://cluster-side:9000")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    assert "AWS_ENDPOINT_URL" not in session_env(session) and "AWS_DEFAULT_REGION" not in session_env(session)
+    assert "AWS_ENDPOINT_URL" not in session_env(session)
+    assert "AWS_DEFAULT_REGION" not in session_env(session)
 
 
 def test_the_training_function_runs_with_the_session_in_its_environment(monkeypatch):
@@ -107,5 +113,6 @@ def test_the_training_function_runs_with_the_session_in_its_environment(monkeypa
         return os.environ.get("AWS_SESSION_TOKEN"), config
 
     wrapped = with_env(train, {"AWS_SESSION_TOKEN": "token"})
-    assert wrapped({"a": 1}) == ("token", {"a": 1}) and wrapped.__name__ == "train"
+    assert wrapped({"a": 1}) == ("token", {"a": 1})
+    assert wrapped.__name__ == "train"
     monkeypatch.delenv("AWS_SESSION_TOKEN")

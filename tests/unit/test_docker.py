@@ -204,7 +204,8 @@ def test_the_images_are_the_pinned_ones(versions):
     # Every version the Ray image names is versions.env's.
     ray_args = [a for r in runs(stages(RAY_DOCKERFILE)[-1]) for args in pip_installs(r) for a in args]
     torch = [a for a in ray_args if a.startswith("torch")]
-    assert torch and set(torch) == {f"torch=={versions['TORCH']}"}, torch
+    assert torch, torch
+    assert set(torch) == {f"torch=={versions['TORCH']}"}, torch
     ray = [a for a in ray_args if re.match(r"ray\b", a)]
     assert ray == [f"ray[default,train]=={versions['RAY']}"], ray
     # The compose file's Airflow image carries the same version.
@@ -252,11 +253,13 @@ def test_the_airflow_side_has_neither_torch_nor_ray():
     for keyword, arguments in instructions(AIRFLOW_DOCKERFILE):
         for name in CLUSTER_ONLY:
             assert not re.search(rf"\b{name}\b", arguments, re.IGNORECASE), (keyword, arguments)
-        assert "download.pytorch.org" not in arguments and "EXAMPLES" not in arguments, arguments
+        assert "download.pytorch.org" not in arguments, arguments
+        assert "EXAMPLES" not in arguments, arguments
     # What that install brings: the provider's core dependencies and its [amazon] extra.
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     names = requirement_names([*project["dependencies"], *project["optional-dependencies"]["amazon"]])
-    assert "apache-airflow" in names and "apache-airflow-providers-amazon" in names, names
+    assert "apache-airflow" in names, names
+    assert "apache-airflow-providers-amazon" in names, names
     assert not [n for n in names if n.startswith(CLUSTER_ONLY)], names
     assert {"ray", "torch"} <= requirement_names(project["optional-dependencies"]["cluster"])
 
@@ -273,10 +276,12 @@ def test_the_ray_image_installs_the_provider_with_its_cluster_extra_and_builds_h
     assert torch_at[0] < provider_at[0] < build_at[0]
     branches = r'if \[ "\$\{VARIANT\}" = gpu \]; then (.*?) else (.*?) fi'
     gpu, cpu = re.search(branches, commands[torch_at[0]]).groups()
-    assert "download.pytorch.org" not in gpu and "--index-url https://download.pytorch.org/whl/cpu" in cpu
+    assert "download.pytorch.org" not in gpu
+    assert "--index-url https://download.pytorch.org/whl/cpu" in cpu
     gpu, cpu = re.search(branches, commands[build_at[0]]).groups()
     assert re.search(r"python -m airflow_provider_horovod\.build_horovod\b[^;&|]*\s--gpu\b", gpu), gpu
-    assert "python -m airflow_provider_horovod.build_horovod" in cpu and "--gpu" not in cpu, cpu
+    assert "python -m airflow_provider_horovod.build_horovod" in cpu, cpu
+    assert "--gpu" not in cpu, cpu
     # A plain install of the extra, which brings the runtime's packages: none named by hand.
     args = [a for r in commands for a in (x for xs in pip_installs(r) for x in xs)]
     assert "--no-deps" not in args
@@ -293,7 +298,8 @@ def test_the_ray_image_installs_the_provider_with_its_cluster_extra_and_builds_h
 def test_compose_builds_with_the_args_the_dockerfiles_declare(compose):
     for anchor, dockerfile in (("x-airflow", AIRFLOW_DOCKERFILE), ("x-ray", RAY_DOCKERFILE)):
         build = compose[anchor]["build"]
-        assert build["context"] == ".." and build["dockerfile"] == f"docker/{dockerfile.name}"
+        assert build["context"] == ".."
+        assert build["dockerfile"] == f"docker/{dockerfile.name}"
         declared = {a.split("=")[0] for k, a in instructions(dockerfile) if k == "ARG"}
         assert set(build.get("args") or {}) <= declared, (anchor, build.get("args"), declared)
     assert set(compose["x-ray"]["build"]["args"]) == {"VARIANT"}
@@ -323,17 +329,21 @@ def test_connections_parse_into_what_the_provider_expects(compose, tmp_path, mon
     hook = RayHook()
     assert hook.get_connection("ray_default").host == "ray-head"
     endpoint = hook.endpoint
-    assert endpoint.url == "http://ray-head:8265" and endpoint.verify is True and endpoint.runtime_env == {}
+    assert endpoint.url == "http://ray-head:8265"
+    assert endpoint.verify is True
+    assert endpoint.runtime_env == {}
     assert dict(endpoint.headers) == {"Authorization": f"Bearer {TOKEN}"}
     # A real cluster, whose storage is the bucket: no shared disk with Airflow (shared_storage unset).
-    assert endpoint.embedded is False and endpoint.shared_storage is False
+    assert endpoint.embedded is False
+    assert endpoint.shared_storage is False
 
     aws = Connection.from_json(env["AIRFLOW_CONN_AWS_DEFAULT"], conn_id="aws_default")
     assert (aws.conn_type, aws.login, aws.password) == ("aws", "minioadmin", "minioadmin")
     assert aws.extra_dejson == {"endpoint_url": "http://minio:9000", "region_name": "us-east-1"}
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", env["AIRFLOW_CONN_AWS_DEFAULT"])
     s3 = Storage("aws_default")._s3
-    assert s3.meta.endpoint_url == "http://minio:9000" and s3.meta.region_name == "us-east-1"
+    assert s3.meta.endpoint_url == "http://minio:9000"
+    assert s3.meta.region_name == "us-east-1"
     assert s3._request_signer._credentials.access_key == "minioadmin"
 
     # The example DAGs use the task's AWS environment; Ray Train uses the nodes'. Both reach MinIO.
@@ -349,7 +359,9 @@ def test_connections_parse_into_what_the_provider_expects(compose, tmp_path, mon
 def test_the_token_wrapper_refuses_to_start_without_a_token(compose, tmp_path):
     # Without a ray_default connection the provider would start its own Ray cluster in Airflow.
     run = run_token_wrapper(airflow_env(compose)["AHP_RAY_CONN_JSON"], tmp_path / "missing")
-    assert run.returncode == 1 and run.stdout == "" and "no Ray token" in run.stderr
+    assert run.returncode == 1
+    assert run.stdout == ""
+    assert "no Ray token" in run.stderr
 
 
 def test_every_service_waited_on_has_a_health_check(compose):

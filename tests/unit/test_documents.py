@@ -168,8 +168,11 @@ def test_a_training_result_is_built_from_its_record():
     rec = record(best_checkpoint_uri=None, return_value={"loss": 0.1}, timings={"fit_s": 2.0})
     result = training_result(rec, dashboard_url="http://ray/#/jobs/sid-a1")
     assert result["checkpoint_uri"] == result["best_checkpoint_uri"] == rec.checkpoint_uri
-    assert result["submission_id"] == "sid-a1" and result["dashboard_url"] == "http://ray/#/jobs/sid-a1"
-    assert result["return_value"] == {"loss": 0.1} and result["world_size"] == 2 and result["attempt"] == 1
+    assert result["submission_id"] == "sid-a1"
+    assert result["dashboard_url"] == "http://ray/#/jobs/sid-a1"
+    assert result["return_value"] == {"loss": 0.1}
+    assert result["world_size"] == 2
+    assert result["attempt"] == 1
     assert json.loads(json.dumps(result)) == result
 
 
@@ -181,4 +184,5 @@ def test_a_training_result_carries_the_segments_of_its_run():
     rec = record(segments=ran, world_size=2)
     assert ResultRecord.from_json(rec.to_json()).segments == ran
     result = training_result(rec, dashboard_url="http://ray/#/jobs/sid-a1")
-    assert result["segments"] == ran and result["world_size"] == 2
+    assert result["segments"] == ran
+    assert result["world_size"] == 2

@@ -24,7 +24,8 @@ def test_every_error_of_the_provider_is_one_of_its_own(error):
 def test_an_invalid_parameter_names_the_value_and_the_fix():
     err = InvalidParameterError("num_workers", 0, "give a whole number of Horovod workers, 1 or more (e.g. 2).")
     assert str(err) == "Invalid num_workers=0: give a whole number of Horovod workers, 1 or more (e.g. 2)."
-    assert (err.parameter, err.value) == ("num_workers", 0) and isinstance(err, ValueError)
+    assert (err.parameter, err.value) == ("num_workers", 0)
+    assert isinstance(err, ValueError)
 
 
 def test_a_job_error_keeps_the_job():

@@ -25,7 +25,8 @@ def raise_in_user_code():
 @pytest.mark.parametrize("failure_class", list(FailureClass))
 def test_each_class_has_its_own_error_type_under_one_base(failure_class):
     error = failure_class.error
-    assert issubclass(error, exceptions.JobFailure) and issubclass(error, exceptions.HorovodProviderError)
+    assert issubclass(error, exceptions.JobFailure)
+    assert issubclass(error, exceptions.HorovodProviderError)
     assert failure_class.retryable is (failure_class not in (FailureClass.USER_CODE, FailureClass.CONFIGURATION))
     assert len({c.error for c in FailureClass}) == len(FailureClass)
 
@@ -40,11 +41,13 @@ def test_a_verdict_travels_as_one_line_and_comes_back_whole():
         traceback="Traceback ...\n",
     )
     line = verdict.line()
-    assert line.startswith(FAILURE_MARK) and "\n" not in line
+    assert line.startswith(FAILURE_MARK)
+    assert "\n" not in line
     assert of_line(f"(TrainController pid=4) {line}") == verdict
     # Another thread's output glued after the verdict, before its newline.
     assert of_line(f"{line}\x1b[36m(TrainController pid=4, ip=10.77.0.2)\x1b[0m     raise e") == verdict
-    assert of_line("epoch 3: loss 0.1") is None and of_line(FAILURE_MARK + "{not json") is None
+    assert of_line("epoch 3: loss 0.1") is None
+    assert of_line(FAILURE_MARK + "{not json") is None
     assert json.loads(line[len(FAILURE_MARK) :])["hint"] == verdict.hint
 
 
@@ -172,7 +175,9 @@ JOB_INFOS = [
 @pytest.mark.parametrize("info, expected", JOB_INFOS, ids=[i["error_type"] or i["status"] for i, _ in JOB_INFOS])
 def test_rays_job_info_decides_when_the_runtime_said_nothing(info, expected):
     failure = of_job(info, None)
-    assert failure.failure_class is expected and failure.summary and failure.rank is None
+    assert failure.failure_class is expected
+    assert failure.summary
+    assert failure.rank is None
 
 
 def test_the_runtimes_verdict_wins_and_a_foreign_jobs_failing_entrypoint_is_its_own_code():
@@ -206,8 +211,10 @@ def test_a_connection_check_that_failed_is_infrastructure_with_every_connection_
         "timed out after 8 s\nSet horovod_nics, or raise horovod_timeout_s."
     )
     failure = of_error(ControllerError(HorovodNetworkError(text)), user_code=False)
-    assert failure.failure_class is FailureClass.INFRASTRUCTURE and failure.failure_class.retryable
-    assert "10.77.0.1:40411" in failure.explain() and "horovod_nics" in failure.explain()
+    assert failure.failure_class is FailureClass.INFRASTRUCTURE
+    assert failure.failure_class.retryable
+    assert "10.77.0.1:40411" in failure.explain()
+    assert "horovod_nics" in failure.explain()
 
 
 ABORT_TAIL = [
@@ -222,7 +229,8 @@ def test_a_worker_dead_of_a_gloo_abort_says_why_and_not_memory():
     died = Failure(FailureClass.INFRASTRUCTURE, "ActorDiedError: The actor died unexpectedly")
     told = failures.with_network_reason(died, ABORT_TAIL)
     assert "connect [127.0.1.1]:4492: Connection refused" in told.summary
-    assert "horovod_nics" in told.summary and "memory" not in told.explain()
+    assert "horovod_nics" in told.summary
+    assert "memory" not in told.explain()
     # Only an infrastructure failure, and only when the log has Gloo's reason.
     assert failures.with_network_reason(died, ["epoch 1"]) is died
     users = Failure(FailureClass.USER_CODE, "ZeroDivisionError: division by zero")
@@ -243,3 +251,13 @@ def test_a_job_ray_stopped_on_request_is_told_from_every_other_failure():
         failures.Failure(failures.FailureClass.CAPACITY, "the 2 workers found no room within 8 s"),
     ]
     assert [failures.stopped_by_request(f.to_dict()) for f in others] == [False] * 4
+
+
+def test_a_script_missing_from_a_nodes_working_dir_is_configuration_on_any_rank():
+    from airflow_provider_horovod.exceptions import ScriptMissingError
+
+    error = ScriptMissingError("the script train.py is not in the job's working_dir on this node (/tmp/x)")
+    failures.mark_user_error(error, rank=1)
+    verdict = of_error(error, user_code=False)
+    assert verdict.failure_class is FailureClass.CONFIGURATION
+    assert verdict.rank == 1

@@ -66,7 +66,8 @@ def test_a_typo_gets_suggestions_from_the_modules_source():
         f"{QUICKSTART}:trian_func",
         fix=f"module {QUICKSTART!r} defines no 'trian_func'; check the name (it has train_func",
     )
-    assert err.parameter == "train_fn" and err.value == f"{QUICKSTART}:trian_func"
+    assert err.parameter == "train_fn"
+    assert err.value == f"{QUICKSTART}:trian_func"
 
 
 def test_an_unimportable_module():
@@ -87,7 +88,8 @@ def test_a_malformed_import_path(bad):
 
 def test_code_ships_skips_the_lookup_but_not_the_form():
     ref, files = ship_function("train_fn", "no_such_module_xyz:train", "train_fn.pkl", code_ships=True)
-    assert ref == {"import": "no_such_module_xyz:train"} and files == {}
+    assert ref == {"import": "no_such_module_xyz:train"}
+    assert files == {}
     fails(ship_function, "train_fn", "not a path", "train_fn.pkl", code_ships=True, fix="package.module:function")
     with pytest.raises(InvalidParameterError, match="not importable"):
         ship_function("train_fn", "no_such_module_xyz:train", "train_fn.pkl")
@@ -206,7 +208,8 @@ def test_a_lambda_and_a_closure_travel():
 def test_ship_function_of_a_callable():
     ref, files = ship_function("train_fn", train_here, "train_fn.pkl", max_args=1)
     # Its file travels beside it: cloudpickle >= 3.1.3 ships code as "<dynamic-code>".
-    assert ref == {"pickle": "train_fn.pkl", "source": __file__} and list(files) == ["train_fn.pkl"]
+    assert ref == {"pickle": "train_fn.pkl", "source": __file__}
+    assert list(files) == ["train_fn.pkl"]
     assert cloudpickle.loads(files["train_fn.pkl"])({"x": 1})["doubled"] == 2
 
 
@@ -249,7 +252,8 @@ def test_required_positional(fn, n):
 def test_the_arity_check():
     fix = "it must take no argument or one (`config`)."
     err = fails(ship_function, "train_fn", two_args, "f.pkl", max_args=1, arity_fix=fix, fix=fix)
-    assert err.parameter == "train_fn" and err.value is two_args
+    assert err.parameter == "train_fn"
+    assert err.value is two_args
     assert ship_function("train_fn", two_args, "f.pkl")[0] == {"pickle": "f.pkl", "source": __file__}  # no limit asked
     for fn in (no_args, with_defaults, star_args):
         ship_function("train_fn", fn, "f.pkl", max_args=1, arity_fix=fix)
@@ -266,7 +270,8 @@ class HoldsALock:
 def test_unpicklable_objects_are_refused_with_the_fix():
     lock = threading.Lock()
     err = fails(pickle_callable, "train_fn", lambda config: lock, fix="cannot be pickled")
-    assert "import heavy objects" in str(err) and err.parameter == "train_fn"
+    assert "import heavy objects" in str(err)
+    assert err.parameter == "train_fn"
     fails(ship_function, "datasets['x']", HoldsALock(), "d.pkl", fix="cannot be pickled")
 
 

@@ -22,10 +22,11 @@ from openlineage.client.serde import Serde  # noqa: E402
 from airflow_provider_horovod import lineage  # noqa: E402
 from airflow_provider_horovod.contract import VERSION  # noqa: E402
 from airflow_provider_horovod.jobs.events import JobEvent  # noqa: E402
+from airflow_provider_horovod.operators.base import with_parent_run  # noqa: E402
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator  # noqa: E402
-from airflow_provider_horovod.operators.ray import RayTaskOperator, with_parent_run  # noqa: E402
+from airflow_provider_horovod.operators.ray import RayTaskOperator  # noqa: E402
 from unit.fakes import FakeRay, context  # noqa: E402
-from unit.operators.test_horovod import TASK_RUN, runs_until_told, train_op, write_result  # noqa: E402
+from unit.operators.training_cluster import TASK_RUN, runs_until_told, train_op, write_result  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "docs" / "openlineage" / "HorovodRunFacet.json"
@@ -83,7 +84,8 @@ def test_on_start_a_training_names_what_it_reads_and_how_it_trains():
     facet = start.run_facets["horovod"]
     # The job chooses the trainer API on the cluster (the default "auto"); the completed run's facet names it.
     assert (facet.jobKind, facet.worldSize, facet.trainer, facet.trainFunction) == ("train", 3, "auto", "pkg.train:fit")
-    assert facet.hyperparameters == {"lr": 0.1} and facet.metrics is None
+    assert facet.hyperparameters == {"lr": 0.1}
+    assert facet.metrics is None
 
 
 def test_inlets_are_inputs_too():
@@ -118,7 +120,8 @@ def test_after_a_deferral_the_resumed_instance_reports_the_checkpoint_and_the_ru
     assert pairs(complete.outputs) == [("file", result["checkpoint_uri"])]
     facet = complete.run_facets["horovod"]
     assert (facet.submissionId, facet.attempts, facet.failedAttempts, facet.worldSize) == (sid, 1, [], 2)
-    assert facet.metrics == {"loss": 0.1} and facet.hyperparameters == {"lr": 0.5}
+    assert facet.metrics == {"loss": 0.1}
+    assert facet.hyperparameters == {"lr": 0.5}
     assert facet.dashboardUrl == result["dashboard_url"]
 
 
@@ -146,8 +149,10 @@ def test_the_facet_carries_the_cost_and_matches_its_schema():
     document = json.loads(Serde.to_json(complete.run_facets["horovod"]))
     assert document["_schemaURL"] == lineage.SCHEMA_URL
     assert document["_producer"] == f"airflow-provider-horovod/{VERSION}"
-    assert document["cost"] == {"total": {"worker_s": 12.5}} and document["trainer"] == "legacy"
-    assert document["attempts"] == 2 and document["failedAttempts"][0]["failure_class"] == "infrastructure"
+    assert document["cost"] == {"total": {"worker_s": 12.5}}
+    assert document["trainer"] == "legacy"
+    assert document["attempts"] == 2
+    assert document["failedAttempts"][0]["failure_class"] == "infrastructure"
     schema = json.loads(SCHEMA.read_text())
     jsonschema.validate(document, schema["$defs"]["HorovodRunFacet"]["allOf"][1])
     assert lineage.SCHEMA_URL.endswith(SCHEMA.relative_to(REPO).as_posix())
@@ -240,7 +245,8 @@ import sys
 import pendulum
 from airflow.sdk import dag, task
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
-from airflow_provider_horovod.operators.ray import RayTaskOperator, with_parent_run
+from airflow_provider_horovod.operators.base import with_parent_run
+from airflow_provider_horovod.operators.ray import RayTaskOperator
 from airflow_provider_horovod.contract import TaskRun
 import airflow_provider_horovod.decorators.ray, airflow_provider_horovod.decorators.horovod
 

@@ -16,8 +16,9 @@ from airflow.sdk import DAG
 
 from airflow_provider_horovod import checks
 from airflow_provider_horovod.exceptions import InvalidParameterError
+from airflow_provider_horovod.operators.base import BaseRayJobOperator
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
-from airflow_provider_horovod.operators.ray import BaseRayJobOperator, RayTaskOperator
+from airflow_provider_horovod.operators.ray import RayTaskOperator
 from airflow_provider_horovod.parameters import REQUIRED, Declaration, Param
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,8 +69,8 @@ def test_each_parameter_is_read_from_the_signature_and_its_param():
     assert Own.parameters["flag"].param.check is checks.check_bool
 
 
-def test_template_fields_are_the_operators_own_then_its_bases():
-    assert Own.parameters.template_fields == ("workers", "conn_id")
+def test_template_fields_are_the_templated_parameters_of_the_operator_and_its_base():
+    assert set(Own.parameters.template_fields) == {"workers", "conn_id"}
     assert Own.parameters.template_fields_renderers == {"workers": "json"}
 
 
@@ -107,7 +108,8 @@ def test_values_are_kept_as_given_and_checked_only_when_asked():
 def test_the_docstring_and_the_table_say_each_parameter_once():
     doc = Own.parameters.docstring("An operator.\n\n    It runs.")
     assert doc.startswith("An operator.\n\nIt runs.\n\n:param fn: What runs; | splits no cell.\n")
-    assert ":param workers: How many. Templated. Default: ``2``." in doc and ":param flag:" not in doc
+    assert ":param workers: How many. Templated. Default: ``2``." in doc
+    assert ":param flag:" not in doc
     table = Own.parameters.markdown().splitlines()
     assert table[0] == "| parameter | type | default | templated | what it does |"
     assert table[2] == "| `fn` | `str` | required |  | What runs; \\| splits no cell. |"
@@ -140,10 +142,26 @@ def test_default_args_reach_declared_parameters():
 
 def test_the_parameters_pages_tables_are_those_of_the_declarations():
     spec = importlib.util.spec_from_file_location("parameter_tables", REPO / "scripts" / "parameter_tables.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     page = (REPO / "docs" / "parameters.md").read_text()
     assert script.with_tables(page) == page, "docs/parameters.md is stale: run scripts/parameter_tables.py"
     for name in HorovodTrainOperator.parameters.names + RayTaskOperator.parameters.names:
         assert f"| `{name}` |" in page
+
+
+def test_every_parameters_doc_is_at_most_three_lines_where_it_is_declared():
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[2] / "airflow_provider_horovod"
+    long = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Param" and node.args:
+                doc = node.args[0]
+                if doc.end_lineno - doc.lineno + 1 > 3:
+                    long.append(f"{path.relative_to(package.parent)}:{doc.lineno}")
+    assert long == [], "Param docs over three lines (the rest belongs in docs/)"

@@ -80,10 +80,15 @@ def spec(attempt=2, **kwargs):
 
 def test_the_plan_holds_the_checked_spec_of_the_first_attempt_and_what_it_asks_for():
     made = training()
-    assert made.spec.submission_id == TASK_RUN.submission_id(1) and made.spec.attempt == 1
-    assert made.storage_uri == TASK_RUN.storage_uri(ROOT) and made.storage_root == ROOT
-    assert made.spec.train_fn == {"import": "json:dumps"} and made.files == {}
-    assert made.resources == {"CPU": 6.0} and made.kind.value == "train" and made.check_cluster_resources
+    assert made.spec.submission_id == TASK_RUN.submission_id(1)
+    assert made.spec.attempt == 1
+    assert made.storage_uri == TASK_RUN.storage_uri(ROOT)
+    assert made.storage_root == ROOT
+    assert made.spec.train_fn == {"import": "json:dumps"}
+    assert made.files == {}
+    assert made.resources == {"CPU": 6.0}
+    assert made.kind.value == "train"
+    assert made.check_cluster_resources
     assert made.forward_aws is None
 
 
@@ -118,7 +123,8 @@ def test_bad_parameters_raise_naming_the_parameter(kwargs, parameter):
 def test_entrypoint_runs_the_runtime_on_the_payload():
     made = request()
     assert made.entrypoint == f"python -m airflow_provider_horovod.runtime.entrypoint train {made.payload_module}"
-    assert made.payload_module.startswith("ahp_payload_") and made.payload_module.isidentifier()
+    assert made.payload_module.startswith("ahp_payload_")
+    assert made.payload_module.isidentifier()
     assert made.submission_id == TASK_RUN.submission_id(2)
 
 
@@ -187,8 +193,10 @@ def test_job_tags_and_prices_travel_in_the_metadata_the_tags_as_they_are():
 
     tags = {"team": "ranking", "cost_centre": "cc-4711"}
     metadata = request(1, job_tags=tags, prices={"cpu_hour": 0.05, "currency": "USD"}).metadata
-    assert metadata["team"] == "ranking" and metadata["cost_centre"] == "cc-4711"  # what Ray's APIs filter on
-    assert json.loads(metadata[META_TAGS]) == ["cost_centre", "team"] and job_tags_of(metadata) == tags
+    assert metadata["team"] == "ranking"
+    assert metadata["cost_centre"] == "cc-4711"  # what Ray's APIs filter on
+    assert json.loads(metadata[META_TAGS]) == ["cost_centre", "team"]
+    assert job_tags_of(metadata) == tags
     assert json.loads(metadata[META_PRICES]) == {"cpu_hour": 0.05, "currency": "USD"}
     assert metadata["airflow_task_id"] == TASK_RUN.task_id  # the provider's keys stay its own
 
@@ -211,7 +219,8 @@ def test_a_resumed_attempt_lists_the_earlier_attempts_newest_first():
 
 def test_extra_files_travel_in_the_payload_only():
     made = plan().request(1, extra_files={"aws_session.json": b"{}"})
-    assert made.files["aws_session.json"] == b"{}" and "aws_session.json" not in made.dry_run().split('"payload"')[0]
+    assert made.files["aws_session.json"] == b"{}"
+    assert "aws_session.json" not in made.dry_run().split('"payload"')[0]
 
 
 def test_payload_module_name_follows_the_content():
@@ -235,8 +244,10 @@ def test_dry_run_hides_env_values_and_file_bytes():
         "MODE": "***",
     }
     assert data["payload"]["train_fn.pkl"] == f"{len(PICKLE)} bytes"
-    assert data["entrypoint"] == made.entrypoint and data["metadata"] == made.metadata
-    assert "visible-only-as-stars" not in shown and "pickled-function-bytes" not in shown
+    assert data["entrypoint"] == made.entrypoint
+    assert data["metadata"] == made.metadata
+    assert "visible-only-as-stars" not in shown
+    assert "pickled-function-bytes" not in shown
     assert "pickled-function-bytes" not in repr(made)
 
 
@@ -280,7 +291,8 @@ def test_a_task_request_runs_the_function_in_the_driver():
     assert made.metadata[META_KIND] == "task"
     assert made.metadata[META_RESULT_URI] == task_run.storage_uri("/s") + "/attempt-1/result.json"
     assert json.loads(made.metadata[META_RESOURCES]) == {"num_cpus": 2, "resources": {"accel": 1.0}}
-    assert made.runtime_env["py_modules"] == [provider_folder()] and made.runtime_env["env_vars"] == {
+    assert made.runtime_env["py_modules"] == [provider_folder()]
+    assert made.runtime_env["env_vars"] == {
         **STOP_WAIT,
         "MODE": "x",
     }

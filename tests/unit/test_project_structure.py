@@ -17,6 +17,7 @@ NAME = PACKAGE.name
 
 # Modules without a unit test file of their own, and why.
 NOT_MIRRORED = {
+    "operators/base": "the shared flow, tested once through RayTaskOperator: tests/unit/operators/test_ray.py",
     "runtime/aws_session": "tested with the Airflow side that makes the session: tests/unit/test_credentials.py",
     "local": "the embedded cluster starts real Ray processes: tests/integration/test_environments.py",
     "examples/quickstart": "an example's model code, trained by the DAG tests (tests/integration/test_dags.py)",
@@ -30,6 +31,8 @@ LAYERS = [
     ["exceptions", "contract", "documents", "failures", "atomic_files"],
     [
         "checks",
+        "runtime_env_checks",
+        "mlflow_checks",
         "horovodrun",
         "script_checks",
         "functions",
@@ -46,10 +49,18 @@ LAYERS = [
         "parameters",
         "xcoms",
     ],
-    ["plan", "smoke_plan", "hooks/ray_connection", "hooks/ray_transport", "hooks/ray_packages", "hooks/ray"],
+    [
+        "plan",
+        "smoke_plan",
+        "hooks/ray_connection",
+        "hooks/ray_routes",
+        "hooks/ray_transport",
+        "hooks/ray_packages",
+        "hooks/ray",
+    ],
     ["jobs/api", "jobs/events", "jobs/logs", "jobs/wait", "jobs/submit", "jobs/finish"],
     ["triggers/ray"],
-    ["operators/ray", "operators/horovod", "sensors/ray"],
+    ["operators/base", "operators/ray", "operators/horovod", "sensors/ray"],
     ["decorators/horovod", "decorators/ray", "plugins/*"],
 ]
 RUNTIME_MAY_IMPORT = {"contract", "documents", "exceptions", "failures", "atomic_files"}

@@ -33,13 +33,15 @@ def test_provider_info_names_classes_that_exist():
 
 def test_connection_form_has_labels_and_placeholders():
     (ray,) = get_provider_info()["connection-types"]
-    assert ray["connection-type"] == "ray" and ray["hook-name"] == "Ray"
+    assert ray["connection-type"] == "ray"
+    assert ray["hook-name"] == "Ray"
     fields = ray["conn-fields"]
     assert list(fields) == ["verify", "ca_bundle", "shared_storage", "runtime_env", "headers", "prices"]
     assert all(field["label"] for field in fields.values())
     # Booleans are switches in Airflow's form (a JSON boolean, not the text "true", which Airflow's
     # secrets masker takes for a secret too short to mask, and warns about at every task).
-    assert fields["verify"]["schema"]["type"] == ["boolean", "null"] and fields["verify"]["schema"]["default"] is True
+    assert fields["verify"]["schema"]["type"] == ["boolean", "null"]
+    assert fields["verify"]["schema"]["default"] is True
     assert fields["shared_storage"]["schema"]["type"] == ["boolean", "null"]
     behaviour = ray["ui-field-behaviour"]
     assert behaviour["relabeling"] == {"host": "Ray dashboard address", "password": "Ray auth token"}

@@ -14,8 +14,9 @@ from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobPen
 from airflow_provider_horovod.jobs.submit import start
 from airflow_provider_horovod.jobs.wait import WaitPolicy
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
-from airflow_provider_horovod.operators.ray import RayTaskOperator, for_cluster
+from airflow_provider_horovod.operators.ray import RayTaskOperator
 from airflow_provider_horovod.plan import task_plan
+from airflow_provider_horovod.smoke_plan import for_cluster
 from airflow_provider_horovod.storage import Storage
 from unit.fakes import FakeRay
 from unit.jobs.test_submit import make_plan
@@ -53,7 +54,9 @@ def test_the_configuration_turns_it_on_and_the_task_overrides_it(monkeypatch):
 def test_a_smoke_run_that_is_not_a_bool_is_refused():
     with pytest.raises(InvalidParameterError) as err:
         smoke_plan.enabled("yes")
-    assert "smoke_run" in str(err.value) and "'yes'" in str(err.value) and "True or False" in str(err.value)
+    assert "smoke_run" in str(err.value)
+    assert "'yes'" in str(err.value)
+    assert "True or False" in str(err.value)
 
 
 def test_rows_from_the_task_else_the_configuration_else_the_default(monkeypatch):
@@ -72,7 +75,8 @@ def test_rows_from_the_task_else_the_configuration_else_the_default(monkeypatch)
 def test_a_training_is_marked_its_datasets_cut_and_read_first(tmp_path):
     plan = training(tmp_path, materialize_datasets=False)
     marked = smoke_plan.as_smoke(plan, 10)
-    assert marked.spec.smoke_run is True and marked.spec.smoke_rows == 10
+    assert marked.spec.smoke_run is True
+    assert marked.spec.smoke_rows == 10
     assert marked.spec.materialize_datasets is True
     assert marked.env_vars == {**plan.env_vars, SMOKE_RUN_ENV: "1"}
     # Nothing else changes before the cluster is known: it is scaled at submission.
@@ -89,12 +93,17 @@ def test_a_training_is_scaled_to_the_cluster_and_says_how(tmp_path):
     fitted, said = smoke_plan.fit_to_cluster(plan, EMBEDDED)
     spec = fitted.spec
     assert (spec.num_workers, spec.use_gpu, spec.resources_per_worker) == (2, False, {"CPU": 1.0})
-    assert fitted.resources == {"CPU": 2.0} and fitted.worker_resources == {"CPU": 1.0}
+    assert fitted.resources == {"CPU": 2.0}
+    assert fitted.worker_resources == {"CPU": 1.0}
     assert '8 GPU worker(s) of {"CPU": 8.0, "GPU": 1.0} -> 2 CPU worker(s) of {"CPU": 1.0}' in said
-    assert 'the cluster has {"CPU": 2.0}' in said and "first 64 rows" in said and SMOKE_RUN_ENV in said
+    assert 'the cluster has {"CPU": 2.0}' in said
+    assert "first 64 rows" in said
+    assert SMOKE_RUN_ENV in said
     # The rest of the training is the production one.
-    assert spec.train_fn == plan.spec.train_fn and spec.horovod_env == plan.spec.horovod_env
-    assert spec.storage_uri == plan.spec.storage_uri and fitted.env_vars == plan.env_vars
+    assert spec.train_fn == plan.spec.train_fn
+    assert spec.horovod_env == plan.spec.horovod_env
+    assert spec.storage_uri == plan.spec.storage_uri
+    assert fitted.env_vars == plan.env_vars
 
 
 @pytest.mark.parametrize(
@@ -125,13 +134,17 @@ def test_a_task_runs_as_it_is_on_cpu(tmp_path):
         },
     )
     marked = smoke_plan.as_smoke(plan)
-    assert isinstance(marked.spec, TaskSpec) and marked.spec.smoke_run is True
-    assert marked.spec.args == [1] and marked.env_vars[SMOKE_RUN_ENV] == "1"
+    assert isinstance(marked.spec, TaskSpec)
+    assert marked.spec.smoke_run is True
+    assert marked.spec.args == [1]
+    assert marked.env_vars[SMOKE_RUN_ENV] == "1"
     fitted, said = smoke_plan.fit_to_cluster(marked, EMBEDDED)
-    assert fitted.driver_resources["num_gpus"] is None and fitted.driver_resources["num_cpus"] == 2.0
+    assert fitted.driver_resources["num_gpus"] is None
+    assert fitted.driver_resources["num_cpus"] == 2.0
     assert fitted.driver_resources["resources"] == {"special": 1.0}
     assert fitted.worker_resources == {"CPU": 2.0}
-    assert '"num_gpus": 1' in said and "->" in said
+    assert '"num_gpus": 1' in said
+    assert "->" in said
 
 
 # --- before submission: scaled to what the cluster has, the same checks after -------------------

@@ -37,9 +37,12 @@ def test_split_uri(uri, parts):
 
 def test_local_write_read_exists(tmp_path):
     storage, uri = Storage(), str(tmp_path / "a" / "b" / "record.json")
-    assert storage.read_text(uri) is None and storage.read_json(uri) is None and not storage.exists(uri)
+    assert storage.read_text(uri) is None
+    assert storage.read_json(uri) is None
+    assert not storage.exists(uri)
     storage.write_json(uri, {"x": 1, "when": object.__name__})
-    assert storage.read_json(uri) == {"x": 1, "when": "object"} and storage.exists(uri)
+    assert storage.read_json(uri) == {"x": 1, "when": "object"}
+    assert storage.exists(uri)
     assert storage.read_json("file://" + uri) == {"x": 1, "when": "object"}
 
 
@@ -70,7 +73,8 @@ def test_local_folders(tmp_path):
     (folder / "nested").mkdir()
     assert not storage.folder_has_files(str(folder))
     (folder / "nested" / "model.pt").write_bytes(b"w")
-    assert storage.folder_has_files(str(folder)) and storage.folder_has_files(f"file://{folder}")
+    assert storage.folder_has_files(str(folder))
+    assert storage.folder_has_files(f"file://{folder}")
     assert storage.download_folder(str(folder), str(tmp_path / "unused")) == str(folder)
     assert storage.download_file(str(folder / "nested" / "model.pt"), "unused") == str(folder / "nested" / "model.pt")
     assert not (tmp_path / "unused").exists()
@@ -83,9 +87,11 @@ def test_local_folders(tmp_path):
 def test_s3_write_read_exists(s3):
     bucket, storage = s3.bucket(), Storage()
     uri = f"s3://{bucket}/runs/attempt-1/result.json"
-    assert storage.read_text(uri) is None and not storage.exists(uri)
+    assert storage.read_text(uri) is None
+    assert not storage.exists(uri)
     storage.write_json(uri, {"checkpoint_uri": "s3://x"})
-    assert storage.read_json(uri) == {"checkpoint_uri": "s3://x"} and storage.exists(uri)
+    assert storage.read_json(uri) == {"checkpoint_uri": "s3://x"}
+    assert storage.exists(uri)
     body = s3.client().get_object(Bucket=bucket, Key="runs/attempt-1/result.json")["Body"].read()
     assert json.loads(body) == {"checkpoint_uri": "s3://x"}
 
@@ -97,7 +103,8 @@ def test_s3_folders_ignore_folder_markers(s3, tmp_path):
     client.put_object(Bucket=bucket, Key="run/checkpoint_000001/", Body=b"")  # a marker, as pyarrow writes it
     client.put_object(Bucket=bucket, Key="run/checkpoint_000001/sub/", Body=b"")
     client.put_object(Bucket=bucket, Key="run/checkpoint_0000010/model.pt", Body=b"other")  # a sibling prefix
-    assert not storage.folder_has_files(ckpt) and not storage.folder_has_files(ckpt + "/")
+    assert not storage.folder_has_files(ckpt)
+    assert not storage.folder_has_files(ckpt + "/")
     client.put_object(Bucket=bucket, Key="run/checkpoint_000001/sub/model.pt", Body=b"weights")
     client.put_object(Bucket=bucket, Key="run/checkpoint_000001/meta.json", Body=b"{}")
     assert storage.folder_has_files(ckpt)
@@ -119,7 +126,8 @@ def test_a_missing_bucket(s3):
         storage.check_bucket("s3://ahp-no-such-bucket/prefix")
     message = str(err.value)
     assert "the bucket 'ahp-no-such-bucket' does not exist at " + s3.endpoint_url in message
-    assert "Create it, or fix storage_path" in message and "aws_conn_id is None" in message
+    assert "Create it, or fix storage_path" in message
+    assert "aws_conn_id is None" in message
     with pytest.raises(StorageUnavailableError, match="'ahp-no-such-bucket' does not exist"):
         storage.read_text("s3://ahp-no-such-bucket/x.json")
     storage.check_bucket(f"s3://{s3.bucket()}/prefix")
@@ -159,7 +167,8 @@ def test_check_aws_conn_id(monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_AWS_NOPE", raising=False)
     with pytest.raises(InvalidParameterError) as err:
         check_aws_conn_id("aws_nope")
-    assert err.value.parameter == "aws_conn_id" and "create it (type aws)" in str(err.value)
+    assert err.value.parameter == "aws_conn_id"
+    assert "create it (type aws)" in str(err.value)
     monkeypatch.setenv("AIRFLOW_CONN_AWS_THERE", json.dumps({"conn_type": "aws"}))
     check_aws_conn_id("aws_there")
 

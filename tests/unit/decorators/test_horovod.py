@@ -22,11 +22,14 @@ def train(lr, epochs=1, *, layers):
 def test_the_call_gives_every_worker_its_arguments():
     with DAG("dag", schedule=None):
         op = train(0.1, layers=[4, 4]).operator
-    assert isinstance(op, HorovodTrainOperator) and op.task_id == "train" and op.num_workers == 3
+    assert isinstance(op, HorovodTrainOperator)
+    assert op.task_id == "train"
+    assert op.num_workers == 3
     assert {"op_args", "op_kwargs"} <= set(op.template_fields)
     training = op.checked_plan(TaskRun("dag", "train", RUN_ID), op.wait_policy())
     spec = training.spec
-    assert spec.train_args == [0.1] and spec.train_kwargs == {"layers": [4, 4]}
+    assert spec.train_args == [0.1]
+    assert spec.train_kwargs == {"layers": [4, 4]}
     assert spec.train_fn == {"pickle": "train_fn.pkl", "source": __file__}
     assert cloudpickle.loads(training.files["train_fn.pkl"])(*spec.train_args, **spec.train_kwargs) == {
         "lr": 0.1,
@@ -48,7 +51,8 @@ def test_arguments_that_are_not_json_fail_before_any_cluster_call(serve):
         op = train(object(), layers=[1]).operator
     with pytest.raises(InvalidParameterError) as err:
         op.execute(context())
-    assert err.value.parameter == "op_args" and "JSON-serialisable" in str(err.value)
+    assert err.value.parameter == "op_args"
+    assert "JSON-serialisable" in str(err.value)
     assert dashboard.requests == []
 
 
@@ -62,7 +66,8 @@ def test_a_decorated_training_logs_to_mlflow_with_its_calls_arguments_as_paramet
     with DAG("dag", schedule=None):
         op = tracked(0.1, layers=[4, 4]).operator
     spec = op.checked_plan(TaskRun("dag", "tracked", RUN_ID), op.wait_policy()).spec
-    assert spec.tracking["tracking_uri"] == "http://mlflow:5000" and spec.tracking["experiment_name"] == "dag"
+    assert spec.tracking["tracking_uri"] == "http://mlflow:5000"
+    assert spec.tracking["experiment_name"] == "dag"
     # The job's runtime chooses the trainer API ("auto") before it starts the MLflow run.
     spec = dataclasses.replace(spec, trainer_api="v2")
     assert params(spec) == {

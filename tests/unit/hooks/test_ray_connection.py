@@ -36,7 +36,10 @@ def refused(*, hidden=(TOKEN, SECRET), **kwargs) -> str:
 def test_a_remote_dashboard():
     ep = endpoint()
     assert ep == RayEndpoint("my_ray", f"http://ray-head:{DEFAULT_PORT}", {"Authorization": f"Bearer {TOKEN}"})
-    assert not ep.embedded and not ep.shared_storage and ep.verify is True and ep.runtime_env == {}
+    assert not ep.embedded
+    assert not ep.shared_storage
+    assert ep.verify is True
+    assert ep.runtime_env == {}
     assert ep.job_url("sid") == f"http://ray-head:{DEFAULT_PORT}/#/jobs/sid"
     assert TOKEN not in repr(ep)
 
@@ -67,12 +70,15 @@ def test_the_embedded_local_cluster(host):
         local_token="local-token-xyz",
         extra={"headers": {"X-Team": "ml"}},
     )
-    assert ep.embedded and ep.shared_storage and ep.url == "http://127.0.0.1:1234"
+    assert ep.embedded
+    assert ep.shared_storage
+    assert ep.url == "http://127.0.0.1:1234"
     assert ep.headers == {"X-Team": "ml", "Authorization": "Bearer local-token-xyz"}
 
 
 def test_no_token_no_authorization_header():
-    assert endpoint(password=None).headers == {} and endpoint(password="").headers == {}
+    assert endpoint(password=None).headers == {}
+    assert endpoint(password="").headers == {}
 
 
 def test_the_token_loses_the_line_break_cat_leaves():
@@ -84,7 +90,8 @@ def test_the_token_loses_the_line_break_cat_leaves():
 )
 def test_a_token_with_whitespace_inside_is_refused_without_showing_it(token):
     message = refused(password=token, hidden=(TOKEN[:6], TOKEN[6:]))
-    assert "the password (the Ray auth token)" in message and "not shown" in message
+    assert "the password (the Ray auth token)" in message
+    assert "not shown" in message
 
 
 @pytest.mark.parametrize(
@@ -209,7 +216,8 @@ def test_bad_shared_storage_flag(value):
 def test_the_connections_runtime_env_is_checked_like_a_jobs():
     assert endpoint(extra={"runtime_env": '{"pip": ["pandas"]}'}).runtime_env == {"pip": ["pandas"]}
     message = refused(extra={"runtime_env": {"env_vars": {"AWS_SECRET_ACCESS_KEY": SECRET}}})
-    assert "extra 'runtime_env'=" in message and "'AWS_SECRET_ACCESS_KEY' looks like a secret" in message
+    assert "extra 'runtime_env'=" in message
+    assert "'AWS_SECRET_ACCESS_KEY' looks like a secret" in message
     assert "unknown field 'pips'" in refused(extra={"runtime_env": {"pips": ["pandas"]}})
     assert "'runtime_env' must be a JSON object" in refused(extra={"runtime_env": "[1]"})
 
@@ -254,7 +262,8 @@ def test_an_unreadable_variable_is_explained_without_its_value(monkeypatch, raw,
     assert message.startswith(
         "Connection 'my_ray' is set in AIRFLOW_CONN_MY_RAY, but Airflow cannot read it: " + reason
     )
-    assert '"conn_type": "ray"' in message and TOKEN not in message
+    assert '"conn_type": "ray"' in message
+    assert TOKEN not in message
 
 
 # --- runtime_env merging --------------------------------------------------------------------------

@@ -44,8 +44,11 @@ def test_same_content_same_uri_and_bytes(mylib, tmp_path):
     )
     os.utime(copy / "__init__.py", (0, 0))  # timestamps are not content
     b = package_folder(str(copy), keep_name=True)
-    assert a.uri == b.uri and a.data == b.data
-    assert a.uri.startswith(f"gcs://{PACKAGE_PREFIX}") and a.uri.endswith(".zip") and a.name == a.uri[len("gcs://") :]
+    assert a.uri == b.uri
+    assert a.data == b.data
+    assert a.uri.startswith(f"gcs://{PACKAGE_PREFIX}")
+    assert a.uri.endswith(".zip")
+    assert a.name == a.uri[len("gcs://") :]
 
 
 def test_one_changed_byte_makes_a_new_uri(mylib):
@@ -123,14 +126,16 @@ def test_a_wheel_keeps_its_file_name(tmp_path):
     wheel = tmp_path / "mypkg-1.2.0-py3-none-any.whl"
     wheel.write_bytes(b"PK\x03\x04wheel-bytes")
     package = package_file(str(wheel))
-    assert package.uri == "gcs://mypkg-1.2.0-py3-none-any.whl" and package.data == wheel.read_bytes()
+    assert package.uri == "gcs://mypkg-1.2.0-py3-none-any.whl"
+    assert package.data == wheel.read_bytes()
 
 
 def test_a_single_module_goes_zipped(tmp_path):
     module = tmp_path / "helpers.py"
     module.write_text("Y = 2\n")
     package = package_file(str(module))
-    assert package.uri.startswith(f"gcs://{PACKAGE_PREFIX}") and unpack(package.data) == {"helpers.py": b"Y = 2\n"}
+    assert package.uri.startswith(f"gcs://{PACKAGE_PREFIX}")
+    assert unpack(package.data) == {"helpers.py": b"Y = 2\n"}
     module.write_text("Y = 3\n")
     assert package_file(str(module)).uri != package.uri
 
@@ -165,7 +170,8 @@ def test_with_uploaded_packages_replaces_local_paths_and_keeps_uris(tmp_path, my
     assert set(unpack(wd_package.data)) == {"train.py"}  # excludes honoured, then dropped
     assert set(unpack(lib_package.data)) == {"mylib/__init__.py", "mylib/sub/util.py", "mylib/data/table.csv"}
     assert wheel_package.data == b"PK-wheel"
-    assert env["working_dir"] == str(wd) and "excludes" in env  # the input is not changed
+    assert env["working_dir"] == str(wd)
+    assert "excludes" in env  # the input is not changed
 
 
 def test_with_uploaded_packages_leaves_uris_and_no_local_paths_alone():
@@ -178,5 +184,6 @@ def test_a_requirements_file_becomes_its_requirements(tmp_path):
     requirements = tmp_path / "requirements.txt"
     requirements.write_text("# pinned\npandas==2.2\n\n  numpy>=1.26  \n   # indented comment\n")
     out, packages = with_uploaded_packages({"pip": str(requirements)})
-    assert out == {"pip": ["pandas==2.2", "numpy>=1.26"]} and packages == []
+    assert out == {"pip": ["pandas==2.2", "numpy>=1.26"]}
+    assert packages == []
     assert with_uploaded_packages({"pip": {"packages": ["x"]}})[0] == {"pip": {"packages": ["x"]}}

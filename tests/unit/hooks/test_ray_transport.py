@@ -48,7 +48,9 @@ def test_a_first_try_that_works_is_the_only_one(no_waits):
         tries.append(1)
         return 200, "ok"
 
-    assert asyncio.run(a_send(once)) == (200, "ok") and len(tries) == 1 and no_waits == []
+    assert asyncio.run(a_send(once)) == (200, "ok")
+    assert len(tries) == 1
+    assert no_waits == []
 
 
 def test_failed_tries_are_retried_with_doubling_waits_up_to_retries(no_waits):
@@ -74,7 +76,8 @@ def test_a_try_that_works_after_failures_returns_its_answer(no_waits):
             raise answer
         return answer
 
-    assert asyncio.run(a_send(once)) == (200, "ok") and answers == []
+    assert asyncio.run(a_send(once)) == (200, "ok")
+    assert answers == []
 
 
 # --- sessions shared in one event loop ------------------------------------------------------------
@@ -87,13 +90,15 @@ def test_the_hooks_of_one_loop_share_a_session_closed_with_the_last():
         loop = asyncio.get_running_loop()
         key_a, a = sessions.acquire(loop, endpoint())
         key_b, b = sessions.acquire(loop, endpoint())
-        assert a is b and key_a == key_b
+        assert a is b
+        assert key_a == key_b
         await sessions.release(key_a)
         assert not a.closed  # the other hook still uses it
         await sessions.release(key_b)
         assert a.closed
         _, c = sessions.acquire(loop, endpoint())  # a later hook gets a new one
-        assert c is not a and not c.closed
+        assert c is not a
+        assert not c.closed
         await sessions.release(key_a)
         return a
 
@@ -122,7 +127,9 @@ def test_other_dashboards_tokens_or_loops_get_their_own_session():
         return made[0]
 
     first, second = asyncio.run(in_one_loop()), asyncio.run(in_one_loop())
-    assert first is not second and first.closed and second.closed
+    assert first is not second
+    assert first.closed
+    assert second.closed
 
 
 # --- TLS ------------------------------------------------------------------------------------------
@@ -164,12 +171,15 @@ def self_signed_ca(folder) -> str:
 
 
 def test_tls_verification_settings(tmp_path):
-    assert tls_verify(True) is True and tls_verify(False) is False
+    assert tls_verify(True) is True
+    assert tls_verify(False) is False
     trusted = tls_verify(self_signed_ca(tmp_path))
-    assert isinstance(trusted, ssl.SSLContext) and trusted.verify_mode == ssl.CERT_REQUIRED
+    assert isinstance(trusted, ssl.SSLContext)
+    assert trusted.verify_mode == ssl.CERT_REQUIRED
     assert [c["subject"] for c in trusted.get_ca_certs()] == [((("commonName", "ahp test CA"),),)]
     folder = tls_verify(str(tmp_path))  # a folder of CA files, as requests took it
-    assert isinstance(folder, ssl.SSLContext) and folder.verify_mode == ssl.CERT_REQUIRED
+    assert isinstance(folder, ssl.SSLContext)
+    assert folder.verify_mode == ssl.CERT_REQUIRED
 
 
 # --- the job board --------------------------------------------------------------------------------
@@ -201,7 +211,8 @@ def test_many_waiting_jobs_share_one_list_and_an_ended_job_asks_itself():
     lister = Lister(running=sids[1:])
     board = JobBoard()
     # The first round counts the waiting jobs: the first of them ask for their own, the last lists.
-    assert board_answers(board, sids, lister)[:-1] == [None] * (BATCH_FROM - 1) and lister.calls == 1
+    assert board_answers(board, sids, lister)[:-1] == [None] * (BATCH_FROM - 1)
+    assert lister.calls == 1
     board.listed_at -= 10
     answers = board_answers(board, sids, lister)
     assert lister.calls == 2
@@ -217,7 +228,8 @@ def test_many_waiting_jobs_share_one_list_and_an_ended_job_asks_itself():
 
 def test_few_waiting_jobs_each_ask_for_their_own():
     lister = Lister(running=["a", "b"])
-    assert board_answers(JobBoard(), ["a", "b"], lister) == [None, None] and lister.calls == 0
+    assert board_answers(JobBoard(), ["a", "b"], lister) == [None, None]
+    assert lister.calls == 0
 
 
 def test_a_job_no_longer_asking_stops_counting():
@@ -227,13 +239,15 @@ def test_a_job_no_longer_asking_stops_counting():
     board.waiting = {sid: until - 100 for sid, until in board.waiting.items()}  # they stopped asking long ago
     board.pruned_at -= 100
     lister = Lister(sids)
-    assert board_answers(board, sids[:2], lister) == [None, None] and lister.calls == 0
+    assert board_answers(board, sids[:2], lister) == [None, None]
+    assert lister.calls == 0
 
 
 def test_a_failed_list_lets_each_job_ask_for_its_own():
     sids = [f"job-{i}" for i in range(BATCH_FROM)]
     lister = Lister(sids, fail=True)
-    assert board_answers(JobBoard(), sids, lister) == [None] * BATCH_FROM and lister.calls == 1
+    assert board_answers(JobBoard(), sids, lister) == [None] * BATCH_FROM
+    assert lister.calls == 1
 
 
 def test_an_asker_cancelled_during_the_list_does_not_cancel_it_for_the_others():
@@ -251,4 +265,5 @@ def test_an_asker_cancelled_during_the_list_does_not_cancel_it_for_the_others():
     # The first nine ask before the board batches; make it batch from the start.
     board.waiting = {sid: float("inf") for sid in sids}
     answers = asyncio.run(scenario())
-    assert lister.calls == 1 and [a["submission_id"] for a in answers] == sids[1:]
+    assert lister.calls == 1
+    assert [a["submission_id"] for a in answers] == sids[1:]

@@ -1,6 +1,7 @@
 """The finish step against real storage (a local folder) and a real result record: the verified
 result dict, or a failure that names what is wrong; the consumed marker only after a success (or
-when a vanished checkpoint retires the attempt)."""
+when a vanished checkpoint retires the attempt). A failed job's finish is tested in
+test_finish_failures.py."""
 
 import json
 import os
@@ -21,8 +22,6 @@ from airflow_provider_horovod.contract import (
 )
 from airflow_provider_horovod.documents import ResultRecord
 from airflow_provider_horovod.exceptions import (
-    CapacityError,
-    ConfigurationError,
     InfrastructureError,
     TrainingResultError,
     UserCodeError,
@@ -115,7 +114,8 @@ def test_success_returns_the_documented_dict_and_marks_the_attempt_consumed(tmp_
     }
     assert {k: result[k] for k in expected} == expected
     assert set(result) - set(expected) <= {"return_value", "attempts", "cost", "job_tags", "segments", "mlflow"}
-    assert result["attempts"] == [] and result["job_tags"] == {}
+    assert result["attempts"] == []
+    assert result["job_tags"] == {}
     json.dumps(result)
     assert run.marker() == {"submission_id": SID, "try_number": 3}
 
@@ -163,104 +163,6 @@ def test_best_checkpoint_defaults_to_the_last(tmp_path):
     run = Run(tmp_path)
     run.write(run.record(best_checkpoint_uri=None), checkpoints=("checkpoint",))
     assert done(run)["best_checkpoint_uri"] == run.checkpoint
-
-
-def failed_event(
-    run, status="FAILED", *, error_type="JOB_ENTRYPOINT_COMMAND_ERROR", exit_code=1, tail=(), verdict=None
-):
-    metadata = {META_RESULT_URI: result_uri(run.storage_uri, 1), META_ATTEMPT: "1", META_STORAGE_URI: run.storage_uri}
-    return JobEvent.from_info(
-        SID,
-        {
-            "status": status,
-            "error_type": error_type,
-            "message": "driver exited 1 ",
-            "driver_exit_code": exit_code,
-            "metadata": metadata,
-        },
-        log_tail=list(tail),
-        failure=verdict.to_dict() if verdict else None,
-    )
-
-
-USER_BUG = Failure(
-    FailureClass.USER_CODE,
-    "ZeroDivisionError: division by zero",
-    rank=1,
-    error_type="ZeroDivisionError",
-    message="division by zero",
-    traceback='Traceback (the function\'s own frames):\n  File "/dags/train.py", line 7, in train\n    return 1 / 0\n',
-)
-
-
-def test_a_users_error_ends_the_log_with_the_class_rank_exception_frames_and_what_to_do(tmp_path):
-    run = Run(tmp_path)
-    event = failed_event(run, tail=["Traceback ...", "ray.train.WorkerGroupError: ..."], verdict=USER_BUG)
-    with pytest.raises(UserCodeError) as err:
-        finish(event, dashboard_url=URL, storage=Storage(), try_number=1)
-    message = str(err.value)
-    assert message.startswith(f"Ray job {SID} ended FAILED (JOB_ENTRYPOINT_COMMAND_ERROR): driver exited 1\n")
-    lines = message.splitlines()
-    assert lines[1] == "user code, rank 1: ZeroDivisionError: division by zero"
-    assert 'File "/dags/train.py", line 7, in train' in message and "return 1 / 0" in message
-    assert lines[-1].startswith("What to do: fix the function")
-    assert "WorkerGroupError" not in message  # Ray's wrapping is the streamed log's, not the answer's
-    assert (err.value.status, err.value.error_type) == ("FAILED", "JOB_ENTRYPOINT_COMMAND_ERROR")
-    assert err.value.submission_id == SID
-    assert err.value.failure["failure_class"] == "user_code" and not os.path.exists(run.consumed)
-
-
-@pytest.mark.parametrize(
-    "status, exit_code, error_type, expected",
-    [
-        ("FAILED", -9, "JOB_ENTRYPOINT_COMMAND_ERROR", InfrastructureError),  # the driver killed (OOM)
-        ("FAILED", 137, "JOB_ENTRYPOINT_COMMAND_ERROR", InfrastructureError),
-        ("FAILED", None, "RUNTIME_ENV_SETUP_FAILURE", ConfigurationError),
-        ("FAILED", None, "JOB_SUPERVISOR_ACTOR_DIED", InfrastructureError),
-        ("STOPPED", None, None, InfrastructureError),
-    ],
-)
-def test_without_the_runtimes_verdict_rays_job_info_decides_and_the_log_tail_comes_first(
-    tmp_path, status, exit_code, error_type, expected
-):
-    run = Run(tmp_path)
-    event = failed_event(run, status, error_type=error_type, exit_code=exit_code, tail=["Traceback:", "Killed"])
-    with pytest.raises(expected) as err:
-        finish(event, dashboard_url=URL, storage=Storage(), try_number=1)
-    message = str(err.value)
-    assert f"Ray job {SID} ended {status}" in message
-    assert "Last lines of the job's log:\nTraceback:\nKilled\n" in message
-    assert message.splitlines()[-1].startswith("What to do: ")
-    assert not os.path.exists(run.consumed)
-
-
-def test_the_failed_attempts_record_is_completed_with_the_final_class_and_the_logs_last_lines(tmp_path):
-    run = Run(tmp_path)
-    # What the runtime wrote (its history so far, its timings), before the Airflow side completes it.
-    Storage().write_json(
-        result_uri(run.storage_uri, 1),
-        {
-            "submission_id": SID,
-            "attempt": 1,
-            "storage_uri": run.storage_uri,
-            "run_uri": run.run_uri,
-            "history": [{"report": 1, "metrics": {"loss": 1.0}}],
-            "timings": {"total_s": 4.0},
-            "failure": USER_BUG.to_dict(),
-        },
-    )
-    with pytest.raises(UserCodeError):
-        finish(failed_event(run, tail=["a", "b"], verdict=USER_BUG), dashboard_url=URL, storage=Storage(), try_number=1)
-    record = ResultRecord.from_json(open(result_uri(run.storage_uri, 1)).read())
-    assert record.failure["failure_class"] == "user_code" and record.failure["rank"] == 1
-    assert record.log_tail == ["a", "b"] and record.history[0]["metrics"] == {"loss": 1.0}
-
-    # A killed driver wrote nothing: the Airflow side writes the post-mortem itself.
-    other = Run(tmp_path / "other")
-    with pytest.raises(InfrastructureError):
-        finish(failed_event(other, exit_code=-9, tail=["Killed"]), dashboard_url=URL, storage=Storage(), try_number=1)
-    written = json.loads(open(result_uri(other.storage_uri, 1)).read())
-    assert written["failure"]["failure_class"] == "infrastructure" and written["log_tail"] == ["Killed"]
 
 
 def test_a_success_after_failed_attempts_lists_them_with_their_classes(tmp_path):
@@ -315,7 +217,8 @@ def test_the_cost_counts_the_failed_attempt_and_is_kept_in_xcom_and_both_records
     with pytest.raises(InfrastructureError):
         finish(failed, dashboard_url=URL, storage=Storage(), try_number=1)
     kept = Storage().read_json(first_uri)["cost"]
-    assert kept["attempts"][0]["failed"] and kept["attempts"][0]["worker_s"] == 40.0  # 2 x (1030 - 1010)
+    assert kept["attempts"][0]["failed"]
+    assert kept["attempts"][0]["worker_s"] == 40.0  # 2 x (1030 - 1010)
 
     run.write(run.record(timings={"started_at": 1100.0, "finished_at": 1150.0}))
     Storage().write_json(worker_groups_uri(run.run_uri), [{"started_at": 1105.0, "world_size": 2}])
@@ -336,19 +239,15 @@ def test_the_cost_counts_the_failed_attempt_and_is_kept_in_xcom_and_both_records
     result = finish(event, dashboard_url=URL, storage=Storage(), try_number=2)
     cost = result["cost"]
     assert [(a["attempt"], a["failed"], a["worker_s"]) for a in cost["attempts"]] == [(1, True, 40.0), (2, False, 90.0)]
-    assert cost["attempts"][1]["wall_s"] == 56.5 and cost["attempts"][1]["queued_s"] == 10.0
-    assert cost["total"]["worker_s"] == 130.0 and cost["total"]["failed_worker_s"] == 40.0
-    assert cost["total"]["amount"] == pytest.approx(0.13) and cost["prices"]["currency"] == "USD"
+    assert cost["attempts"][1]["wall_s"] == 56.5
+    assert cost["attempts"][1]["queued_s"] == 10.0
+    assert cost["total"]["worker_s"] == 130.0
+    assert cost["total"]["failed_worker_s"] == 40.0
+    assert cost["total"]["amount"] == pytest.approx(0.13)
+    assert cost["prices"]["currency"] == "USD"
     assert result["job_tags"] == {"team": "ranking"}
     assert Storage().read_json(result_uri(run.storage_uri, 2))["cost"] == cost
     json.dumps(result)
-
-
-def test_an_error_event_of_the_wait_keeps_its_class(tmp_path):
-    event = JobEvent.error(SID, "Ray job x stayed PENDING for 700 s", failure_class=FailureClass.CAPACITY)
-    with pytest.raises(CapacityError) as err:
-        finish(event, dashboard_url=URL, storage=Storage(), try_number=1)
-    assert err.value.status is None and "capacity: Ray job x stayed PENDING for 700 s" in str(err.value)
 
 
 def test_a_missing_record(tmp_path):

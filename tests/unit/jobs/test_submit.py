@@ -66,7 +66,8 @@ def test_no_job_yet_submits_attempt_one(plan):
         "job_tags": {},
     }
     (submitted,) = ray.submitted
-    assert submitted["submission_id"] == SID(1) and spec_sent(submitted).resume_from == []
+    assert submitted["submission_id"] == SID(1)
+    assert spec_sent(submitted).resume_from == []
 
 
 def test_each_attempt_gets_a_token_of_its_own_for_its_runtimes_marks(plan):
@@ -84,19 +85,22 @@ def test_each_attempt_gets_a_token_of_its_own_for_its_runtimes_marks(plan):
 def test_a_running_job_is_reattached_without_asking_the_cluster_anything_else(plan, status):
     ray = FakeRay({SID(1): {"status": status}}, cluster={})  # no resources: a submission would be refused
     assert start(ray, plan, Storage())["attempt"] == 1
-    assert ray.submitted == [] and "get_cluster_resources" not in ray.calls
+    assert ray.submitted == []
+    assert "get_cluster_resources" not in ray.calls
 
 
 def test_a_succeeded_job_not_consumed_is_reused(plan):
     ray = FakeRay({SID(1): {"status": "SUCCEEDED"}})
-    assert start(ray, plan, Storage())["submission_id"] == SID(1) and ray.submitted == []
+    assert start(ray, plan, Storage())["submission_id"] == SID(1)
+    assert ray.submitted == []
 
 
 def test_a_succeeded_job_consumed_gives_the_next_attempt_from_scratch(plan):
     Storage().write_json(consumed_uri(plan.storage_uri, 1), {"submission_id": SID(1)})
     ray = FakeRay({SID(1): {"status": "SUCCEEDED"}})
     assert find_attempt(ray, plan, Storage()) == Attempt(2, SID(2), resume=False)
-    assert start(ray, plan, Storage())["attempt"] == 2 and spec_sent(ray.submitted[0]).resume_from == []
+    assert start(ray, plan, Storage())["attempt"] == 2
+    assert spec_sent(ray.submitted[0]).resume_from == []
 
 
 @pytest.mark.parametrize("status", ["FAILED", "STOPPED"])
@@ -162,7 +166,8 @@ def test_a_task_killed_before_its_submission_submits_nothing(plan):
     ray = FakeRay()
     with pytest.raises(TaskKilledError, match="nothing was submitted"):
         start(ray, plan, Storage(), stopped=lambda: True)
-    assert ray.submitted == [] and not Storage().exists(submitted_uri(plan.storage_uri, 1))
+    assert ray.submitted == []
+    assert not Storage().exists(submitted_uri(plan.storage_uri, 1))
     # never submitted: the retry submits attempt 1
     assert find_attempt(ray, plan, Storage()) == Attempt(1, SID(1))
 
@@ -171,8 +176,10 @@ def test_resources_no_node_has_are_refused_before_submitting(tmp_path):
     ray = FakeRay(cluster={"CPU": 8.0, "memory": 1e9})
     with pytest.raises(RayJobPendingTimeoutError) as err:
         start(ray, make_plan(tmp_path, use_gpu=True), Storage())
-    assert 'ask for {"GPU": 2.0}' in str(err.value) and "none of ['GPU']" in str(err.value)
-    assert "check_cluster_resources=False" in str(err.value) and ray.submitted == []
+    assert 'ask for {"GPU": 2.0}' in str(err.value)
+    assert "none of ['GPU']" in str(err.value)
+    assert "check_cluster_resources=False" in str(err.value)
+    assert ray.submitted == []
     start(ray, make_plan(tmp_path, use_gpu=True, check_cluster_resources=False), Storage())  # an autoscaling cluster
     assert len(ray.submitted) == 1
 
@@ -187,8 +194,10 @@ def test_elastic_workers_on_a_ray_without_elastic_scaling_are_refused_before_sub
         return
     with pytest.raises(InvalidParameterError) as err:
         start(ray, plan, Storage())
-    assert err.value.parameter == "num_workers" and "the cluster's Ray 2.54.1 lacks" in str(err.value)
-    assert "first comes with Ray 2.55" in str(err.value) and ray.submitted == []
+    assert err.value.parameter == "num_workers"
+    assert "the cluster's Ray 2.54.1 lacks" in str(err.value)
+    assert "first comes with Ray 2.55" in str(err.value)
+    assert ray.submitted == []
     start(ray, make_plan(tmp_path, num_workers=2, trainer_api="auto"), Storage())  # a number of workers runs
     assert len(ray.submitted) == 1
 
@@ -203,8 +212,10 @@ def test_a_local_path_needs_a_shared_filesystem_and_the_error_names_the_storage_
     with pytest.raises(InvalidParameterError) as err:
         start(FakeRay(shared_storage=False), plan, Storage())
     # Before the fix an unmapped task's error named the folder above the root (AIRFLOW_HOME's parent).
-    assert err.value.parameter == "storage_path" and err.value.value == root
-    assert "connection 'ray_remote'" in str(err.value) and '{"shared_storage": true}' in str(err.value)
+    assert err.value.parameter == "storage_path"
+    assert err.value.value == root
+    assert "connection 'ray_remote'" in str(err.value)
+    assert '{"shared_storage": true}' in str(err.value)
     assert start(FakeRay(shared_storage=True), plan, Storage())["attempt"] == 1
 
 

@@ -58,11 +58,14 @@ def test_every_counter_that_can_be_the_x_axis_is_one_and_none_is_charted():
 def test_a_sparse_metric_is_drawn_on_its_own_reports_and_marked_where_they_saved_a_checkpoint():
     metrics = by_name(shape(HISTORY, kept={"checkpoint_000000", "checkpoint_000001"}))
     val = metrics["val_loss"]
-    assert val["rows"] == [2, 5] and val["values"] == [0.6, 0.3]
+    assert val["rows"] == [2, 5]
+    assert val["values"] == [0.6, 0.3]
     # The 2nd report saved a checkpoint but reported no val_loss: only the 6th marks val_loss, on its 2nd point.
-    assert val["kept_at"] == [1] and val["deleted_at"] == []
+    assert val["kept_at"] == [1]
+    assert val["deleted_at"] == []
     loss = metrics["loss"]
-    assert loss["rows"] is None and len(loss["values"]) == 6  # on every report
+    assert loss["rows"] is None
+    assert len(loss["values"]) == 6  # on every report
     assert loss["kept_at"] == [1, 5]
     assert (val["last"], val["min"], val["max"]) == (0.3, 0.3, 0.6)
 
@@ -79,7 +82,8 @@ def test_checkpoints_ray_deleted_are_marked_apart_from_those_it_keeps():
         ("checkpoint_000001", 6, True, True, True),
     ]
     loss = by_name(shaped)["loss"]
-    assert loss["kept_at"] == [5] and loss["deleted_at"] == [1]
+    assert loss["kept_at"] == [5]
+    assert loss["deleted_at"] == [1]
     assert by_name(shaped)["val_loss"]["deleted_at"] == []  # the deleted one is not on a val_loss point
     assert shaped["checkpoints"][1]["metrics"]["val_loss"] == 0.3
 
@@ -88,12 +92,14 @@ def test_an_older_record_without_checkpoint_names_is_marked_without_claiming_wha
     old = [point(1, False, loss=1.0), point(2, True, loss=0.5)]
     shaped = shape(old, kept=set())
     assert [(c["name"], c["exists"]) for c in shaped["checkpoints"]] == [(None, None)]
-    assert by_name(shaped)["loss"]["kept_at"] == [1] and by_name(shaped)["loss"]["deleted_at"] == []
+    assert by_name(shaped)["loss"]["kept_at"] == [1]
+    assert by_name(shaped)["loss"]["deleted_at"] == []
 
 
 def test_what_is_not_a_finite_number_is_left_out_and_no_reports_is_no_charts():
     shaped = shape([point(1, loss=float("nan"), note="text", ok=True), point(2, loss=0.5)])
-    assert by_name(shaped)["loss"]["values"] == [0.5] and set(by_name(shaped)) == {"loss"}
+    assert by_name(shaped)["loss"]["values"] == [0.5]
+    assert set(by_name(shaped)) == {"loss"}
     assert shape([]) == {
         "reports": 0,
         "axes": ["report"],

@@ -76,12 +76,16 @@ def test_each_run_of_the_training_task_gets_its_metrics_evaluation_champion_dura
         + retraining(2, promoted=True, mse=0.4)
     )
     shaped = history.shape(rows)
-    assert shaped["runs"] == 3 and shaped["training_tasks"] == ["train"]
+    assert shaped["runs"] == 3
+    assert shaped["training_tasks"] == ["train"]
     assert [r["date"] for r in shaped["rows"]] == [(DAY + timedelta(days=d)).isoformat() for d in range(3)]
     first = shaped["rows"][0]
     # epoch counts how far the training went, not how well: no metric column of its own.
-    assert first["metrics"] == {"loss": 1.0} and first["state"] == "success"
-    assert first["duration_s"] == 10.0 and first["run_duration_s"] == 60.0 and first["attempt"] == 1
+    assert first["metrics"] == {"loss": 1.0}
+    assert first["state"] == "success"
+    assert first["duration_s"] == 10.0
+    assert first["run_duration_s"] == 60.0
+    assert first["attempt"] == 1
     # evaluate and promote both say holdout_mse, with the same value: one number. rows (of prepare_data) too.
     assert first["evaluation"] == {"holdout_mse": 0.5, "baseline_mse": 2.0, "rows": 1000.0}
     assert [r["promoted"] for r in shaped["rows"]] == [True, True, False]
@@ -116,7 +120,8 @@ def test_each_run_shows_what_it_cost_failed_attempts_included():
         "failed_attempts": 0,
         "failed_worker_s": 0,
     }
-    assert costs[1]["amount"] == 0.06 and costs[1]["currency"] == "EUR"
+    assert costs[1]["amount"] == 0.06
+    assert costs[1]["currency"] == "EUR"
     assert (costs[1]["failed_attempts"], costs[1]["failed_worker_s"]) == (1, 4.0)
     assert costs[2:] == [None, None]
 
@@ -170,12 +175,15 @@ def test_mapped_trainings_get_a_row_each_and_the_score_attribute_leads_the_metri
     ]
     shaped = history.shape(rows)
     assert [r["map_index"] for r in shaped["rows"]] == [0, 1]
-    assert shaped["score_attribute"] == "acc" and shaped["metrics"] == ["acc", "loss"]
+    assert shaped["score_attribute"] == "acc"
+    assert shaped["metrics"] == ["acc", "loss"]
 
 
 def test_a_run_with_no_training_counts_as_a_run_and_gives_no_row():
     shaped = history.shape([row(1, "evaluate", RETURN_KEY, 1.0), {**row(2, None), "task_id": None}])
-    assert shaped["runs"] == 2 and shaped["rows"] == [] and shaped["training_tasks"] == []
+    assert shaped["runs"] == 2
+    assert shaped["rows"] == []
+    assert shaped["training_tasks"] == []
 
 
 # --- the query, against Airflow's own tables -------------------------------------------------------

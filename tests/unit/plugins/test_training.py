@@ -58,10 +58,13 @@ def test_the_app_is_made_where_airflow_reads_it_once_not_where_the_plugin_loads(
     made = []
     monkeypatch.setattr(training, "make_app", lambda: made.append(1) or object())
     plugin = HorovodTrainingPlugin()
-    assert plugin.name == "horovod_training" and made == []
+    assert plugin.name == "horovod_training"
+    assert made == []
     (app,) = plugin.fastapi_apps
-    assert app["url_prefix"] == training.ROUTE and made == [1]
-    assert plugin.fastapi_apps[0]["app"] is app["app"] and made == [1]
+    assert app["url_prefix"] == training.ROUTE
+    assert made == [1]
+    assert plugin.fastapi_apps[0]["app"] is app["app"]
+    assert made == [1]
 
 
 def test_loading_plugins_as_every_airflow_process_does_imports_no_web_framework(tmp_path):
@@ -142,7 +145,8 @@ def test_a_task_that_does_not_train_gets_a_neutral_line_not_an_error():
     assert plain["message"] == "This task does not train with Horovod: there are no training curves here."
     ray_task = answer(ti("running", "@task.ray"), {JOB_KEY: job(Path("/s"), kind="task")})
     assert ray_task["message"] == "This task runs a Ray job, not a training: it has no training curves."
-    assert ray_task["live"] and ray_task["facts"] == [
+    assert ray_task["live"]
+    assert ray_task["facts"] == [
         {"label": "Ray job", "value": "ahp-d-train-x-a2", "href": "http://ray:8265/#/jobs/ahp-d-train-x-a2"}
     ]
     waiting = answer(ti("queued", "HorovodTrainOperator"), {})
@@ -157,9 +161,12 @@ def test_a_running_training_is_drawn_from_its_live_history_and_refreshes(tmp_pat
     write_attempt(tmp_path, history=HISTORY[:3], record=None, kept=["checkpoint_000002"])
     running = answer(ti("deferred", "@task.horovod", map_index=3), {JOB_KEY: job(tmp_path)})
     assert (running["trains"], running["live"], running["refresh_s"], running["map_index"]) == (True, True, 5, 3)
-    assert running["attempt"] == 2 and running["message"] == "" and running["problem"] == ""
+    assert running["attempt"] == 2
+    assert running["message"] == ""
+    assert running["problem"] == ""
     curves = running["curves"]
-    assert curves["reports"] == 3 and curves["axes"] == ["epoch", "report", "elapsed_s"]
+    assert curves["reports"] == 3
+    assert curves["axes"] == ["epoch", "report", "elapsed_s"]
     assert [(c["name"], c["exists"], c["uri"]) for c in curves["checkpoints"]] == [
         ("checkpoint_000002", True, f"{tmp_path}/attempt-2/checkpoint_000002")
     ]
@@ -212,14 +219,16 @@ def test_a_finished_training_lists_the_checkpoints_ray_kept_and_marks_those_it_d
         ("checkpoint_000006", True, True),
     ]
     loss = done["curves"]["metrics"][0]
-    assert loss["name"] == "loss" and loss["chosen"] and loss["kept_at"] == [3, 5] and loss["deleted_at"] == [1]
+    assert loss["name"] == "loss"
+    assert loss["chosen"]
+    assert loss["kept_at"] == [3, 5]
+    assert loss["deleted_at"] == [1]
     assert done["curves"]["score_attribute"] == "loss"
     facts = {f["label"]: f["value"] for f in done["facts"]}
-    assert (
-        facts["workers"] == "4"
-        and facts["training time"] == "900.0 s"
-        and facts["cost"]
-        == ("3700.0 worker-s (CPU 3700.0 s, GPU 0.0 s), 0.2500 USD; 1 failed attempt(s): 100.0 worker-s")
+    assert facts["workers"] == "4"
+    assert facts["training time"] == "900.0 s"
+    assert facts["cost"] == (
+        "3700.0 worker-s (CPU 3700.0 s, GPU 0.0 s), 0.2500 USD; 1 failed attempt(s): 100.0 worker-s"
     )
     assert {"label": "latest checkpoint", "value": latest} in done["uris"]
 
@@ -230,7 +239,9 @@ def test_storage_that_cannot_be_read_is_said_on_the_page_with_what_was_read(tmp_
             raise ConnectionError("the S3 endpoint does not answer")
 
     broken = answer(ti("running", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path)}, storage=Unreachable())
-    assert broken["trains"] and broken["live"] and broken["curves"]["metrics"] == []
+    assert broken["trains"]
+    assert broken["live"]
+    assert broken["curves"]["metrics"] == []
     assert broken["problem"] == (
         f"The training's files at {tmp_path}/attempt-2 cannot be read: the S3 endpoint does not answer"
     )
@@ -248,10 +259,12 @@ def test_the_routes_ask_airflow_who_is_asking_and_the_bundle_is_served(monkeypat
     for path in ("/api/training?dag_id=d&run_id=r&task_id=t", "/api/history?dag_id=d"):
         assert client.get(path).status_code == 401, path  # no token, no data
     bundle = client.get("/static/training.js")
-    assert bundle.status_code == 200 and re.search("javascript", bundle.headers["content-type"])
+    assert bundle.status_code == 200
+    assert re.search("javascript", bundle.headers["content-type"])
     monkeypatch.setattr(training, "DIST", tmp_path / "never-built")
     missing = TestClient(training.make_app()).get("/static/training.js")
-    assert missing.status_code == 404 and "scripts/build_ui.sh" in missing.json()["detail"]
+    assert missing.status_code == 404
+    assert "scripts/build_ui.sh" in missing.json()["detail"]
 
 
 def test_why_each_attempt_failed_is_shown_from_the_records_they_left(tmp_path):
@@ -279,11 +292,13 @@ def test_why_each_attempt_failed_is_shown_from_the_records_they_left(tmp_path):
     }
     write_attempt(tmp_path, history=HISTORY[:2], record={"failure": failure, "history": HISTORY[:2]}, kept=[])
     failed = answer(ti("failed", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path)})
-    assert failed["trains"] and [(f["attempt"], f["class"], f["rank"]) for f in failed["failures"]] == [
+    assert failed["trains"]
+    assert [(f["attempt"], f["class"], f["rank"]) for f in failed["failures"]] == [
         (1, "infrastructure", None),
         (2, "user code", 1),
     ]
-    assert failed["failures"][1]["traceback"].endswith("1 / 0") and failed["curves"]["reports"] == 2
+    assert failed["failures"][1]["traceback"].endswith("1 / 0")
+    assert failed["curves"]["reports"] == 2
     # A training that never failed lists none.
     assert answer(ti("running", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path / "fine")})["failures"] == []
 
@@ -292,7 +307,9 @@ def test_a_killed_attempt_says_it_was_killed_and_its_job_stopped(tmp_path):
     # Killed before its first report: no history, no record (the wait never saw the job end).
     (tmp_path / "attempt-2").mkdir()
     killed = answer(ti("failed", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path)})
-    assert killed["trains"] and killed["killed"] and killed["curves"]["reports"] == 0
+    assert killed["trains"]
+    assert killed["killed"]
+    assert killed["curves"]["reports"] == 0
     assert killed["message"] == (
         "Attempt 2 was killed before its training ended, and its Ray job ahp-d-train-x-a2 was stopped with it. "
         "It reported no metrics."
@@ -300,7 +317,8 @@ def test_a_killed_attempt_says_it_was_killed_and_its_job_stopped(tmp_path):
     # Killed after some reports: they are drawn, and the message says where they end.
     write_attempt(tmp_path / "later", history=HISTORY[:3], record=None, kept=[])
     later = answer(ti("failed", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path / "later")})
-    assert later["killed"] and later["message"].endswith("Its reports until then are below.")
+    assert later["killed"]
+    assert later["message"].endswith("Its reports until then are below.")
     assert later["curves"]["reports"] == 3
     # Killed while the task still followed the job in the worker: the wait saw Ray stop it and kept a
     # post-mortem (as a real kill left it): the message tells the kill, not a failure of the training's.
@@ -315,11 +333,14 @@ def test_a_killed_attempt_says_it_was_killed_and_its_job_stopped(tmp_path):
     }
     write_attempt(tmp_path / "seen", history=None, record={"attempt": 2, "failure": stopped}, kept=[])
     seen = answer(ti("failed", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path / "seen")})
-    assert seen["killed"] and seen["message"] == killed["message"] and seen["failures"] == []
+    assert seen["killed"]
+    assert seen["message"] == killed["message"]
+    assert seen["failures"] == []
     # An attempt whose job ended as the provider saw it left a record: its failure says why, not a kill.
     write_attempt(tmp_path / "failed", history=[], record={"failure": {"failure_class": "user_code"}}, kept=[])
     failed = answer(ti("failed", "HorovodTrainOperator"), {JOB_KEY: job(tmp_path / "failed")})
-    assert not failed["killed"] and failed["message"] == "This training reported no metrics."
+    assert not failed["killed"]
+    assert failed["message"] == "This training reported no metrics."
     # Still running, waiting for its retry (whose view is live), or done: no kill.
     for state in ("running", "up_for_retry", "success"):
         assert not answer(ti(state, "HorovodTrainOperator"), {JOB_KEY: job(tmp_path)})["killed"], state
@@ -330,5 +351,6 @@ def test_a_smoke_run_says_so_in_the_facts_and_beside_its_cost():
 
     cost = {"total": {"attempts": 1, "worker_s": 4.0, "cpu_s": 4.0, "gpu_s": 0.0, "amount": None}}
     shown = {f["label"]: f["value"] for f in facts({"smoke_run": True, "world_size": 2, "cost": cost}, {}, {})}
-    assert shown["smoke run"].startswith("yes") and shown["cost"].endswith("(smoke run)")
+    assert shown["smoke run"].startswith("yes")
+    assert shown["cost"].endswith("(smoke run)")
     assert "smoke run" not in {f["label"] for f in facts({"world_size": 2, "cost": cost}, {}, {})}

@@ -51,14 +51,17 @@ def test_the_function_runs_with_its_arguments_and_its_value_lands_in_the_record(
     spec, code = run_payload(tmp_path, monkeypatch, "json:dumps", args=[{"b": 1, "a": 2}], kwargs={"sort_keys": True})
     assert code == 0
     record = TaskRecord.from_json(open(spec.result_uri).read())
-    assert record.return_value == '{"a": 2, "b": 1}' and record.attempt == 1
+    assert record.return_value == '{"a": 2, "b": 1}'
+    assert record.attempt == 1
     out = capsys.readouterr().out
-    assert f"result: {spec.result_uri}" in out and "AHP_RESULT " in out
+    assert f"result: {spec.result_uri}" in out
+    assert "AHP_RESULT " in out
 
 
 def test_a_pickled_function_runs(tmp_path, monkeypatch):
     spec, code = run_payload(tmp_path, monkeypatch, lambda x: {"twice": 2 * x}, args=[21])
-    assert code == 0 and TaskRecord.from_json(open(spec.result_uri).read()).return_value == {"twice": 42}
+    assert code == 0
+    assert TaskRecord.from_json(open(spec.result_uri).read()).return_value == {"twice": 42}
 
 
 @pytest.mark.parametrize(
@@ -74,9 +77,12 @@ def test_failures_end_the_job_with_one_line_saying_why(tmp_path, monkeypatch, ca
     spec, code = run_payload(tmp_path, monkeypatch, function, args=args)
     out = capsys.readouterr().out
     if fragment is None:
-        assert code == 0 and json.loads(open(spec.result_uri).read())["return_value"]
+        assert code == 0
+        assert json.loads(open(spec.result_uri).read())["return_value"]
         return
-    assert code == 1 and "AHP_ERROR" in out and fragment in out
+    assert code == 1
+    assert "AHP_ERROR" in out
+    assert fragment in out
     assert TaskRecord.from_json(open(spec.result_uri).read()).failure  # the failed attempt's record
 
 
@@ -93,7 +99,9 @@ def test_this_clusters_ray_runs_a_task_and_a_training_with_the_api_it_chose(caps
     assert entrypoint.preflight(task) == (task, None)
     training = TrainingSpec(submission_id="s", train_fn={"import": "m:f"}, storage_uri="/x", python_version=HERE)
     chosen, problem = entrypoint.preflight(training)
-    assert problem is None and training.trainer_api == "auto" and chosen.trainer_api in ("v2", "legacy")
+    assert problem is None
+    assert training.trainer_api == "auto"
+    assert chosen.trainer_api in ("v2", "legacy")
     assert f"Trainer API: {chosen.trainer_api} (trainer_api='auto': " in capsys.readouterr().out
 
 
@@ -107,7 +115,9 @@ def test_a_ray_older_than_the_range_fails_naming_it_the_range_and_the_fix(monkey
         TrainingSpec(submission_id="s", train_fn={"import": "m:f"}, storage_uri="/x", python_version=HERE),
     ):
         _, message = entrypoint.preflight(spec)
-        assert message and f"Ray {version}" in message and "tested: 2.50 to 2.60" in message
+        assert message
+        assert f"Ray {version}" in message
+        assert "tested: 2.50 to 2.60" in message
         assert "ray[default,train]>=2.50" in message
 
 
@@ -130,7 +140,8 @@ def test_pickled_code_from_another_python_fails_naming_the_parameter_both_versio
     )
     message = entrypoint.python_mismatch(spec.python_version, spec.pickled_files())
     assert "train_fn and datasets['train']" in message
-    assert "Airflow's Python 3.9" in message and f"runs Python {HERE}" in message
+    assert "Airflow's Python 3.9" in message
+    assert f"runs Python {HERE}" in message
     assert 'import path "package.module:function"' in message
 
 
@@ -223,7 +234,8 @@ def test_ray_train_v2_errors_get_their_class(name):
     verdict = failures.of_error(failed_run(cause), user_code=False)
     assert verdict.failure_class is expected, verdict
     if expected is FailureClass.USER_CODE:
-        assert (verdict.rank, verdict.error_type) == (1, "KeyError") and '{}["lr"]' in verdict.traceback
+        assert (verdict.rank, verdict.error_type) == (1, "KeyError")
+        assert '{}["lr"]' in verdict.traceback
 
 
 def test_ray_train_v1_errors_get_their_class():
@@ -254,10 +266,13 @@ def test_a_failed_task_job_leaves_its_verdict_in_the_log_and_its_record(tmp_path
     spec, code = run_payload(tmp_path, monkeypatch, "math:sqrt", args=[-1])
     out = capsys.readouterr().out
     verdict = next(f for line in out.splitlines() if (f := failures.of_line(line)) is not None)
-    assert code == 1 and verdict.failure_class is FailureClass.USER_CODE and verdict.error_type == "ValueError"
+    assert code == 1
+    assert verdict.failure_class is FailureClass.USER_CODE
+    assert verdict.error_type == "ValueError"
     assert "AHP_ERROR user_code: ValueError: math domain error" in out
     record = TaskRecord.from_json(open(spec.result_uri).read())
-    assert record.failure["failure_class"] == "user_code" and record.return_value is None
+    assert record.failure["failure_class"] == "user_code"
+    assert record.return_value is None
 
 
 def test_a_function_that_does_not_load_on_the_cluster_is_configuration(tmp_path, monkeypatch, capsys):
@@ -273,7 +288,8 @@ def test_a_function_that_does_not_load_on_the_cluster_is_configuration(tmp_path,
     monkeypatch.syspath_prepend(str(tmp_path))
     code = entrypoint.main(["task", payload.name])
     verdict = failures.of_line(next(line for line in capsys.readouterr().out.splitlines() if "AHP_FAILURE" in line))
-    assert code == 1 and verdict.failure_class is FailureClass.CONFIGURATION
+    assert code == 1
+    assert verdict.failure_class is FailureClass.CONFIGURATION
 
 
 def test_a_training_leaves_ray_once_its_result_is_printed_and_a_task_does_not(tmp_path, monkeypatch, capsys):
@@ -294,11 +310,13 @@ def test_a_training_leaves_ray_once_its_result_is_printed_and_a_task_does_not(tm
     (payload / "spec.json").write_text(spec.to_json())
     monkeypatch.syspath_prepend(str(tmp_path))
     assert entrypoint.main(["train", payload.name]) == 0
-    assert len(printed_before) == 1 and "AHP_RESULT " in printed_before[0]
+    assert len(printed_before) == 1
+    assert "AHP_RESULT " in printed_before[0]
 
     printed_before.clear()
     spec, code = run_payload(tmp_path, monkeypatch, "os:getcwd")
-    assert code == 0 and printed_before == []
+    assert code == 0
+    assert printed_before == []
 
 
 # --- a stop: Ray's SIGTERM to the driver ---------------------------------------------------------------
@@ -323,8 +341,10 @@ def test_a_task_job_stopped_by_sigterm_keeps_its_record_with_its_class(tmp_path,
     (record_file,) = (tmp_path / "storage").rglob("result.json")
     record = TaskRecord.from_json(record_file.read_text())
     # The class the Airflow side gives a STOPPED job, and the Training view's "killed" reads the same way.
-    assert record.failure["failure_class"] == "infrastructure" and failures.stopped_by_request(record.failure)
-    assert "SIGTERM" in record.failure["summary"] and record.timings["started_at"]
+    assert record.failure["failure_class"] == "infrastructure"
+    assert failures.stopped_by_request(record.failure)
+    assert "SIGTERM" in record.failure["summary"]
+    assert record.timings["started_at"]
 
 
 def test_another_exit_of_the_function_keeps_no_stop_record(tmp_path, monkeypatch, watched):
@@ -347,8 +367,11 @@ def test_a_stopped_training_keeps_the_reports_it_made_and_an_existing_record_sta
         json.dump(reports, f)
     entrypoint.report_stop(spec, started_at=1.0)
     record = ResultRecord.from_json(open(spec.result_uri).read())
-    assert record.history == reports and record.attempt == 2 and record.checkpoint_uri is None
-    assert record.failure["failure_class"] == "infrastructure" and failures.stopped_by_request(record.failure)
+    assert record.history == reports
+    assert record.attempt == 2
+    assert record.checkpoint_uri is None
+    assert record.failure["failure_class"] == "infrastructure"
+    assert failures.stopped_by_request(record.failure)
     # A record already there (the attempt's result, the Airflow side's post-mortem of a timeout) is kept.
     with open(spec.result_uri, "w") as f:
         f.write('{"kept": true}')

@@ -10,7 +10,9 @@ from airflow_provider_horovod.runtime.history import MAX_POINTS, History, point,
 
 def test_a_point_keeps_the_numeric_metrics_only():
     p = point({"loss": 0.5, "epoch": 3, "ok": True, "name": "x", "nan": float("nan")}, 7, "checkpoint_000001")
-    assert p["metrics"] == {"loss": 0.5, "epoch": 3.0} and p["report"] == 7 and p["checkpoint"] == "checkpoint_000001"
+    assert p["metrics"] == {"loss": 0.5, "epoch": 3.0}
+    assert p["report"] == 7
+    assert p["checkpoint"] == "checkpoint_000001"
 
 
 @pytest.mark.parametrize("count", [1, 999, 10_000, 10_001, 25_000])
@@ -18,7 +20,8 @@ def test_an_even_sample_keeps_the_first_and_the_last_and_the_order(count):
     points = [{"report": i} for i in range(1, count + 1)]
     kept = sampled(points)
     assert len(kept) == min(count, MAX_POINTS)
-    assert kept[0]["report"] == 1 and kept[-1]["report"] == count
+    assert kept[0]["report"] == 1
+    assert kept[-1]["report"] == count
     assert [p["report"] for p in kept] == sorted(p["report"] for p in kept)
 
 

@@ -48,7 +48,8 @@ def test_each_rank_gets_horovods_variables():
     ]
     assert picked == [("n1", "0", "0", "2", "0", "2"), ("n1", "1", "1", "2", "0", "1"), ("n2", "2", "0", "1", "1", "2")]
     assert {e["HOROVOD_SIZE"] for e in envs} == {"3"}
-    assert envs[0]["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == "10.0.0.1" and envs[0]["HOROVOD_GLOO_RENDEZVOUS_PORT"] == "4242"
+    assert envs[0]["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == "10.0.0.1"
+    assert envs[0]["HOROVOD_GLOO_RENDEZVOUS_PORT"] == "4242"
     assert envs[0]["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "45"
     # The network is per host (network_env), not per rank.
     assert not any(key in envs[0] for key in ("HOROVOD_GLOO_IFACE", "NCCL_SOCKET_IFNAME"))
@@ -170,11 +171,13 @@ def test_the_controller_starts_no_placement_group_cleaner_nor_a_dataset_manager_
     assert "PlacementGroupCleanerCallback" not in kinds
     assert {"BackendSetupCallback", "ControllerChanges"} <= kinds
     if datasets:
-        assert "DatasetsCallback" in kinds and "NoDatasetsCallback" not in kinds
+        assert "DatasetsCallback" in kinds
+        assert "NoDatasetsCallback" not in kinds
         return
     assert "DatasetsCallback" not in kinds
     (stand_in,) = [c for c in seen["callbacks"] if type(c).__name__ == "NoDatasetsCallback"]
     providers = stand_in.before_init_train_context(["w0", "w1"])["dataset_shard_provider"]
-    assert len(providers) == 2 and all(isinstance(p, ray_compat.NoDatasets) for p in providers)
+    assert len(providers) == 2
+    assert all(isinstance(p, ray_compat.NoDatasets) for p in providers)
     with pytest.raises(KeyError, match="given no datasets"):
         providers[0].get_dataset_shard(dataclasses.make_dataclass("Info", ["dataset_name"])("train"))

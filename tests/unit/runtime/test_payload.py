@@ -41,4 +41,5 @@ def test_a_shipped_callable_whose_code_cannot_be_renamed_still_runs():
     Model.step.__code__ = Model.step.__code__.replace(co_filename=DYNAMIC_CODE)
     fn = types.FunctionType(_shipped.__code__.replace(co_filename=DYNAMIC_CODE), {"_helper": method})
     with_source_file(fn, "/dags/my_dag.py")  # a bound method's code cannot be set through it
-    assert fn(1) == 3 and fn.__code__.co_filename == "/dags/my_dag.py"
+    assert fn(1) == 3
+    assert fn.__code__.co_filename == "/dags/my_dag.py"

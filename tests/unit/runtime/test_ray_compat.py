@@ -9,8 +9,9 @@ import os
 import pytest
 
 from airflow_provider_horovod.contract import RAY_ELASTIC_SINCE, ray_minor
+from airflow_provider_horovod.exceptions import RayIncompatibleError
 from airflow_provider_horovod.runtime import ray_compat
-from airflow_provider_horovod.runtime.ray_compat import Choice, RayIncompatibleError, choose_trainer
+from airflow_provider_horovod.runtime.ray_compat import Choice, choose_trainer
 
 MINOR = ray_minor(ray_compat.ray_version())
 
@@ -53,12 +54,15 @@ def test_a_users_error_in_a_worker_is_classed_as_the_users_on_this_minor():
 
 
 def test_the_probes_find_what_this_ray_minor_has():
-    assert MINOR is not None and MINOR >= (2, 50)
+    assert MINOR is not None
+    assert MINOR >= (2, 50)
     found = ray_compat.probe_results()
     # Train V2's backend API and Ray's own HorovodTrainer are in every tested minor.
     for key in ("v2_controller", "v2_failure_policy", "v2_context", "v2_callback", "v2_start_timeout"):
         assert found[key], key
-    assert found["legacy_trainer"] and found["copy_helpers"] and found["report_methods"]
+    assert found["legacy_trainer"]
+    assert found["copy_helpers"]
+    assert found["report_methods"]
     assert found["controller_states"]
     # Elastic scaling from 2.55; the coordinator's fresh view from 2.60.
     assert found["elastic_policy"] == (MINOR >= RAY_ELASTIC_SINCE)
@@ -73,7 +77,8 @@ def test_train_v2_is_rays_default_from_2_51():
 def test_auto_on_this_ray_runs_the_api_ray_runs_by_default():
     choice = choose_trainer("auto", False)
     assert choice.trainer_api == ("v2" if ray_compat.train_v2_on() else "legacy")
-    assert ray_compat.ray_version() in choice.why and not choice.warnings
+    assert ray_compat.ray_version() in choice.why
+    assert not choice.warnings
 
 
 def test_elastic_on_this_ray_runs_from_2_55_and_is_refused_before_naming_both_versions():
@@ -82,7 +87,8 @@ def test_elastic_on_this_ray_runs_from_2_55_and_is_refused_before_naming_both_ve
         return
     with pytest.raises(RayIncompatibleError) as refused:
         choose_trainer("auto", True)
-    assert f"Ray {ray_compat.ray_version()}" in str(refused.value) and "Ray 2.55" in str(refused.value)
+    assert f"Ray {ray_compat.ray_version()}" in str(refused.value)
+    assert "Ray 2.55" in str(refused.value)
 
 
 def test_a_probe_that_breaks_finds_nothing(monkeypatch):
@@ -107,7 +113,8 @@ def test_a_probe_that_breaks_finds_nothing(monkeypatch):
 )
 def test_auto_follows_whether_train_v2_is_on_and_explicit_apis_are_kept(probes, requested, v2_on, chosen):
     choice = choose_trainer(requested, False, version="2.55.1", v2_on=v2_on)
-    assert choice == Choice(chosen, choice.why) and choice.why
+    assert choice == Choice(chosen, choice.why)
+    assert choice.why
 
 
 def test_an_api_whose_train_version_is_off_is_refused_saying_what_to_do(probes):
@@ -122,7 +129,8 @@ def test_elastic_without_the_policy_names_the_version_and_the_first_minor_that_h
     for requested in ("auto", "v2"):
         with pytest.raises(RayIncompatibleError) as refused:
             choose_trainer(requested, True, version="2.54.1", v2_on=True)
-        assert "the cluster's Ray 2.54.1 lacks" in str(refused.value) and "Ray 2.55" in str(refused.value)
+        assert "the cluster's Ray 2.54.1 lacks" in str(refused.value)
+        assert "Ray 2.55" in str(refused.value)
     probes["elastic_policy"] = True
     assert choose_trainer("auto", True, version="2.60.0", v2_on=True).trainer_api == "v2"
 
@@ -130,7 +138,8 @@ def test_elastic_without_the_policy_names_the_version_and_the_first_minor_that_h
 def test_elastic_without_a_fresh_view_runs_on_rays_own_policy_and_says_so(probes):
     probes["fresh_elastic_view"] = False
     (warning,) = choose_trainer("auto", True, version="2.57.1", v2_on=True).warnings
-    assert "Ray 2.57.1" in warning and "up to 20 s late" in warning
+    assert "Ray 2.57.1" in warning
+    assert "up to 20 s late" in warning
     assert not choose_trainer("auto", False, version="2.57.1", v2_on=True).warnings  # not elastic: not used
 
 
@@ -141,13 +150,15 @@ def test_a_ray_older_than_the_range_is_refused(probes):
 
 def test_a_newer_ray_runs_with_a_warning_when_the_probes_pass_and_is_refused_naming_what_is_missing(probes):
     choice = choose_trainer("auto", False, version="2.61.0", v2_on=True)
-    assert choice.trainer_api == "v2" and "Ray 2.61.0 is newer than the minors" in choice.warnings[0]
+    assert choice.trainer_api == "v2"
+    assert "Ray 2.61.0 is newer than the minors" in choice.warnings[0]
     probes["v2_context"] = False
     with pytest.raises(RayIncompatibleError) as refused:
         choose_trainer("auto", False, version="2.61.0", v2_on=True)
     message = str(refused.value)
     assert "Ray 2.61.0 lacks what trainer_api='v2' uses: V2 train context with a checkpoint field" in message
-    assert "tested Ray minor" in message and "trainer_api='legacy'" in message
+    assert "tested Ray minor" in message
+    assert "trainer_api='legacy'" in message
 
 
 # --- what the runtime uses ----------------------------------------------------------------------------
@@ -186,66 +197,3 @@ def test_a_startup_timeout_is_found_in_the_error_its_controller_failure_or_its_c
     except RuntimeError as err:
         assert ray_compat.startup_timed_out(err)
     assert not ray_compat.startup_timed_out(RuntimeError("other"))
-
-
-# --- an elastic run after a machine is lost --------------------------------------------------------------
-
-
-def _node(node_id, port, alive=True, address="127.0.0.1"):
-    return {"NodeID": node_id, "Alive": alive, "NodeManagerAddress": address, "NodeManagerPort": port}
-
-
-@pytest.fixture
-def raylet_ports():
-    """A port that takes connections (a raylet that answers) and one that refuses (a killed raylet)."""
-    import socket
-
-    listening = socket.socket()
-    listening.bind(("127.0.0.1", 0))
-    listening.listen()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        refusing = probe.getsockname()[1]
-    yield listening.getsockname()[1], refusing
-    listening.close()
-
-
-def test_only_nodes_whose_raylet_answers_are_counted(raylet_ports):
-    up, refusing = raylet_ports
-    nodes = [
-        _node("up", up),
-        _node("killed", refusing),
-        _node("unreachable", 9, address="192.0.2.1"),  # TEST-NET-1: nothing answers there
-        _node("dead", up, alive=False),
-    ]
-    assert ray_compat.answering_nodes(nodes, timeout_s=0.5) == {"up"}
-
-
-@pytest.mark.skipif(not ray_compat.has("fresh_elastic_view"), reason="Ray's own elastic policy on this minor")
-def test_the_elastic_policy_restarts_on_the_nodes_that_answer_while_ray_still_counts_a_lost_one(
-    raylet_ports, monkeypatch
-):
-    """Right after host 2's machine is lost Ray still lists its node alive with its CPUs: the policy leaves
-    it out, so the restart is at the size the answering nodes fit (2 of 1 CPU), not the old 4."""
-    import ray
-    from ray.train import ScalingConfig
-
-    up, refusing = raylet_ports
-    reserved = {"host1": {"CPU": 2.0}, "host2": {"CPU": 2.0}}
-    monkeypatch.setattr(ray, "nodes", lambda: [_node("host1", up), _node("host2", refusing)])
-    monkeypatch.setattr(ray, "get", lambda value, timeout=None: value)
-
-    class Coordinator:
-        class get_reserved_resources:  # noqa: N801 - an actor method's shape: .remote(...)
-            @staticmethod
-            def remote(requester_id, recompute=False):
-                assert recompute
-                return reserved
-
-    base = ray_compat._fresh_elastic_policy_class()
-    policy_class = type("Policy", (base,), {"_autoscaling_coordinator": Coordinator()})
-    policy = policy_class(ScalingConfig(num_workers=(2, 4), resources_per_worker={"CPU": 1}))
-    assert policy._count_possible_workers(policy._get_reserved_resources()) == 2
-    monkeypatch.setattr(ray, "nodes", lambda: [_node("host1", up), _node("host2", up)])  # host 2 back
-    policy._latest_reserved_resources_query_time = float("-inf")
-    assert policy._count_possible_workers(policy._get_reserved_resources()) == 4

@@ -25,7 +25,8 @@ def test_each_dataset_is_cut_to_its_first_rows(capsys):
 
 
 def test_without_horovod_running_a_rank_decides_on_its_own_report():
-    assert smoke.any_rank(True) is True and smoke.any_rank(False) is False
+    assert smoke.any_rank(True) is True
+    assert smoke.any_rank(False) is False
 
 
 def test_the_training_ends_on_the_first_checkpoint_after_it_is_recorded(train_v2, monkeypatch, tmp_path, capsys):  # noqa: F811

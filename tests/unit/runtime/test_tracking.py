@@ -170,7 +170,8 @@ def test_a_retry_goes_on_with_the_task_runs_run_after_its_last_step():
     earlier = SimpleNamespace(info=SimpleNamespace(run_id="r1"), data=SimpleNamespace(metrics={"loss": 1, "acc": 2}))
     client = FakeClient(runs=[earlier], history={"loss": [1, 2, 3], "acc": [2]})
     assert tracking.find_or_create_run(client, spec(), "7") == ("r1", 3)
-    assert ("update", "r1", "RUNNING") in client.calls and not [c for c in client.calls if c[0] == "create"]
+    assert ("update", "r1", "RUNNING") in client.calls
+    assert not [c for c in client.calls if c[0] == "create"]
 
 
 def test_without_tracking_nothing_starts_and_nothing_ends(tmp_path):
@@ -226,7 +227,8 @@ def test_a_failing_tracking_server_stops_the_logging_not_the_training(capsys):
     listeners[0](runtime_history.point({"loss": 1.0}, 1, None))  # does not raise
     client.fail = False
     listeners[0](runtime_history.point({"loss": 0.9}, 2, None))
-    assert tracker.stopped and client.calls == []
+    assert tracker.stopped
+    assert client.calls == []
     assert "MLflow: logging metrics to run r1 stopped: ConnectionError" in capsys.readouterr().out
 
 

@@ -66,7 +66,8 @@ def test_ray_train_gets_the_users_function_with_the_right_number_of_parameters(t
 
     base = spec(tmp_path)
     wrapped = trainers.per_worker(base, with_config)
-    assert len(inspect.signature(wrapped).parameters) == 1 and wrapped({"x": 5}) is None
+    assert len(inspect.signature(wrapped).parameters) == 1
+    assert wrapped({"x": 5}) is None
     assert len(inspect.signature(trainers.per_worker(base, bare)).parameters) == 0
     call = TrainingSpec(
         submission_id="s-a1",

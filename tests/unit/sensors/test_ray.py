@@ -54,7 +54,8 @@ def test_bad_input_fails_before_any_cluster_call(serve, kwargs, parameter, fix, 
     task = sensor(**kwargs)
     with pytest.raises(InvalidParameterError) as err:
         task.execute(context(task_id="wait"))
-    assert err.value.parameter == parameter and fix in str(err.value)
+    assert err.value.parameter == parameter
+    assert fix in str(err.value)
     assert str(err.value).startswith(f"Invalid {parameter}={err.value.value!r}: ")
     assert dashboard.requests == []
 
@@ -65,7 +66,8 @@ def test_bad_input_fails_before_any_cluster_call(serve, kwargs, parameter, fix, 
 def test_bad_timing_fails_when_the_dag_is_parsed(kwargs, parameter):
     with pytest.raises(InvalidParameterError) as err:
         sensor(**kwargs)
-    assert err.value.parameter == parameter and "seconds (0 or more)" in str(err.value)
+    assert err.value.parameter == parameter
+    assert "seconds (0 or more)" in str(err.value)
 
 
 def test_it_defers_by_default_whatever_airflows_default_deferrable_says():
@@ -75,10 +77,17 @@ def test_it_defers_by_default_whatever_airflows_default_deferrable_says():
     assert sensor().deferrable is True
 
 
-def test_template_fields():
+def test_template_fields_render_when_the_task_runs():
     assert set(RayJobSensor.template_fields) == {"submission_id", "ray_conn_id", "aws_conn_id"}
     task = sensor(submission_id="{{ ti.xcom_pull(task_ids='train', key='submission_id') }}")
     assert "xcom_pull" in task.submission_id  # not rendered, nor checked, at parse time
+    task = sensor(
+        submission_id="{{ params.sid }}", ray_conn_id="ray_{{ params.env }}", aws_conn_id="aws_{{ params.env }}"
+    )
+    task.render_template_fields({"params": {"sid": SID, "env": "prod"}})
+    assert task.submission_id == SID
+    assert task.ray_conn_id == "ray_prod"
+    assert task.aws_conn_id == "aws_prod"
 
 
 @pytest.fixture
@@ -95,14 +104,16 @@ def poke(serve):
 def test_a_running_job_is_not_done(poke):
     ray = FakeRay({SID: {"status": "RUNNING"}}, logs={SID: "lots of log\n"})
     assert poke(sensor(), ray) is False
-    assert "get_job_logs" not in ray.calls and ray.stopped == []
+    assert "get_job_logs" not in ray.calls
+    assert ray.stopped == []
 
 
 def test_a_succeeded_job_of_anyone_gives_the_generic_dict(poke):
     ray = FakeRay({SID: {"status": "SUCCEEDED", "metadata": {"owner": "team-a"}}})
     ctx = context(task_id="wait")
     done = poke(sensor(), ray, ctx)
-    assert isinstance(done, PokeReturnValue) and done.is_done
+    assert isinstance(done, PokeReturnValue)
+    assert done.is_done
     assert done.xcom_value == {
         "submission_id": SID,
         "status": "SUCCEEDED",
@@ -121,9 +132,12 @@ def test_a_failed_job_raises_its_class_with_the_tail_of_its_log(poke, status, fa
     with pytest.raises(failure) as err:
         poke(sensor(), ray)
     message = str(err.value)
-    assert f"Ray job {SID} ended {status}" in message and ": driver failed" in message
-    assert "step 59\nRuntimeError: CUDA out of memory\n" in message and "step 20\n" not in message
-    assert message.splitlines()[-1].startswith("What to do: ") and err.value.status == status
+    assert f"Ray job {SID} ended {status}" in message
+    assert ": driver failed" in message
+    assert "step 59\nRuntimeError: CUDA out of memory\n" in message
+    assert "step 20\n" not in message
+    assert message.splitlines()[-1].startswith("What to do: ")
+    assert err.value.status == status
     # A job not of the provider's that failed in its entrypoint failed in its own code: not retried.
     assert isinstance(err.value, AirflowFailException) is (failure is UserCodeError)
 
@@ -176,7 +190,8 @@ def test_a_training_job_gives_the_verified_checkpoint(poke, tmp_path):
     )
     ctx = context(task_id="wait")
     done = poke(sensor(submission_id=sid), ray, ctx)
-    assert done.xcom_value["checkpoint_uri"] == checkpoint and done.xcom_value["metrics"] == {"loss": 0.2}
+    assert done.xcom_value["checkpoint_uri"] == checkpoint
+    assert done.xcom_value["metrics"] == {"loss": 0.2}
     assert ctx["ti"].xcoms[XCOM_CHECKPOINT_URI] == checkpoint
     assert json.loads(open(f"{storage_uri}/attempt-1/consumed.json").read())["submission_id"] == sid
 

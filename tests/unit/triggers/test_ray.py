@@ -74,7 +74,8 @@ def test_defaults_and_a_cursor_of_another_job():
 def test_bad_arguments_are_refused_at_construction(kwargs, parameter):
     with pytest.raises(InvalidParameterError) as err:
         RayJobTrigger(**kwargs)
-    assert err.value.parameter == parameter and "give" in str(err.value)
+    assert err.value.parameter == parameter
+    assert "give" in str(err.value)
 
 
 def job(status, started_s_ago=0.0, **extra):
@@ -121,7 +122,8 @@ def test_run_streams_each_line_once_and_yields_one_event(run, monkeypatch, capsy
     assert len(events) == 1
     assert json.loads(json.dumps(events[0].payload)) == events[0].payload
     event = JobEvent.from_dict(events[0].payload)
-    assert events[0].payload["outcome"] == "success" and event.succeeded
+    assert events[0].payload["outcome"] == "success"
+    assert event.succeeded
     assert event.job_status is JobStatus.SUCCEEDED
     assert LogCursor.from_dict(event.log_cursor, SID).lines == 4
     assert LogCursor.from_dict(event.log_cursor, SID).tail == LogCursor(SID).advanced(["l1", "l2", "l3", "l4"]).tail
@@ -135,7 +137,8 @@ def test_a_job_ending_right_after_the_deferral_holds_its_event_until_not_before(
     started = time.time()
     trigger = with_task(RayJobTrigger(submission_id=SID, policy=FAST, not_before=started + 1.5), monkeypatch, XComs())
     events = run(trigger, ray)
-    assert time.time() - started >= 1.5 and JobEvent.from_dict(events[0].payload).succeeded
+    assert time.time() - started >= 1.5
+    assert JobEvent.from_dict(events[0].payload).succeeded
     # Past it, nothing is held.
     ray = FakeRay({SID: [job("SUCCEEDED")]}, logs={SID: ["done\n"]})
     started = time.time()
@@ -149,7 +152,8 @@ def test_run_inline_without_a_triggerer_holds_nothing(run):
     ray = FakeRay({SID: [job("RUNNING"), job("SUCCEEDED")]}, logs={SID: ["", "done\n"]})
     started = time.time()
     events = run(RayJobTrigger(submission_id=SID, policy=FAST, not_before=started + 30), ray)
-    assert time.time() - started < 10 and JobEvent.from_dict(events[0].payload).succeeded
+    assert time.time() - started < 10
+    assert JobEvent.from_dict(events[0].payload).succeeded
 
 
 def test_a_serialized_cursor_repeats_no_line(run, monkeypatch, capsys):
@@ -164,8 +168,10 @@ def test_a_serialized_cursor_repeats_no_line(run, monkeypatch, capsys):
 def test_without_streaming_only_the_end_is_read(run, monkeypatch, capsys):
     ray = FakeRay({SID: [job("RUNNING"), job("FAILED")]}, logs={SID: "boom\n"})
     (event,) = run(RayJobTrigger(submission_id=SID, policy=FAST, stream_logs=False), ray)
-    assert ray.tail_reads == [(SID, LOG_TAIL_LINES)] and "get_job_logs" not in ray.calls
-    assert event.payload["outcome"] == "error" and event.payload["log_tail"] == ["boom"]
+    assert ray.tail_reads == [(SID, LOG_TAIL_LINES)]
+    assert "get_job_logs" not in ray.calls
+    assert event.payload["outcome"] == "error"
+    assert event.payload["log_tail"] == ["boom"]
     assert streamed(capsys) == []
 
 
@@ -175,9 +181,11 @@ def test_pending_too_long_stops_the_job_and_says_what_was_asked(run, monkeypatch
     )
     (event,) = run(RayJobTrigger(submission_id=SID, policy={"pending_timeout_s": 30}), ray)
     payload = event.payload
-    assert payload["outcome"] == "error" and payload["job_status"] == "PENDING"
+    assert payload["outcome"] == "error"
+    assert payload["job_status"] == "PENDING"
     assert "stayed PENDING for 90 s" in payload["message"]
-    assert 'ask for {"GPU": 4.0}' in payload["message"] and 'the cluster has {"CPU": 8.0}' in payload["message"]
+    assert 'ask for {"GPU": 4.0}' in payload["message"]
+    assert 'the cluster has {"CPU": 8.0}' in payload["message"]
     assert ray.stopped == [SID]
 
 
@@ -186,19 +194,22 @@ def test_pending_too_long_when_the_cluster_cannot_say_what_it_has(run):
     (event,) = run(
         RayJobTrigger(submission_id=SID, policy={"pending_timeout_s": 30}), ray, failures=[("/api/v0/nodes", 500, 0)]
     )
-    assert "the cluster has unknown" in event.payload["message"] and ray.stopped == [SID]
+    assert "the cluster has unknown" in event.payload["message"]
+    assert ray.stopped == [SID]
 
 
 def test_a_missing_job_yields_an_error_event(run):
     (event,) = run(RayJobTrigger(submission_id=SID), FakeRay())
-    assert event.payload["outcome"] == "error" and f"Ray job {SID} does not exist" in event.payload["message"]
+    assert event.payload["outcome"] == "error"
+    assert f"Ray job {SID} does not exist" in event.payload["message"]
 
 
 def test_a_provider_error_becomes_one_error_event(run):
     ray = FakeRay({SID: [job("RUNNING")]}, logs={SID: "l1\n"})
     # The job's info answers once, then the dashboard fails it.
     (event,) = run(RayJobTrigger(submission_id=SID, policy=FAST), ray, failures=[(f"/api/jobs/{SID}", 500, 1)])
-    assert event.payload["outcome"] == "error" and "job info failed: HTTP 500" in event.payload["message"]
+    assert event.payload["outcome"] == "error"
+    assert "job info failed: HTTP 500" in event.payload["message"]
     assert LogCursor.from_dict(event.payload["log_cursor"], SID).lines == 1  # the line streamed before
 
 
@@ -294,7 +305,8 @@ def test_unreadable_xcoms_do_not_fail_the_wait(run, monkeypatch, capsys):
     monkeypatch.setattr(compat, "trigger_xcom_get", broken)
     monkeypatch.setattr(compat, "trigger_xcom_set", broken)
     (event,) = run(trigger, ray)
-    assert event.payload["outcome"] == "success" and streamed(capsys) == ["a", "b"]
+    assert event.payload["outcome"] == "success"
+    assert streamed(capsys) == ["a", "b"]
 
 
 def test_many_lines_of_one_poll_leave_the_event_loop_to_other_triggers_between_batches(monkeypatch):

@@ -14,7 +14,7 @@ import dataclasses
 import random
 from datetime import date, timedelta
 
-# Each kind of fault, and what it does (bench/chaos_faults.py does it).
+# Each kind of fault, and what it does (chaos/faults.py does it).
 KILL_WORKER = "kill_worker"  # SIGKILL one Ray Train worker process of a running training
 LOSE_HOST = "lose_host"  # SIGKILL every process of host 2 at once; its Ray node back after a while
 KILL_TASK_PROCESS = "kill_task_process"  # SIGKILL the Airflow task process of a running training
@@ -38,7 +38,7 @@ FAULT_KINDS = (
 # How long a fault lasts, drawn between these (seconds): host 2 away, S3 down, the head down.
 DURATIONS_S = {LOSE_HOST: (20.0, 60.0), S3_OUTAGE: (5.0, 30.0), RESTART_RAY_HEAD: (1.0, 10.0)}
 
-# The DAGs of the workload (bench/chaos_dags/chaos_dags.py).
+# The DAGs of the workload (chaos/dags/chaos_dags.py).
 RETRAINING = "chaos_retraining"  # daily retraining: data, train, evaluate (@task.ray), promote
 SWEEP = "chaos_sweep"  # a mapped @task.horovod sweep, not deferred, then a @task.ray evaluation
 ELASTIC = "chaos_elastic"  # an elastic training, num_workers=(2, 4), deferred

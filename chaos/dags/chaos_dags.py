@@ -1,4 +1,4 @@
-"""The workload of `make chaos` (bench/chaos.py), sized for a 2-core machine that also runs Airflow,
+"""The workload of `make chaos` (chaos/run.py), sized for a 2-core machine that also runs Airflow,
 PostgreSQL, two Ray nodes and S3:
 
 - ``chaos_retraining``: daily retraining as ``dags/horovod_retraining.py`` does it (the example's own model

@@ -1,5 +1,5 @@
 """What `make chaos` sees of the deployment while it runs and once it drained, as plain data for the
-checks (bench/chaos_checks.py):
+checks (chaos/checks.py):
 
 - while it runs, every few seconds (``Observer``): the Ray jobs the head lists (tagged with the head
   they ran on: a replaced head forgets its jobs), the task instances Airflow lists, and the champion's
@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from bench import chaos_schedule as schedule
-from bench.chaos_deploy import BUCKET, STORAGE, Deployment
+from chaos import schedule
+from chaos.deployment import BUCKET, STORAGE, Deployment
 
 POLL_S = 3.0
 TERMINAL_JOB = {"SUCCEEDED", "FAILED", "STOPPED"}

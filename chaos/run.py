@@ -1,18 +1,19 @@
 """`make chaos`: faults at random, under load, on a deployment as users run one; what survives.
 
-    CHAOS_MINUTES=20 CHAOS_SEED=1234 python -m bench.chaos     # root: it makes network namespaces
+    CHAOS_MINUTES=20 CHAOS_SEED=1234 python -m chaos     # root: it makes network namespaces
 
 For ``CHAOS_MINUTES`` (20) from ``CHAOS_SEED`` (drawn and printed when not given): the deployment of
-bench/chaos_deploy.py (Airflow's four components with the LocalExecutor on PostgreSQL, a Ray head with
-token auth and a second Ray host in network namespaces, S3 on moto), the workload of bench/chaos_dags
+chaos/deployment.py (Airflow's four components with the LocalExecutor on PostgreSQL, a Ray head with
+token auth and a second Ray host in network namespaces, S3 on moto), the workload of chaos/dags
 (daily retraining runs and a backfill, mapped ``@task.horovod`` sweeps, ``@task.ray`` evaluations, an
 elastic training; deferred and not), asked for on the schedule the seed gives, while the injector
-(bench/chaos_faults.py) does the faults the seed gives. Then no more faults, everything mended, and
-the runs drain; the invariants of bench/chaos_checks.py are checked and counted.
+(chaos/faults.py) does the faults the seed gives. Then no more faults, everything mended, and
+the runs drain; the invariants of chaos/checks.py are checked and counted.
 
 Writes ``bench/out/chaos.json`` (the raw counts: ``seed``, ``runs``, ``faults`` by kind, ``violations``
 by invariant, retries by class, worker-seconds lost to faults; with what was seen, in
-``bench/out/chaos/``) and the figure in ``bench/results.md``. Exits 1 when an invariant was violated.
+``bench/out/chaos/``) and the figure's block in ``bench/results.md``, beside the benchmarks' figures. Exits
+1 when an invariant was violated.
 """
 
 from __future__ import annotations
@@ -28,17 +29,15 @@ from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from bench import chaos_checks as checks
-from bench import chaos_schedule as schedule
-from bench.chaos_deploy import Deployment
-from bench.chaos_faults import Injector
-from bench.chaos_observe import Observer, collect, ti_key
+from chaos import checks, schedule
+from chaos.deployment import Deployment
+from chaos.faults import Injector
+from chaos.observe import Observer, collect, ti_key
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "out"
 RESULTS = REPO / "bench" / "results.md"
-# The figure's place in results.md, kept there when `make bench` writes the other figures.
-BEGIN, END = "<!-- chaos: written by make chaos -->", "<!-- /chaos -->"
+HEADING = "## Chaos: faults at random, under load (`make chaos`)"
 DRAIN_MARGIN_S = 120.0
 TRAININGS = {("chaos_retraining", "train"), ("chaos_sweep", "train"), ("chaos_elastic", "train")}
 
@@ -329,11 +328,12 @@ def fault_counts(done: list[dict]) -> dict:
 
 
 def write_figure(report: dict) -> None:
-    """The figure, between its markers at the end of bench/results.md (replacing the last one)."""
+    """The figure's measured block in bench/results.md; the text around it is people's, and stays."""
+    # Imported here: bench.common sets the benchmarks' Airflow environment, which this run has no use for.
+    from bench.common import put_measured
+
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmarks: results\n"
-    if BEGIN in text:
-        text = text[: text.index(BEGIN)].rstrip() + "\n"
-    RESULTS.write_text(f"{text}\n{BEGIN}\n{figure_markdown(report)}\n{END}\n")
+    RESULTS.write_text(put_measured(text, "chaos", figure_markdown(report), HEADING))
 
 
 def figure_markdown(report: dict) -> str:
@@ -349,11 +349,9 @@ def figure_markdown(report: dict) -> str:
     class_rows = [[cls, str(n)] for cls, n in sorted(retries["failed_attempts_by_class"].items())] or [["-", "0"]]
     total = sum(len(v) for v in report["violations"].values())
     lines = [
-        "## Chaos: faults at random, under load (`make chaos`)",
-        "",
         f"Seed **{report['seed']}** (`CHAOS_SEED={report['seed']} make chaos` repeats the schedule), "
         f"{report['minutes']:g} minutes of faults and workload, then {report['drain_s']:.0f} s to drain; "
-        f"the run took {report['took_s']} s in all. How it works: [README.md](README.md#chaos).",
+        f"the run took {report['took_s']} s in all.",
         "",
         f"**{total} violation(s)** of the invariants. {runs['total']} DAG runs "
         f"({', '.join(f'{k}: {v}' for k, v in runs['by_dag_and_state'].items())}); {runs['trainings']} training "

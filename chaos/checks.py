@@ -1,5 +1,5 @@
 """The invariants `make chaos` checks once the deployment drained, as pure functions over what it saw
-(bench/chaos_observe.py): each returns its violations, one line each, naming what broke. Zero
+(chaos/observe.py): each returns its violations, one line each, naming what broke. Zero
 violations is the goal; every violation found is a defect of the provider (or of this harness).
 """
 

@@ -1,5 +1,5 @@
 """`make chaos`'s own parts that need no deployment: its schedule is a pure function of the seed, and
-its invariants catch what they are meant to (bench/chaos_schedule.py, bench/chaos_checks.py)."""
+its invariants catch what they are meant to (chaos/schedule.py, chaos/checks.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import chaos_checks as checks
-from bench import chaos_schedule as schedule
+from chaos import checks, schedule
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -18,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_the_same_seed_gives_the_same_schedule_in_another_interpreter():
     code = (
-        "import json; from bench import chaos_schedule as s; "
+        "import json; from chaos import schedule as s; "
         "print(json.dumps([[f.to_dict() for f in s.fault_schedule(77, 20)], "
         "[r.to_dict() for r in s.workload_schedule(77, 20)]]))"
     )
@@ -61,7 +60,8 @@ def test_twenty_minutes_hold_every_kind_of_fault_between_the_quiet_start_and_end
 def test_the_workload_has_daily_runs_day_after_day_a_backfill_sweeps_and_elastic_trainings():
     requests = schedule.workload_schedule(9, 20)
     days = [r.day for r in requests if r.dag_id == schedule.RETRAINING and not r.backfill_days]
-    assert days == sorted(days) and len(set(days)) == len(days) >= 4
+    assert days == sorted(days)
+    assert len(set(days)) == len(days) >= 4
     assert [r.backfill_days for r in requests if r.backfill_days] == [3]
     assert {r.dag_id for r in requests} == set(schedule.WORKLOAD_DAGS)
     assert all(r.at_s <= 20 * 60 - 60 for r in requests)
@@ -104,7 +104,10 @@ def test_runs_that_failed_need_a_failure_class_unless_the_injector_failed_them()
         "chaos_retraining/train/r3/-1": failed_log("KeyError"),
     }
     found = checks.runs_ended(runs, tis, logs, marked={"chaos_retraining/train/r3/-1"})
-    assert len(found) == 2 and "r2" in found[0] and "KeyError" in found[0] and "r4" in found[1]
+    assert len(found) == 2
+    assert "r2" in found[0]
+    assert "KeyError" in found[0]
+    assert "r4" in found[1]
 
 
 def test_a_task_failed_from_outside_needs_no_failure_class():
@@ -193,7 +196,9 @@ def test_a_failed_attempt_needs_its_record_with_a_class():
     ]
     records = {"s3://b/a1/result.json": {"failure": {"failure_class": "infrastructure"}}, "s3://b/a2/result.json": {}}
     found = checks.failed_attempt_records(jobs, records)
-    assert len(found) == 2 and "s-a2" in found[0] and "left no record" in found[1]
+    assert len(found) == 2
+    assert "s-a2" in found[0]
+    assert "left no record" in found[1]
 
 
 def test_an_attempt_lost_with_its_head_needs_its_record_once_a_later_attempt_was_submitted():
@@ -220,7 +225,7 @@ def test_an_attempt_lost_with_its_head_needs_its_record_once_a_later_attempt_was
 def test_a_run_starts_from_an_empty_folder(tmp_path):
     """The last run's task logs are gone: Airflow would append this run's tries of the same run ids to them
     (seen: every line of a backfill's training twice in its task log)."""
-    from bench.chaos import fresh_folder
+    from chaos.run import fresh_folder
 
     old = tmp_path / "chaos" / "deployment" / "airflow" / "logs" / "attempt=1.log"
     old.parent.mkdir(parents=True)

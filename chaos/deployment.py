@@ -9,7 +9,7 @@
 - PostgreSQL (Debian's server, ``harness/postgres.py``) holding Airflow's metadata;
 - Airflow's api-server, scheduler, dag-processor and triggerer as separate processes with the
   LocalExecutor (``harness/stack.py``), the provider installed from its wheel, the workload's DAGs
-  from ``bench/chaos_dags``, the Ray and AWS connections in their environment.
+  from ``chaos/dags``, the Ray and AWS connections in their environment.
 
 It can also break and mend itself: kill a host's processes and bring its Ray node back, replace the
 Ray head, make S3 refuse connections, restart an Airflow component. ``down()`` removes everything.
@@ -24,19 +24,18 @@ import secrets
 import shutil
 import signal
 import socket
-import subprocess
 import threading
 from pathlib import Path
 
 from harness import hosts as hostlib
 from harness.cluster import connection
 from harness.ports import free_port
-from harness.postgres import Postgres
+from harness.processes import cmdline, pids
 from harness.s3 import MotoServer
-from harness.stack import Stack
+from harness.stack import Stack, deployment
 
 REPO = Path(__file__).resolve().parents[1]
-DAGS = REPO / "bench" / "chaos_dags"
+DAGS = REPO / "chaos" / "dags"
 SUBNET = "10.80.0"  # apart from the tests' hosts (10.77.0, 10.78.0) and figure 9's (10.79.0)
 BUCKET = "chaos"
 STORAGE = f"s3://{BUCKET}/runs"
@@ -59,7 +58,7 @@ class Deployment:
         self.s3: MotoServer | None = None
         self.gate: Gate | None = None
         self.s3_port = 0
-        self.postgres: Postgres | None = None
+        self.airflow = contextlib.ExitStack()  # PostgreSQL and Airflow's components, stopped as one
         self.stack: Stack | None = None
         # Cluster changes (a host lost, the head replaced) one at a time.
         self.topology = threading.Lock()
@@ -79,26 +78,16 @@ class Deployment:
         self.hosts.start_head(num_cpus=CPUS_PER_HOST)
         self.hosts.join(self.hosts[1], num_cpus=CPUS_PER_HOST)
         self.hosts.wait_for_nodes(2, timeout=120)
-        self.postgres = Postgres(self.out / "postgres")
-        self.postgres.start()
-        self.stack = Stack(
-            self.out / "airflow",
-            DAGS,
-            free_port(),
-            database_url=self.postgres.create_database("chaos"),
-            env=self.airflow_env(),
-        )
-        self.stack.start()
+        self.stack = self.airflow.enter_context(deployment(self.out, DAGS, env=self.airflow_env()))
         self.stack.api("POST", "/pools", json={"name": POOL, "slots": POOL_SLOTS, "include_deferred": True})
 
     def down(self) -> None:
         """Every part, whatever state it is in (safe after a failed ``up``)."""
         for step in (
-            lambda: self.stack and self.stack.stop(),
+            self.airflow.close,
             self.hosts.down,
             lambda: self.gate and self.gate.close(),
             lambda: self.s3 and self.s3.stop(),
-            lambda: self.postgres and self.postgres.remove(),
         ):
             try:
                 step()
@@ -294,26 +283,7 @@ class Gate:
             source.close()
 
 
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
-
-
 def task_process(ti_id: str) -> int | None:
     """The pid of the Airflow task process of a task instance (its title: ``airflow worker -- <id>``)."""
     title = f"airflow worker -- {ti_id}"
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and cmdline(int(entry)) == title:
-            return int(entry)
-    return None
-
-
-def pids_named(prefix: str) -> list[int]:
-    return sorted(int(e) for e in os.listdir("/proc") if e.isdigit() and cmdline(int(e)).startswith(prefix))
-
-
-def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    return next((pid for pid in pids() if cmdline(pid) == title), None)

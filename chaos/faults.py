@@ -1,4 +1,4 @@
-"""The fault injector of `make chaos`: the schedule drawn from the seed (bench/chaos_schedule.py), each
+"""The fault injector of `make chaos`: the schedule drawn from the seed (chaos/schedule.py), each
 fault done at its second against what runs then. A fault that lasts (a host away, S3 down, the head
 down) is mended in its own thread; the cluster's changes (a host, the head) wait for each other.
 
@@ -14,9 +14,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from bench import chaos_schedule as schedule
-from bench.chaos_deploy import Deployment, task_process
-from bench.chaos_observe import Observer, ti_key
+from chaos import schedule
+from chaos.deployment import Deployment, task_process
+from chaos.observe import Observer, ti_key
 
 
 class Injector:
