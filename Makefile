@@ -15,8 +15,8 @@ export AHP_CLUSTER_PYTHON := $(CURDIR)/$(CLUSTER_VENV)/bin/python
 PYTEST := -p no:cacheprovider --durations=15
 # The environments are installed --no-compile, so Python caches the bytecode of a module when it is
 # first imported, unless PYTHONDONTWRITEBYTECODE is set (this machine's image sets it). Then every
-# process, each Ray worker of each job included, compiles all it imports again: `import ray, torch`
-# costs 6.0 CPU-s instead of 2.8, Airflow's models 3.9 instead of 1.8.
+# process, each Ray worker of each job included, compiles all it imports again, at about twice the CPU
+# of an import from the cache (bench/results.md, figure 10).
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup setup-test demo ui-check lint docs check test compat bench chaos clean

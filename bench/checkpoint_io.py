@@ -5,25 +5,11 @@ transfer manager, against boto3's TransferManager moving the same bytes in the s
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 
 from bench.cluster import BUCKET
-from bench.common import (
-    RAY_ADDRESS_ENV,
-    Figure,
-    Row,
-    Sample,
-    env_int,
-    fmt,
-    log,
-    ratio,
-    repeats,
-    save_raw,
-    table,
-    target,
-)
+from bench.common import Figure, Row, Sample, env_int, fmt, log, ratio, repeats, save_raw, table, target
 from harness.airflow_cli import tagged_json
 
 TARGET = 0.9
@@ -32,7 +18,7 @@ UP, DOWN = "report() via operator (checkpoint_io)", "Checkpoint.as_directory() (
 UP_BEFORE, DOWN_DIRECT = "Ray Train's upload before the routing", "the copy under A, called directly"
 
 
-def figure() -> Figure:
+def figure(cluster) -> Figure:
     from airflow_provider_horovod.hooks.ray import RayHook
     from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
     from bench.workload import CHECKPOINT_SHARES, checkpoint_io
@@ -40,7 +26,6 @@ def figure() -> Figure:
 
     size_mb = env_int("BENCH_CKPT_MB", 300)
     rounds = env_int("BENCH_CKPT_ROUNDS", repeats(3) + 1)
-    address = os.environ.get(RAY_ADDRESS_ENV)
     op = HorovodTrainOperator(
         task_id="train",
         train_fn=checkpoint_io,
@@ -49,7 +34,7 @@ def figure() -> Figure:
         train_loop_config={"size_mb": size_mb, "repeats": rounds, "bucket": BUCKET},
         storage_path=f"s3://{BUCKET}/checkpoint-io",
         checkpoint_num_to_keep=1,
-        runtime_env={"env_vars": {"RAY_ADDRESS": address}} if address else None,
+        runtime_env={"env_vars": {"RAY_ADDRESS": cluster.gcs_address}},
     )
     log(f"checkpoint I/O: {rounds} rounds of {size_mb} MiB, ours vs boto3's TransferManager, up and down")
     started = time.monotonic()

@@ -228,8 +228,12 @@ def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def logged(run: subprocess.CompletedProcess, log_name: str, wall: float, check: bool) -> None:
-    """The command's output in bench/out/logs/<log_name>; raises if it failed and ``check``."""
+def logged(call, log_name: str, check: bool) -> tuple[subprocess.CompletedProcess, float]:
+    """Run ``call`` (a command's run), timed, its output in bench/out/logs/<log_name>; (result, wall
+    seconds). Raises if it failed and ``check``."""
+    started = time.monotonic()
+    run = call()
+    wall = time.monotonic() - started
     path = OUT / "logs" / log_name
     path.parent.mkdir(parents=True, exist_ok=True)
     command = " ".join(map(str, run.args))
@@ -239,6 +243,7 @@ def logged(run: subprocess.CompletedProcess, log_name: str, wall: float, check: 
     if check and run.returncode != 0:
         output = (run.stdout + run.stderr)[-3000:]
         raise RuntimeError(f"{run.args[:4]} failed (rc {run.returncode}); see {path}:\n{output}")
+    return run, wall
 
 
 def run_logged(
@@ -247,22 +252,18 @@ def run_logged(
     """Run a command, its output logged (``logged``); (result, wall seconds). ``env`` is added to this
     process's; a None value leaves that variable out."""
     env = {k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None}
-    started = time.monotonic()
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
-    wall = time.monotonic() - started
-    logged(run, log_name, wall, check)
-    return run, wall
+    return logged(
+        lambda: subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd), log_name, check
+    )
 
 
 def dags_test(
     dag_id: str, log_name: str, *, logical_date: str | None = None, env=None, timeout: float = 600, check=True
 ) -> tuple[subprocess.CompletedProcess, float]:
     """`airflow dags test` (the harness's runner), its output logged; (result, wall seconds)."""
-    started = time.monotonic()
-    run = airflow_cli.dags_test(dag_id, logical_date=logical_date, env=env, timeout=timeout)
-    wall = time.monotonic() - started
-    logged(run, log_name, wall, check)
-    return run, wall
+    return logged(
+        lambda: airflow_cli.dags_test(dag_id, logical_date=logical_date, env=env, timeout=timeout), log_name, check
+    )
 
 
 def lines_in(path: Path) -> int:

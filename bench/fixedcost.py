@@ -211,9 +211,8 @@ def provider_import_s(repeats_: int = 3) -> dict[str, float]:
     code = "import airflow.plugins_manager, airflow.sdk\n" + "".join(f"import {m}\n" for m in PROVIDER_IMPORTS)
     found: dict[str, list[float]] = {m: [] for m in PROVIDER_IMPORTS}
     for _ in range(repeats_):
-        done = subprocess.run(
-            [sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, cwd=REPO
-        )
+        cmd = [sys.executable, "-X", "importtime", "-c", code]
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
         for line in done.stderr.splitlines():
             parts = line.split("|")
             if len(parts) == 3 and parts[2].strip() in found:
@@ -414,16 +413,8 @@ def conditions_table(raws: dict[str, dict]) -> str:
         work_b = [r["stages"]["work"] for r in raw["horovodrun"]]
         others = [sum(r["cpu"].get(k, 0.0) for k in OTHER_WORK) for r in raw["a"] + raw["horovodrun"]]
         began, ended = (time.strftime("%Y-%m-%d %H:%M", time.gmtime(raw[k])) for k in ("started_at", "ended_at"))
-        rows.append(
-            [
-                WAYS[way],
-                f"{began}-{ended[11:]}",
-                raw["commit"],
-                raw.get("bytecode", "-"),
-                " / ".join(", ".join(f"{x:.1f}" for x in raw[k]) for k in ("load_start", "load_end")),
-                fmt(max(others or [0.0])),
-                f"{fmt(min(work_b))}-{fmt(max(work_b))}",
-            ]
-        )
+        load = " / ".join(", ".join(f"{x:.1f}" for x in raw[k]) for k in ("load_start", "load_end"))
+        row = [WAYS[way], f"{began}-{ended[11:]}", raw["commit"], raw.get("bytecode", "-"), load]
+        rows.append(row + [fmt(max(others or [0.0])), f"{fmt(min(work_b))}-{fmt(max(work_b))}"])
     header = ["way (against B)", "measured (UTC)", "code", "bytecode", "load average, start / end"]
     return plain_table(header + ["others' CPU-s per run, at most", f"B's {WORK['steps']} steps (s)"], rows)

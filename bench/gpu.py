@@ -98,14 +98,10 @@ def start_head(temp_dir: str, gpus: int) -> str:
     """A local Ray head with the machine's GPUs; NCCL_DEBUG reaches the workers through it."""
     port = free_port()
     start = [PY, "-m", "ray.scripts.scripts", "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}"]
-    start += [
-        f"--num-gpus={gpus}",
-        f"--num-cpus={os.cpu_count()}",
-        "--include-dashboard=false",
-        f"--temp-dir={temp_dir}",
-    ]
+    start += [f"--num-gpus={gpus}", f"--num-cpus={os.cpu_count()}", f"--temp-dir={temp_dir}"]
+    start += ["--include-dashboard=false", "--disable-usage-stats"]
     env = {**os.environ, "NCCL_DEBUG": "INFO", "RAY_USAGE_STATS_ENABLED": "0"}
-    subprocess.run([*start, "--disable-usage-stats"], check=True, env=env, capture_output=True)
+    subprocess.run(start, check=True, env=env, capture_output=True)
     return f"127.0.0.1:{port}"
 
 
@@ -191,9 +187,8 @@ def measure(address: str, gpus: int, storage: str, n: int) -> list[dict]:
             config = {**CONFIG, "framework": "ddp" if way == "ddp_nccl" else "horovod", "use_gpu": True}
             name, where = f"{way}-r{rep}", {"num_workers": gpus, "storage": storage, "address": address}
             if way.startswith("entrypoint"):
-                metrics = run_entrypoint(train_mlp, config, trainer_api=way.split("_")[1], name=name, **where)[0][
-                    "metrics"
-                ]
+                record, _, _ = run_entrypoint(train_mlp, config, trainer_api=way.split("_")[1], name=name, **where)
+                metrics = record["metrics"]
             else:
                 metrics = run_direct("torch" if way == "ddp_nccl" else "horovod", config, name=name, **where)
             steps, device = metrics.get("steps_per_s"), metrics.get("device")
@@ -211,20 +206,11 @@ def write(gpus: int, checks: list[dict], records: list[dict], n: int, seconds: f
 
     v2, direct = steps("entrypoint_v2"), steps("direct_horovod")
     legacy, ddp, same = steps("entrypoint_legacy"), steps("ddp_nccl"), "same trainer on both sides"
+    what, unit, goal = "training steps", "steps/s", f"target A/B >= {TARGET}"
     rows = [
-        Row(
-            "training steps", "entrypoint, Train V2 (default)", v2, DIRECT, direct, "steps/s", f"target A/B >= {TARGET}"
-        ),
-        Row("training steps", "entrypoint, legacy HorovodTrainer", legacy, DIRECT, direct, "steps/s", same),
-        Row(
-            "training steps",
-            "Horovod: entrypoint, Train V2",
-            v2,
-            "DDP: TorchTrainer, NCCL",
-            ddp,
-            "steps/s",
-            "Horovod vs DDP",
-        ),
+        Row(what, "entrypoint, Train V2 (default)", v2, DIRECT, direct, unit, goal),
+        Row(what, "entrypoint, legacy HorovodTrainer", legacy, DIRECT, direct, unit, same),
+        Row(what, "Horovod: entrypoint, Train V2", v2, "DDP: TorchTrainer, NCCL", ddp, unit, "Horovod vs DDP"),
     ]
     check_rows = [
         [c["trainer_api"], str(c["world_size"]), f"{c['sum']:g} (expected {c['expected']:g})"]

@@ -48,18 +48,16 @@ CLEAN = {"PYTHONPATH": None, "PYTHONHOME": None, "VIRTUAL_ENV": None}
 
 
 def freeze(venv: Path) -> set[str]:
-    run, _ = run_logged(
-        [str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"], "pip-freeze.log", env=CLEAN, cwd=venv
-    )
+    cmd = [str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"]
+    run, _ = run_logged(cmd, "pip-freeze.log", env=CLEAN, cwd=venv)
     return {line.split("==")[0].lower() for line in run.stdout.splitlines() if "==" in line}
 
 
 def pip_install(venv: Path, args: list[str], log_name: str, expect: str | None = None) -> float:
     cmd = [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", *args]
     run, wall = run_logged(cmd, log_name, env=CLEAN, timeout=1200, cwd=venv)
-    if expect and not any(
-        expect in line for line in run.stdout.splitlines() if line.startswith("Successfully installed")
-    ):
+    installed = [line for line in run.stdout.splitlines() if line.startswith("Successfully installed")]
+    if expect and not any(expect in line for line in installed):
         raise RuntimeError(f"pip did not install {expect} (found installed already: a path leaking into the venv?)")
     return wall
 
@@ -71,19 +69,16 @@ def base_python() -> str:
 
 
 def wheel() -> Path:
-    wheels = sorted(glob.glob(str(REPO / ".build" / "dist" / "*.whl")), key=os.path.getmtime)
-    if not wheels:
+    dist = REPO / ".build" / "dist"
+    if not glob.glob(str(dist / "*.whl")):
         log("no wheel in .build/dist: building it")
         run_logged(
-            [sys.executable, "-m", "build", "--wheel", "--outdir", str(REPO / ".build" / "dist"), str(REPO)],
-            "install-size-build.log",
-            timeout=600,
+            [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(REPO)], "install-size-build.log"
         )
-        wheels = sorted(glob.glob(str(REPO / ".build" / "dist" / "*.whl")), key=os.path.getmtime)
-    return Path(wheels[-1])
+    return Path(sorted(glob.glob(str(dist / "*.whl")), key=os.path.getmtime)[-1])
 
 
-def step(name: str, venv: Path, before: dict | None, wall: float, packages_before: set[str] | None) -> dict:
+def step(name: str, venv: Path, before: dict | None, wall: float) -> dict:
     total = size(venv)
     entries = top_level(venv)
     packages = freeze(venv)
@@ -92,7 +87,7 @@ def step(name: str, venv: Path, before: dict | None, wall: float, packages_befor
         grown = {k: v - before["entries"].get(k, 0) for k, v in entries.items()}
         record["added_bytes"] = total - before["bytes"]
         record["biggest"] = sorted(((k, v) for k, v in grown.items() if v > 0), key=lambda kv: -kv[1])[:6]
-        record["new_packages"] = sorted(packages - (packages_before or set()))
+        record["new_packages"] = sorted(packages - set(before["packages"]))
     record["entries"] = entries
     log(f"  {name}: {total / MB:.0f} MB")
     return record
@@ -113,21 +108,19 @@ def figure() -> Figure:
     try:
         log(f"fresh venv ({python}) + {AIRFLOW}")
         subprocess.run([python, "-m", "venv", str(stock)], check=True)
-        empty = step("empty venv", stock, None, 0.0, None)
+        empty = step("empty venv", stock, None, 0.0)
         wall = pip_install(stock, [AIRFLOW], "install-size-airflow.log")
-        records.append(step(f"stock {AIRFLOW}", stock, empty, wall, set(empty["packages"])))
+        records.append(step(f"stock {AIRFLOW}", stock, empty, wall))
         shutil.copytree(stock, contrast, symlinks=True)
         log(f"+ provider core ({whl.name})")
         wall = pip_install(stock, [str(whl)], "install-size-core.log", expect="airflow-provider-horovod")
-        records.append(step("+ provider (core)", stock, records[0], wall, set(records[0]["packages"])))
+        records.append(step("+ provider (core)", stock, records[0], wall))
         log("+ [amazon]")
         wall = pip_install(stock, [f"{whl}[amazon]"], "install-size-amazon.log")
-        records.append(step("+ [amazon]", stock, records[1], wall, set(records[1]["packages"])))
+        records.append(step("+ [amazon]", stock, records[1], wall))
         log(f"contrast: stock + {RAY}")
         wall = pip_install(contrast, [RAY], "install-size-ray.log")
-        records.append(
-            step(f"stock + {RAY} (previous packaging)", contrast, records[0], wall, set(records[0]["packages"]))
-        )
+        records.append(step(f"stock + {RAY} (previous packaging)", contrast, records[0], wall))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     save_raw("install_size", [{k: v for k, v in r.items() if k != "entries"} for r in records])
@@ -149,7 +142,6 @@ def figure() -> Figure:
     detail += f"{fmt(amazon['added_bytes'] / MB)} MB more; the previous packaging's {RAY} added "
     detail += f"{fmt(ray['added_bytes'] / MB)} MB)"
     closing = "see the biggest additions: move what only the cluster needs out of the core dependencies"
-    fig.targets.append(
-        target("7. provider core adds at most 50 MB to stock Airflow", added, TARGET_MB, detail, closing, unit=" MB")
-    )
+    name = "7. provider core adds at most 50 MB to stock Airflow"
+    fig.targets.append(target(name, added, TARGET_MB, detail, closing, unit=" MB"))
     return fig

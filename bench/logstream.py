@@ -10,6 +10,7 @@ fetching the whole log every poll (what the provider did before); and the head's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ import shlex
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from bench.common import (
     OUT,
@@ -85,10 +87,8 @@ async def follow(sid: str, prefix: str) -> None:
 
     async def noted(self, route, **request):
         if route.path.startswith("/api/jobs/"):  # a poll starts with its status request
-            progress.write(
-                json.dumps([time.time(), time.process_time(), fetched["bytes"], fetched["requests"], handler.lines])
-                + "\n"
-            )
+            sample = [time.time(), time.process_time(), fetched["bytes"], fetched["requests"], handler.lines]
+            progress.write(json.dumps(sample) + "\n")
             progress.flush()
         answer = await original(self, route, **request)
         if route.path == "/api/v0/logs/file":
@@ -172,7 +172,7 @@ def read_progress(path) -> list[list[float]]:
 
 def figure(cluster) -> Figure:
     from airflow_provider_horovod.hooks.ray import RayHook
-    from bench.triggerer import cluster_cpu, process_groups
+    from bench.triggerer import cluster_cpu, process_groups, stop_jobs
 
     total = env_int("BENCH_LOGSTREAM_LINES", 100_000)
     rate = env_int("BENCH_LOGSTREAM_RATE", 300)
@@ -182,8 +182,7 @@ def figure(cluster) -> Figure:
     hook = RayHook()
     prefix = str(OUT / "logstream")
     for suffix in ("-progress.jsonl", "-summary.json", "-lines.txt", "-whole-lines.txt"):
-        if os.path.exists(prefix + suffix):
-            os.remove(prefix + suffix)
+        Path(prefix + suffix).unlink(missing_ok=True)
     sid = f"bench-logstream-{os.getpid()}-{int(time.time())}"
     code = job_code(total, rate)
     hook.submit_job(entrypoint=f"python -c {shlex.quote(code)}", submission_id=sid, metadata={"bench": "logstream"})
@@ -195,13 +194,8 @@ def figure(cluster) -> Figure:
     a_out = open(logs / "logstream-follow.log", "w")
     a = subprocess.Popen([PY, "-m", "bench.logstream", "follow", sid, prefix], stdout=a_out, stderr=subprocess.STDOUT)
     b_err = open(logs / "logstream-whole.log", "w")
-    b = subprocess.Popen(
-        [PY, "-m", "bench.logstream", "whole", sid, prefix],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=b_err,
-        text=True,
-    )
+    whole_cmd = [PY, "-m", "bench.logstream", "whole", sid, prefix]
+    b = subprocess.Popen(whole_cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=b_err, text=True)
     windows = []
     try:
         for target in targets:
@@ -234,23 +228,16 @@ def figure(cluster) -> Figure:
         a.wait(timeout=total / rate + 600)
         head1, wall1 = cluster_cpu(groups), time.time()
     finally:
-        for proc in (a, b):
+        b.stdin.close()  # B ends at the end of its input; A has ended by now unless something failed
+        for proc in (b, a):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10 if proc is b else 0)
             if proc.poll() is None:
-                if proc is b:
-                    b.stdin.close()
-                    try:
-                        b.wait(10)
-                        continue
-                    except subprocess.TimeoutExpired:
-                        pass
                 proc.terminate()
                 proc.wait(10)
         a_out.close()
         b_err.close()
-        try:
-            hook.stop_job(sid)
-        except Exception:
-            pass
+        stop_jobs([sid])
     summary = json.loads((OUT / "logstream-summary.json").read_text())
     samples = read_progress(progress_file)
     job_log = hook.get_job_logs(sid)
@@ -263,11 +250,8 @@ def figure(cluster) -> Figure:
 
 def check_lines(job_log: str) -> tuple[bool, str]:
     """A's streamed lines against the job's whole log: the same, in order, each once."""
-    streamed = [
-        line[len("[ray] ") :]
-        for line in (OUT / "logstream-lines.txt").read_text().split("\n")
-        if line.startswith("[ray] ")
-    ]
+    written = (OUT / "logstream-lines.txt").read_text().split("\n")
+    streamed = [line[len("[ray] ") :] for line in written if line.startswith("[ray] ")]
     expected = job_log.split("\n")
     if expected and expected[-1] == "":
         expected.pop()
@@ -316,12 +300,8 @@ def build(fig: Figure, raw: dict, job_log: str) -> Figure:
         lengths.append((a_cpu, a_bytes, length))
     fig.tables.append(table(rows))
     header = ["log length (target)", "lines at A's polls", "A polls", "new lines / poll", "log requests / poll"]
-    header += [
-        "A CPU / poll (ms)",
-        "A KiB / poll",
-        "head, A alone: dashboard / agent %",
-        "head, A + B: dashboard / agent %",
-    ]
+    header += ["A CPU / poll (ms)", "A KiB / poll", "head, A alone: dashboard / agent %"]
+    header += ["head, A + B: dashboard / agent %"]
     header += ["B polls", "B CPU / poll (ms)", "B KiB / poll", "B poll wall (ms)", "A polls in the A-only window"]
     fig.tables.append(plain_table(header, details))
     summary, run_s, head = raw["summary"], raw["run_s"], raw["head_run"]

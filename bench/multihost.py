@@ -107,9 +107,8 @@ class Bench(RayHosts):
 
     def script_through_horovodrun(self) -> dict:
         """The benchmark script as a team runs it: img/sec, and the launcher's wall time."""
-        output, started, ended = self.horovodrun(
-            f"{SCRIPT} {' '.join(SCRIPT_ARGS)}", expect="img_per_sec=", cwd=SCRIPTS
-        )
+        command = f"{SCRIPT} {' '.join(SCRIPT_ARGS)}"
+        output, started, ended = self.horovodrun(command, expect="img_per_sec=", cwd=SCRIPTS)
         found = [line.split("img_per_sec=", 1)[1] for line in output.splitlines() if "img_per_sec=" in line]
         return {"img_per_sec": float(found[-1]), "wall_s": ended - started}
 
@@ -219,17 +218,10 @@ def figure_of(fig: Figure, raw: dict) -> Figure:
             what, LABELS[a], Sample([r[key] for r in raw[a]]), LABELS[b], Sample([r[key] for r in raw[b]]), unit, note
         )
 
-    steps = row(
-        "training steps, 1 rank per host", "operator", "horovodrun", "steps_per_s", "steps/s", f"target A/B >= {TARGET}"
-    )
-    img = row(
-        "a benchmark script, unchanged, 1 rank per host",
-        "script_operator",
-        "script_horovodrun",
-        "img_per_sec",
-        "img/sec per rank",
-        f"target A/B >= {SCRIPT_IMG_TARGET}",
-    )
+    what, goal = "training steps, 1 rank per host", f"target A/B >= {TARGET}"
+    steps = row(what, "operator", "horovodrun", "steps_per_s", "steps/s", goal)
+    what, goal = "a benchmark script, unchanged, 1 rank per host", f"target A/B >= {SCRIPT_IMG_TARGET}"
+    img = row(what, "script_operator", "script_horovodrun", "img_per_sec", "img/sec per rank", goal)
     walls = [Sample([r["wall_s"] for r in raw[way]]) for way in ("script_operator", "script_horovodrun")]
     at_most = f"target A - B <= {SCRIPT_WALL_EXCESS_S:g} s"
     wall = Row("the same runs, start to end", "operator.execute", walls[0], "horovodrun", walls[1], "s", at_most)
@@ -249,9 +241,8 @@ def figure_of(fig: Figure, raw: dict) -> Figure:
     excess = wall.a.median - wall.b.median
     name = f"9. the script's task at most {SCRIPT_WALL_EXCESS_S:g} s over horovodrun's wall"
     detail = f"{fmt(excess)} s over (operator.execute in the bench's process, not a deployment's task)"
-    fig.targets.append(
-        target(name, excess, SCRIPT_WALL_EXCESS_S, detail, "the fixed cost of a task (figure 10)", unit=" s")
-    )
+    closing = "the fixed cost of a task (figure 10)"
+    fig.targets.append(target(name, excess, SCRIPT_WALL_EXCESS_S, detail, closing, unit=" s"))
     name = "9. steps/s across two hosts through the operator >= 0.95 of horovodrun --gloo"
     detail = f"A/B = {fmt(steps.ratio)} (target >= {TARGET})"
     fig.targets.append(target(name, steps.ratio, TARGET, detail, noisy, at_most=False))

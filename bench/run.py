@@ -13,6 +13,7 @@ the others still run.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import json
 import os
@@ -122,6 +123,8 @@ def conditions(want: set[str], started_wall: float, seconds: float, load_start: 
     others = sorted(
         (k, v) for k, v in os.environ.items() if k.startswith("BENCH_") and k not in ("BENCH_REPEATS", RAY_ADDRESS_ENV)
     )
+    packages = ("apache-airflow", "ray", "torch", "horovod", "moto", "boto3", "pyarrow")
+    stack = f"Python {platform.python_version()}, " + ", ".join(f"{p} {version(p)}" for p in packages)
     rows = [
         ["date (UTC)", time.strftime("%Y-%m-%d %H:%M", time.gmtime(started_wall))],
         ["figures measured", ", ".join(sorted(want, key=figure_key))],
@@ -129,13 +132,7 @@ def conditions(want: set[str], started_wall: float, seconds: float, load_start: 
         ["machine", f"{os.cpu_count()} CPU cores, {mem:.0f} GiB memory, no GPU, {platform.platform()}"],
         ["load average (1, 5, 15 min) at start / at end", f"{load_start} / {load()}"],
         ["other work at start / end", f"{activity_start} / {other_activity()}"],
-        [
-            "stack",
-            f"Python {platform.python_version()}, "
-            + ", ".join(
-                f"{p} {version(p)}" for p in ("apache-airflow", "ray", "torch", "horovod", "moto", "boto3", "pyarrow")
-            ),
-        ],
+        ["stack", stack],
         ["settings", ", ".join([f"BENCH_REPEATS={repeats(3)}"] + [f"{k}={v}" for k, v in others])],
     ]
     return plain_table(["", ""], rows)
@@ -195,22 +192,12 @@ def main() -> int:
         with moto_server(), ray_cluster() as cluster:
             if want & {"1", "2", "6"}:
                 figures += training_figures(want, cluster)
-            if "5" in want:
-                from bench import checkpoint_io
-
-                figures.append(timed("5", checkpoint_io.figure))
-            if "4b" in want:
-                from bench import logstream
-
-                figures.append(timed("4b", lambda: logstream.figure(cluster)))
-            if "4" in want:
-                from bench import triggerer
-
-                figures.append(timed("4", lambda: triggerer.figure(cluster)))
+            for number, name in (("5", "checkpoint_io"), ("4b", "logstream"), ("4", "triggerer")):
+                if number in want:
+                    make = importlib.import_module(f"bench.{name}").figure
+                    figures.append(timed(number, functools.partial(make, cluster)))
     if "7" in want:  # pip and the disk, no cluster: last, so its downloads disturb no other figure
-        from bench import install_size
-
-        figures.append(timed("7", install_size.figure))
+        figures.append(timed("7", importlib.import_module("bench.install_size").figure))
     seconds = time.monotonic() - started
     write(figures, conditions(want, started_wall, seconds, load_start, activity_start))
     log(f"make bench took {seconds / 60:.1f} min")
@@ -220,7 +207,7 @@ def main() -> int:
 def training_figures(want: set[str], cluster) -> list[Figure]:
     """Figures 1, 2 and 6 share the training runs; figure 2 adds the hand-written pollers."""
     from airflow_provider_horovod import local
-    from bench import latency, overhead, runs, training
+    from bench import runs
     from bench.workload import DEFAULT_CONFIG
 
     config = {**DEFAULT_CONFIG, **json.loads(os.environ.get("BENCH_TRAIN_CONFIG") or "{}")}
@@ -240,27 +227,12 @@ def training_figures(want: set[str], cluster) -> list[Figure]:
         return [failed(n, err, time.monotonic() - started) for n in sorted(want & {"1", "2", "6"})]
     save_raw("training_runs", records)
     runs_s = time.monotonic() - started
-    figures = []
-    if "1" in want:
-
-        def overhead_figure():
-            fig = overhead.figure(records)
-            fig.seconds = runs_s  # the figure's time is its runs'
-            fig.notes.append(f"The training runs behind figures 1, 2 and 6 took {runs_s / 60:.1f} min together.")
-            return fig
-
-        figures.append(timed("1", overhead_figure))
-    if "2" in want:
-
-        def latency_figure():
-            hand = latency.handwritten_runs([1.0, 10.0], max(5, repeats(3) + 2))
-            save_raw("handwritten_latency", hand)
-            return latency.figure(records, hand)
-
-        figures.append(timed("2", latency_figure))
-    if "6" in want:
-        figures.append(timed("6", lambda: training.figure(records)))
-    return figures
+    makers = {
+        "1": lambda: runs.overhead_figure(records, runs_s),
+        "2": lambda: runs.latency_figure(records, runs.handwritten_runs([1.0, 10.0], max(5, repeats(3) + 2))),
+        "6": lambda: runs.training_figure(records),
+    }
+    return [timed(number, make) for number, make in makers.items() if number in want]
 
 
 if __name__ == "__main__":

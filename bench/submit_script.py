@@ -47,11 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         metadata={"bench": "plain-job", "name": args.name},
     )
-    while (status := client.get_job_status(submission_id)) not in (
-        JobStatus.SUCCEEDED,
-        JobStatus.FAILED,
-        JobStatus.STOPPED,
-    ):
+    while not (status := client.get_job_status(submission_id)).is_terminal():
         time.sleep(POLL_S)
     wall = time.monotonic() - started
     found = {

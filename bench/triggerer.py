@@ -35,6 +35,7 @@ from bench.common import (
 from harness.processes import cmdline, cpu_s, kind_of
 
 VARIANTS = ("ours", "minimal")
+OURS, MINIMAL = "RayJobTrigger", "minimal poller"
 # At the largest N only: our trigger without log streaming, to tell the log's share of the cost.
 NO_LOGS = "ours_nologs"
 LAG_TICK_S = 0.05
@@ -377,15 +378,12 @@ def build(fig: Figure, results: list[dict], interval: float) -> Figure:
     results = [r for r in results if r["variant"] != "list_cost"]
     by = {(r["variant"], r["n"]): r for r in results}
 
-    def share(r: dict) -> float:
-        return r["cpu_s"] / r["window_s"] * 100
-
     def head(r: dict) -> float:
         return sum(r["cluster_cpu_s"].get(k, 0) for k in HEAD) / r["window_s"] * 100
 
     measures = (
         ("CPU per poll", lambda r: r["cpu_s"] / r["polls"] * 1000 if r["polls"] else float("nan"), "ms"),
-        ("CPU share of one core", share, "%"),
+        ("CPU share of one core", cpu_share, "%"),
         ("loop lag p99", lambda r: quantile(r["lag_ms"], 0.99), "ms"),
         ("head CPU (dashboard + agent + GCS)", head, "% of a core"),
     )
@@ -400,17 +398,7 @@ def build(fig: Figure, results: list[dict], interval: float) -> Figure:
         a, b = by[("ours", n)], by[("minimal", n)]
         for what, value, unit in measures:
             note = notes.get((what, None)) or notes.get((what, n), "")
-            rows.append(
-                Row(
-                    f"N={n}: {what}",
-                    "RayJobTrigger",
-                    Sample([value(a)]),
-                    "minimal poller",
-                    Sample([value(b)]),
-                    unit,
-                    note,
-                )
-            )
+            rows.append(Row(f"N={n}: {what}", OURS, Sample([value(a)]), MINIMAL, Sample([value(b)]), unit, note))
     fig.tables.append(table(rows))
     fig.tables.append(details(results))
     for cost in extra:
@@ -422,7 +410,7 @@ def build(fig: Figure, results: list[dict], interval: float) -> Figure:
             f"at one list per half interval {fmt(added)}% of a core more than measured above."
         )
     top = by.get(("ours", 1000)) or by[("ours", max(n for _, n in by))]
-    n, cpu, lag99 = top["n"], share(top) / 100, quantile(top["lag_ms"], 0.99)
+    n, cpu, lag99 = top["n"], cpu_share(top) / 100, quantile(top["lag_ms"], 0.99)
     on_head = {k: fmt(v / top["window_s"] * 100) for k, v in top["cluster_cpu_s"].items()}
     name = f"4. {n} triggers at {interval:g} s (log streaming on): under 10% of one core"
     detail = f"{fmt(cpu * 100)}% of a core; the head meanwhile: dashboard {on_head.get('dashboard')}%, agent "
@@ -434,10 +422,8 @@ def build(fig: Figure, results: list[dict], interval: float) -> Figure:
     detail = f"p99 {fmt(p99)} s over {len(late)} lines written (p50 {fmt(p50)} s, max {fmt(most)} s)"
     closing_ = "see the loop lag and the answer times: the reads fall behind their polls"
     fig.targets.append(target(name + "in the same window", p99, 2 * interval, detail, closing_, unit=" s"))
-    name, closing_ = (
-        f"4. {n} triggers: loop lag p99 under 50 ms",
-        "the same as for the CPU: less work per poll on the loop",
-    )
+    name = f"4. {n} triggers: loop lag p99 under 50 ms"
+    closing_ = "the same as for the CPU: less work per poll on the loop"
     fig.targets.append(target(name, lag99, TARGET_LAG_MS, f"p99 {fmt(lag99)} ms", closing_, unit=" ms"))
     done = top["polls"] / top["expected_polls"]
     detail = f"{top['polls']} of {top['expected_polls']:.0f} polls asked for were done in the window "
@@ -463,7 +449,7 @@ def details(results: list[dict]) -> str:
                 r["variant"],
                 str(r["n"]),
                 f"{r['polls']} / {r['expected_polls']:.0f}",
-                fmt(r["cpu_s"] / r["window_s"] * 100),
+                fmt(cpu_share(r)),
                 p(r["lag_ms"], 0.5, 0.99, 1),
                 p(r["request_ms"], 0.5, 0.99),
                 p(r["probe_ms"], 0.5, 0.99),
@@ -483,12 +469,16 @@ def details(results: list[dict]) -> str:
     return plain_table(header + ["failed requests"], body)
 
 
+def cpu_share(r: dict | None) -> float:
+    """The pollers' CPU over the window, in % of one core."""
+    return r["cpu_s"] / r["window_s"] * 100 if r else float("nan")
+
+
 def closing(by: dict, n: int) -> str:
     """What the measurements say of our trigger's cost: the log windows' share, the hook's share."""
 
     def share(variant):
-        r = by.get((variant, n))
-        return r["cpu_s"] / r["window_s"] * 100 if r else float("nan")
+        return cpu_share(by.get((variant, n)))
 
     text = (
         f"at N={n}: {fmt(share('ours'))}% with log streaming, {fmt(share(NO_LOGS))}% without it, "

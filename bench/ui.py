@@ -29,19 +29,14 @@ TASKS = (
     ("champion_checkpoint", "_PythonDecoratedOperator", "@task", lambda n: f"s3://b/ckpt/{n - 1}"),
     ("train", "HorovodTrainOperator", None, None),
     ("evaluate", "_RayDecoratedOperator", "@task.ray", lambda n: evaluated(n)),
-    (
-        "promote",
-        "_PythonDecoratedOperator",
-        "@task",
-        lambda n: {"promoted": n % 3 == 0, **evaluated(n, "logical_date")},
-    ),
+    ("promote", "_PythonDecoratedOperator", "@task", lambda n: {"promoted": n % 3 == 0, **evaluated(n, "promote")}),
 )
 
 
-def evaluated(n: int, *also: str) -> dict:
-    """The evaluation's return value of run n (and the promotion's, with its ``logical_date``)."""
+def evaluated(n: int, task: str = "evaluate") -> dict:
+    """The evaluation's return value of run n (or the promotion's, with its ``logical_date``)."""
     value = {"holdout_mse": 0.1 + 0.05 * math.sin(n)}
-    if also:
+    if task == "promote":
         return {**value, "logical_date": str(n)}
     return {**value, "checkpoint_uri": f"s3://b/ckpt/{n}", "baseline_mse": 2.0, "submission_id": f"ahp-evaluate-{n}"}
 
@@ -96,12 +91,8 @@ def report_history(reports: int) -> tuple[list[dict], list[str]]:
     """A training's history as the runtime writes it, and the checkpoints Ray keeps (the last 2)."""
     points, names = [], []
     for i in range(reports):
-        metrics = {
-            "epoch": i // 100,
-            "loss": 1.0 / (1 + i / 50),
-            "accuracy": 1 - 0.5 / (1 + i / 50),
-            "lr": 0.01 * 0.999**i,
-        }
+        loss = 1.0 / (1 + i / 50)
+        metrics = {"epoch": i // 100, "loss": loss, "accuracy": 1 - 0.5 / (1 + i / 50), "lr": 0.01 * 0.999**i}
         checkpoint = None
         if i % 10 == 9:
             metrics["val_loss"] = 1.1 / (1 + i / 50)
@@ -193,10 +184,8 @@ def rest_history(server: Stack, dag_id: str):
     tis = every("/api/v2/dags/~/dagRuns/~/taskInstances", "task_instances", dag_id_pattern=dag_id)
     last = None
     for ti in tis:
-        last = get(
-            server,
-            f"/api/v2/dags/{dag_id}/dagRuns/{ti['dag_run_id']}/taskInstances/{ti['task_id']}/xcomEntries/return_value",
-        )
+        task = f"/api/v2/dags/{dag_id}/dagRuns/{ti['dag_run_id']}/taskInstances/{ti['task_id']}"
+        last = get(server, f"{task}/xcomEntries/return_value")
     if len(tis) != 5 * len({ti["dag_run_id"] for ti in tis}):
         raise RuntimeError(f"the REST API listed {len(tis)} task instances of {dag_id}")
     return last

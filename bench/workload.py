@@ -161,19 +161,14 @@ def checkpoint_io(config: dict) -> None:
 
     def boto3_upload(folder: str, prefix: str) -> None:
         with create_transfer_manager(s3, TransferConfig()) as manager:
-            futures = [
-                manager.upload(os.path.join(folder, name), bucket, f"{prefix}/{name}")
-                for name in sorted(os.listdir(folder))
-            ]
+            names = sorted(os.listdir(folder))
+            futures = [manager.upload(os.path.join(folder, name), bucket, f"{prefix}/{name}") for name in names]
             for future in futures:
                 future.result()
 
     def boto3_download(prefix: str, target: str) -> None:
-        keys = [
-            o["Key"]
-            for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "/").get("Contents", [])
-            if not o["Key"].endswith("/")
-        ]
+        listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "/").get("Contents", [])
+        keys = [o["Key"] for o in listed if not o["Key"].endswith("/")]
         os.makedirs(target, exist_ok=True)
         with create_transfer_manager(s3, TransferConfig()) as manager:
             futures = [manager.download(bucket, key, os.path.join(target, key[len(prefix) + 1 :])) for key in keys]
@@ -235,16 +230,8 @@ def checkpoint_io(config: dict) -> None:
             shutil.rmtree(down_arrow)
             delete_prefix(prefix)
             if i:
-                timings.append(
-                    {
-                        "round": i,
-                        "bytes": total,
-                        "files": files,
-                        "routed": routed,
-                        **took,
-                        "read_back_ok": ok_a and ok_b,
-                    }
-                )
+                timings.append({"round": i, "bytes": total, "files": files, "routed": routed, **took})
+                timings[-1]["read_back_ok"] = ok_a and ok_b
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print("AHP_BENCH_CKPT " + json.dumps(timings), flush=True)

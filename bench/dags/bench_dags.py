@@ -152,13 +152,8 @@ def _latency_plan() -> list[dict]:
     repeats = int(os.environ.get("BENCH_LATENCY_REPEATS") or 5)
     for interval in [float(x) for x in (os.environ.get("BENCH_LATENCY_INTERVALS") or "1,10").split(",")]:
         for i in range(repeats):
-            plan.append(
-                {
-                    "interval_s": interval,
-                    "job_s": round(1 + rng.uniform(0, interval), 2),
-                    "tag": f"every-{interval:g}s-{i}",
-                }
-            )
+            job_s = round(1 + rng.uniform(0, interval), 2)
+            plan.append({"interval_s": interval, "job_s": job_s, "tag": f"every-{interval:g}s-{i}"})
     return plan
 
 
