@@ -53,6 +53,8 @@ BUILD_DEPS = ("cmake", "wheel", "setuptools")
 NOT_CACHED = 3
 TORCH_FIX = "pip install 'airflow-provider-horovod[cluster]' (or pip install torch)"
 
+# The CMake file of Horovod's torch extension.
+TORCH_CMAKE = "horovod/torch/CMakeLists.txt"
 # Where Horovod 0.28.1 sets up the Gloo device of a process set (every hvd.init() makes process set 0).
 PROCESS_SET_DEVICE = (
     "  device_attr.iface = gloo_iface_;\n  device_attr.ai_family = AF_UNSPEC;\n"
@@ -82,12 +84,35 @@ REPLACEMENTS = (
         f'  LOG(DEBUG) << "{PROCESS_SET_IFACE_MARKER} \'" << gloo_iface_ << "\'";\n' + PROCESS_SET_DEVICE,
     ),
 )
+# Horovod's torch extension and its bundled Gloo as unity builds (CMake 3.16+): a few compiler runs of many
+# sources each instead of one each, so that the headers (torch's the costliest) are read once per run, the
+# torch sources' run first, while make's other job compiles the rest. On 2 cores the compile took 91 s
+# instead of 131 (CPU 123 s instead of 232); the library is the same code. Against a CPU torch only: with a
+# CUDA or ROCm torch Horovod compiles GPU sources too, which were not tried so.
+UNITY_EDITS = (
+    (
+        TORCH_CMAKE,
+        "add_library(${PYTORCH_TARGET_LIB} SHARED ${SOURCES} ${PYTORCH_SOURCES})",
+        "add_library(${PYTORCH_TARGET_LIB} SHARED ${PYTORCH_SOURCES} ${SOURCES})\n"
+        "set_target_properties(${PYTORCH_TARGET_LIB} PROPERTIES UNITY_BUILD ON)",
+    ),
+    (
+        "third_party/gloo/gloo/CMakeLists.txt",
+        "add_library(gloo ${GLOO_STATIC_OR_SHARED} ${GLOO_SRCS})",
+        "add_library(gloo ${GLOO_STATIC_OR_SHARED} ${GLOO_SRCS})\n"
+        "set_target_properties(gloo PROPERTIES UNITY_BUILD ON)\n"
+        # Its ReductionFunction is ambiguous beside the other sources' in one unit.
+        "set_source_files_properties(allreduce_local.cc PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)",
+    ),
+)
 # Horovod's torch extension: the C++ standard of torch's headers (``torch_cxx_edit``).
-TORCH_CMAKE = "horovod/torch/CMakeLists.txt"
 TORCH_CMAKE_STANDARD = "set(CMAKE_CXX_STANDARD 14)"
-# Run in the target interpreter: the text of torch's ATen.h, whose #error names the C++ standard it needs.
-READ_ATEN_HEADER = """\
+# Run in the target interpreter: a line that says whether torch is built for the CPU only (no CUDA, no ROCm),
+# then the text of torch's ATen.h, whose #error names the C++ standard it needs.
+CPU_ONLY_TORCH = "torch for the CPU only"
+READ_TORCH_BUILD = f"""\
 import os, sys, torch
+print("{CPU_ONLY_TORCH}" if not (torch.version.cuda or torch.version.hip) else "torch with a GPU backend")
 sys.stdout.write(open(os.path.join(os.path.dirname(torch.__file__), "include", "ATen", "ATen.h")).read())
 """
 # Changes whenever the edits do, so a wheel built with older edits is never taken from the cache
@@ -148,15 +173,21 @@ def torch_cxx_edit(standard: int) -> tuple[str, str, str]:
     return (TORCH_CMAKE, TORCH_CMAKE_STANDARD, f"set(CMAKE_CXX_STANDARD {standard})")
 
 
-def patch_sources(src_dir: Path, torch_standard: int = 17) -> None:
+def wants_unity_build(torch_build: str, gpu_operations: str = "") -> bool:
+    """The unity builds (``UNITY_EDITS``): for a CPU build against a torch for the CPU only, as READ_TORCH_BUILD's
+    output (``torch_build``) says."""
+    return not gpu_operations and re.search(f"^{CPU_ONLY_TORCH}$", torch_build, re.M) is not None
+
+
+def patch_sources(src_dir: Path, torch_standard: int = 17, unity: bool = True) -> None:
     """Apply the C++17 (``torch_standard`` for the torch extension), GCC 13 and process-set edits to Horovod's
-    unpacked sdist; verify each one landed.
+    unpacked sdist, and the unity builds where ``unity``; verify each one landed.
 
     Raises SourceChanged if a file or the line an edit replaces is not there (Horovod's source is not
     0.28.1's). Applying it twice changes nothing.
     """
     src_dir = Path(src_dir)
-    for rel, old, new in (*REPLACEMENTS, torch_cxx_edit(torch_standard)):
+    for rel, old, new in (*REPLACEMENTS, torch_cxx_edit(torch_standard), *(UNITY_EDITS if unity else ())):
         path = _source_file(src_dir, rel)
         text = path.read_text()
         # Applied already: the new text is there and holds the old (an edit that adds lines before it).
@@ -364,10 +395,14 @@ def build_wheel(py: str, torch_version: str, gpu_operations: str, out_dir: Path)
             else:
                 tar.extractall(work)  # Pythons before 3.10.12 have no filter
         src = work / f"horovod-{HOROVOD_VERSION}"
-        aten_header = _run([py, "-c", READ_ATEN_HEADER], "reading torch's ATen.h").stdout
-        standard = torch_cxx_standard(aten_header)
-        _say(f"  applying the C++17 (C++{standard} for torch's headers), GCC 13 and process-set edits")
-        patch_sources(src, standard)
+        torch_build = _run([py, "-c", READ_TORCH_BUILD], "reading torch's ATen.h").stdout
+        standard = torch_cxx_standard(torch_build)
+        unity = wants_unity_build(torch_build, gpu_operations)
+        _say(
+            f"  applying the C++17 (C++{standard} for torch's headers), GCC 13 and process-set edits"
+            + (", as unity builds" if unity else "")
+        )
+        patch_sources(src, standard, unity)
 
         nccl_include = nccl_lib = None
         if wants_torch_nccl(os.environ, gpu_operations):

@@ -27,4 +27,5 @@ if ! cmp -s "$www/package-lock.json" "$work/node_modules/.ahp-package-lock.json"
   cp "$www/package-lock.json" "$work/node_modules/.ahp-package-lock.json"
 fi
 (cd "$work" && AHP_UI_OUT="$OLDPWD/$www/dist" npx --no-install --loglevel=error vite build --logLevel warn)
+echo "the Training views built in $SECONDS s"
 touch "$stamp"

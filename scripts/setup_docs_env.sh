@@ -8,14 +8,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=$1 python=$2
 
-[ -x "$venv/bin/python" ] || PYENV_VERSION=$(pyenv versions --bare 2>/dev/null | grep -E "^$python\.[0-9]+$" | tail -1) \
-  "python$python" -m venv "$venv"
 # The group as pyproject.toml lists it; installed again only when that list changed.
-wanted=$("$venv/bin/python" -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["dependency-groups"]["docs"]))')
+wanted=$("python$python" -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["dependency-groups"]["docs"]))')
 stamp=$venv/.ready
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ]; then
   exit 0
 fi
+source scripts/versions.env
+source scripts/uv.sh
+uv_venv "$venv" "$python"
 mapfile -t requirements <<<"$wanted"
-"$venv/bin/python" -m pip install -q --no-compile "${requirements[@]}"
+"$uv" pip install -q -p "$venv/bin/python" "${requirements[@]}"
 printf '%s\n' "$wanted" >"$stamp"

@@ -9,10 +9,10 @@ source scripts/versions.env
 
 venv=.venv-mlflow
 stamp=$venv/.ready
-if [ -f "$stamp" ] && [ -z "$(find scripts/versions.env scripts/setup_mlflow_server.sh -newer "$stamp")" ]; then
+if [ -f "$stamp" ] && [ -z "$(find scripts/versions.env scripts/setup_mlflow_server.sh scripts/uv.sh -newer "$stamp")" ]; then
   exit 0
 fi
-[ -x "$venv/bin/python" ] || "python$PYTHON_CLUSTER" -m venv "$venv"
-"$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q --no-compile "mlflow==$MLFLOW"
+source scripts/uv.sh
+uv_venv "$venv" "$PYTHON_CLUSTER"
+"$uv" pip install -q -p "$venv/bin/python" "mlflow==$MLFLOW"
 touch "$stamp"

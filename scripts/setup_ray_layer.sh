@@ -14,8 +14,8 @@ layer=.build/ray-$version
 stamp=$layer/.ready
 if [ ! -f "$stamp" ]; then
   rm -rf "$layer"
-  # --no-compile: Python writes the .pyc of what it imports.
-  .venv/bin/python -m pip install -q --no-compile --no-deps --target "$layer" "ray==$version" >&2
+  source scripts/uv.sh
+  "$uv" pip install -q -p .venv/bin/python --no-deps --target "$layer" "ray==$version" >&2
   # The layer's Ray must be the one a cluster-side process imports.
   found=$(PYTHONPATH="$PWD/$layer" .venv/bin/python -c 'import ray; print(ray.__version__)')
   if [ "$found" != "$version" ]; then

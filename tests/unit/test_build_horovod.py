@@ -16,8 +16,10 @@ FAKE_SDIST = {
     "CMakeLists.txt": "cmake_minimum_required(VERSION 3.13)\nset(CMAKE_CXX_STANDARD 14)\nproject(horovod)\n"
     'string(PREPEND GLOO_CMAKE "set(CMAKE_CXX_STANDARD 17)\\n")\n'
     'string(REPLACE "-O2" "-O3" CMAKE_CXX_FLAGS_RELWITHDEBINFO "${FLAGS}")\n',
-    "horovod/torch/CMakeLists.txt": "set(CMAKE_CXX_STANDARD 14)\nadd_library(pytorch)\n",
+    "horovod/torch/CMakeLists.txt": "set(CMAKE_CXX_STANDARD 14)\n"
+    "add_library(${PYTORCH_TARGET_LIB} SHARED ${SOURCES} ${PYTORCH_SOURCES})\n",
     "third_party/gloo/CMakeLists.txt": 'set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} -std=c++11")\n',
+    "third_party/gloo/gloo/CMakeLists.txt": "add_library(gloo ${GLOO_STATIC_OR_SHARED} ${GLOO_SRCS})\n",
     "horovod/common/group_table.h": "// Copyright\n#ifndef GROUP_TABLE_H\n#include <mutex>\n#include <vector>\n",
     "horovod/common/common.h": "// Copyright\n#include <functional>\n#include <memory>\n",
     # GlooContext::InitializeForProcessSet, as 0.28.1 has it.
@@ -56,7 +58,7 @@ def fake_sdist(root: Path, files: dict[str, str] = FAKE_SDIST) -> Path:
     return root
 
 
-def test_patch_sources_makes_the_seven_edits(tmp_path):
+def test_patch_sources_makes_the_nine_edits(tmp_path):
     src = fake_sdist(tmp_path)
     bh.patch_sources(src)
     read = lambda rel: (src / rel).read_text()  # noqa: E731
@@ -66,8 +68,18 @@ def test_patch_sources_makes_the_seven_edits(tmp_path):
         'project(horovod)\nstring(PREPEND GLOO_CMAKE "set(CMAKE_CXX_STANDARD 17)\\n")\n'
         'string(REPLACE "-O2 -g" "-O3" CMAKE_CXX_FLAGS_RELWITHDEBINFO "${FLAGS}")\n'
     )
-    assert read("horovod/torch/CMakeLists.txt") == "set(CMAKE_CXX_STANDARD 17)\nadd_library(pytorch)\n"
+    # The torch extension as a unity build, torch's own sources (the batch that reads torch's headers) first.
+    assert read("horovod/torch/CMakeLists.txt") == (
+        "set(CMAKE_CXX_STANDARD 17)\nadd_library(${PYTORCH_TARGET_LIB} SHARED ${PYTORCH_SOURCES} ${SOURCES})\n"
+        "set_target_properties(${PYTORCH_TARGET_LIB} PROPERTIES UNITY_BUILD ON)\n"
+    )
     assert read("third_party/gloo/CMakeLists.txt") == 'set(CMAKE_CXX_FLAGS "${CMAKE_CXX_FLAGS} -std=c++17")\n'
+    # Gloo as a unity build too, but for the one source that does not compile so.
+    assert read("third_party/gloo/gloo/CMakeLists.txt") == (
+        "add_library(gloo ${GLOO_STATIC_OR_SHARED} ${GLOO_SRCS})\n"
+        "set_target_properties(gloo PROPERTIES UNITY_BUILD ON)\n"
+        "set_source_files_properties(allreduce_local.cc PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)\n"
+    )
     # The include goes right before the first #include, not before the comment or the guard.
     assert read("horovod/common/group_table.h") == (
         "// Copyright\n#ifndef GROUP_TABLE_H\n#include <string>\n#include <mutex>\n#include <vector>\n"
@@ -99,8 +111,27 @@ def test_the_torch_extension_takes_the_standard_torchs_headers_need(tmp_path):
     assert bh.torch_cxx_standard("#pragma once\n") == 17  # no such guard: what Horovod needs anyway
     src = fake_sdist(tmp_path)
     bh.patch_sources(src, torch_standard=20)
-    assert (src / "horovod/torch/CMakeLists.txt").read_text() == "set(CMAKE_CXX_STANDARD 20)\nadd_library(pytorch)\n"
+    assert (src / "horovod/torch/CMakeLists.txt").read_text().startswith("set(CMAKE_CXX_STANDARD 20)\n")
     assert "set(CMAKE_CXX_STANDARD 17)" in (src / "CMakeLists.txt").read_text()  # the rest of Horovod stays on 17
+
+
+def test_without_the_unity_builds_the_libraries_keep_their_sources_as_they_are(tmp_path):
+    src = fake_sdist(tmp_path)
+    bh.patch_sources(src, unity=False)
+    assert (src / "horovod/torch/CMakeLists.txt").read_text() == (
+        "set(CMAKE_CXX_STANDARD 17)\nadd_library(${PYTORCH_TARGET_LIB} SHARED ${SOURCES} ${PYTORCH_SOURCES})\n"
+    )
+    assert (src / "third_party/gloo/gloo/CMakeLists.txt").read_text() == FAKE_SDIST[
+        "third_party/gloo/gloo/CMakeLists.txt"
+    ]
+
+
+def test_the_unity_build_is_for_a_cpu_build_against_a_cpu_torch():
+    # What the torch import may print first (a warning on stderr) does not hide the line.
+    cpu = "functional_tensor.py:368: UserWarning: Failed to initialize NumPy\ntorch for the CPU only\n#pragma once\n"
+    assert bh.wants_unity_build(cpu)
+    assert not bh.wants_unity_build(cpu, gpu_operations="NCCL")
+    assert not bh.wants_unity_build("torch with a GPU backend\n#pragma once\n")
 
 
 def test_patch_sources_twice_changes_nothing(tmp_path):
