@@ -37,8 +37,9 @@ DEFERRABLE = True
 # seconds then never goes through a deferral (whose resume Airflow can lose, apache/airflow#67287).
 SYNC_WAIT_BEFORE_DEFER_S = 15.0
 # A trigger holds its event until this long after the deferral: Airflow 3.3.2 fails a task whose
-# resume it queues before it has seen the deferring worker exit (apache/airflow#67287).
-RESUME_GUARD_S = 10.0
+# resume it queues before it has seen the deferring worker exit (apache/airflow#67287); a loaded
+# LocalExecutor was seen to report that exit more than 10 s after the deferral.
+RESUME_GUARD_S = 20.0
 PENDING_TIMEOUT_S: float | None = 600.0
 # A sensor waits for a job it did not submit, which may queue as long as its owner lets it: no limit.
 SENSOR_PENDING_TIMEOUT_S: float | None = None
