@@ -1,7 +1,6 @@
-"""Figure 5: checkpoint I/O. A multi-file checkpoint persisted to S3 (moto's server mode on 127.0.0.1)
-through our operator's normal path, where the provider routes Ray Train's copies through boto3's
-transfer manager, against boto3's TransferManager moving the same bytes in the same worker; up
-(``ray.train.report``) and down (``Checkpoint.as_directory``): ``workload.checkpoint_io``."""
+"""Figure 5: checkpoint I/O to S3 (moto) through the operator's path, against boto3's TransferManager moving
+the same bytes in the same worker, up and down (``workload.checkpoint_io``).
+"""
 
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ UP_BEFORE, DOWN_DIRECT = "Ray Train's upload before the routing", "the copy unde
 def figure(cluster) -> Figure:
     from airflow_provider_horovod.hooks.ray import RayHook
     from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
-    from bench.workload import CHECKPOINT_SHARES, checkpoint_io
+    from bench.workload import CHECKPOINT_SHARES, CKPT_TAG, checkpoint_io
     from harness.tasks import FakeTI
 
     size_mb = env_int("BENCH_CKPT_MB", 300)
@@ -40,7 +39,7 @@ def figure(cluster) -> Figure:
     started = time.monotonic()
     result = op.execute({"ti": FakeTI(f"ckpt-{uuid.uuid4().hex[:8]}", dag_id="bench_checkpoint_io")})
     log(f"  job done in {time.monotonic() - started:.0f} s")
-    (timings,) = tagged_json(RayHook().get_job_logs(result["submission_id"]), "AHP_BENCH_CKPT")[:1]
+    (timings,) = tagged_json(RayHook().get_job_logs(result["submission_id"]), CKPT_TAG)[:1]
     save_raw("checkpoint_io", timings)
     if not timings:
         raise RuntimeError("the checkpoint job reported no rounds")
@@ -61,7 +60,7 @@ def figure(cluster) -> Figure:
         Row("upload time", UP, times("ray_up_s"), BOTO3, times("boto3_up_s"), "s"),
         Row("download time", DOWN, times("ray_down_s"), BOTO3, times("boto3_down_s"), "s"),
     ]
-    fig = Figure(5, "Checkpoint I/O", tables=[table(rows)])
+    fig = Figure(5, tables=[table(rows)])
     pair_up = Sample([t["boto3_up_s"] / t["ray_up_s"] for t in timings])
     pair_down = Sample([t["boto3_down_s"] / t["ray_down_s"] for t in timings])
     fig.notes.append(

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from harness import airflow_cli
@@ -166,18 +167,37 @@ def figure_key(number) -> tuple[int, str]:
     return int(digits or 0), text
 
 
+TITLES = {
+    "1": "Orchestration overhead",
+    "2": "Completion latency",
+    "3": "DAG parse cost",
+    "4": "Triggerer load",
+    "4b": "Following a growing log",
+    "5": "Checkpoint I/O",
+    "6": "Training path",
+    "7": "Install size of the Airflow side",
+    "8": "Answer time of the Training views",
+    "9": "Across hosts",
+    "10": "Fixed cost of a training task",
+    "11": "Smoke run of a production DAG",
+}
+
+
 @dataclass
 class Figure:
     """A figure's measured part: its tables, notes from its data, its targets. How it is measured and what
     it means are written by people around its block in results.md."""
 
     number: int | str
-    title: str
+    title: str = ""  # "": its title in TITLES
     tables: list[str] = field(default_factory=list)
     targets: list[Target] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     measured_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.title = self.title or TITLES[str(self.number)]
 
     def markdown(self) -> str:
         parts = [t + "\n" for t in self.tables]
@@ -264,6 +284,15 @@ def dags_test(
     return logged(
         lambda: airflow_cli.dags_test(dag_id, logical_date=logical_date, env=env, timeout=timeout), log_name, check
     )
+
+
+def epoch(stamp: str | None) -> float | None:
+    """Seconds since the epoch of an Airflow time: the REST API's ISO time, or the metadata database's naive
+    UTC one (sqlite)."""
+    if not stamp:
+        return None
+    when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def lines_in(path: Path) -> int:

@@ -1,9 +1,7 @@
-"""Figure 10: the fixed cost of a training task. The same short Horovod work (``workload.fixed_work``) on
-figure 9's two hosts, one rank per host, from a cold start each time: a ``HorovodTrainOperator`` task
-(DAG ``bench_fixedcost``) under ``airflow dags test`` and on a deployment (``harness.stack``), each
-against ``horovodrun``. Each way's wall time is cut into stages from the stamps of rank 0, the
-operator, the runtime's record and Ray's job times; CPU is summed by kind of process
-(``harness/processes.py``). Needs root (namespaces); otherwise the figure says why it was not measured.
+"""Figure 10: the fixed cost of a training task. ``workload.fixed_work`` on figure 9's two hosts, from a cold
+start each time, as a ``HorovodTrainOperator`` task (DAG ``bench_fixedcost``) under ``airflow dags test`` and
+on a deployment, each against ``horovodrun``: wall time cut into stages, CPU by kind of process. Needs root
+(namespaces); otherwise the figure says why it was not measured.
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import datetime
 from pathlib import Path
 
 from bench.common import (
@@ -28,6 +25,7 @@ from bench.common import (
     Target,
     commit,
     dags_test,
+    epoch,
     fmt,
     job_of_run,
     lines_in,
@@ -77,16 +75,22 @@ OTHER_WORK = ("other work on the machine (pytest)", "cc1plus", "cc1", "ld", "as"
 
 def through_horovodrun(bench) -> dict:
     with CpuSampler(SAMPLE_S) as cpu:
-        output, started, ended = bench.horovodrun(f"-m bench.workload '{json.dumps(WORK)}'", expect=STAMP)
-    s = tagged_json(output, STAMP)[-1]
+        s, started, ended = bench.through_horovodrun(WORK)
     stages = {
         "launch (horovodrun, ssh, Python)": s["fn_start"] - started,
-        "import torch, horovod": s["imported"] - s["fn_start"],
-        "rendezvous (hvd.init)": s["hvd_ready"] - s["imported"],
-        "work": s["work_done"] - s["hvd_ready"],
+        **rank_stages(s),
         "end (ranks exit, launcher exits)": ended - s["work_done"],
     }
     return {"total_s": ended - started, "stages": stages, **sampled(cpu)}
+
+
+def rank_stages(s: dict) -> dict:
+    """Rank 0's stages from its stamps (``workload.fixed_work``), the same under every launcher."""
+    return {
+        "import torch, horovod": s["imported"] - s["fn_start"],
+        "rendezvous (hvd.init)": s["hvd_ready"] - s["imported"],
+        "work": s["work_done"] - s["hvd_ready"],
+    }
 
 
 def sampled(cpu: CpuSampler) -> dict:
@@ -128,9 +132,7 @@ def job_stages(run_id: str, execute_at: float, result_at: float) -> tuple[dict, 
         "Ray job: supervisor, runtime env, driver process": driver_at - job_start,
         "driver: imports, payload, trainer": fit_at - driver_at,
         "Train: controller, worker group, backend": s["fn_start"] - fit_at,
-        "import torch, horovod": s["imported"] - s["fn_start"],
-        "rendezvous (hvd.init)": s["hvd_ready"] - s["imported"],
-        "work": s["work_done"] - s["hvd_ready"],
+        **rank_stages(s),
         "Train's end: workers done to fit() returned": fit_end - s["work_done"],
         "driver's end: record, exit, job ended": job_end - fit_end,
         STAGE_RESULT: result_at - job_end,
@@ -171,10 +173,10 @@ def through_deployment(stack) -> dict:
             time.sleep(0.5 if queued_at is None else 1.0)
             ti = stack.task_instance(DAG_ID, run_id, "train")
             if queued_at is None and ti.get("queued_when"):
-                queued_at = _epoch(ti["queued_when"])
+                queued_at = epoch(ti["queued_when"])
     if ti["state"] != "success":
         raise RuntimeError(f"{DAG_ID} {run_id}: train {ti['state']}: {stack.log_tail('scheduler')}")
-    start, end = _epoch(ti["start_date"]), _epoch(ti["end_date"])
+    start, end = epoch(ti["start_date"]), epoch(ti["end_date"])
     _, execute_at, result_at = operator_times(TIMINGS_FILE, before, DAG_ID, run_id)
     inner, facts = job_stages(run_id, execute_at, result_at)
     stages = {
@@ -196,12 +198,8 @@ def floor(stack) -> dict:
         return {"total_s": wall}
     run_id = stack.trigger(FLOOR_DAG_ID)
     ti = stack.wait_for_state(FLOOR_DAG_ID, run_id, "nothing", {"success", "failed"}, timeout=120)
-    start, end = _epoch(ti["start_date"]), _epoch(ti["end_date"])
-    return {"total_s": end - start, "from_queued_s": end - _epoch(ti["queued_when"])}
-
-
-def _epoch(stamp: str) -> float:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    start, end = epoch(ti["start_date"]), epoch(ti["end_date"])
+    return {"total_s": end - start, "from_queued_s": end - epoch(ti["queued_when"])}
 
 
 def provider_import_s(repeats_: int = 3) -> dict[str, float]:
@@ -271,7 +269,7 @@ def load_raws(folder: Path = OUT) -> dict[str, dict]:
 def figure() -> Figure:
     from harness import hosts, postgres
 
-    fig = Figure(10, "Fixed cost of a training task")
+    fig = Figure(10)
     if reason := hosts.unavailable_reason():
         fig.targets.append(Target("10. a training task's excess over horovodrun at most 10 s", None, reason))
         return fig

@@ -1,14 +1,8 @@
-"""The GPU path, on a machine with NVIDIA GPUs: a check, and figure 6 (training path) on the GPU; writes
-the measured blocks of bench/results-gpu.md.
+"""The GPU path, on a machine with NVIDIA GPUs: a check, and figure 6 (training path) on the GPU, through the
+provider's job entrypoint (no Airflow, as on a Ray node) against Ray's own paths; writes the measured blocks
+of bench/results-gpu.md.
 
-    python -m bench.gpu          # BENCH_REPEATS=3 by default
-
-Needs Ray, torch with CUDA and Horovod built with NCCL (`HOROVOD_GPU_OPERATIONS=NCCL
-scripts/build_horovod.sh PYTHON`); no Airflow, as on a Ray node. It runs what the operator's Ray job
-runs, the provider's job entrypoint with a training spec of ``use_gpu=True``, against a local Ray head
-that has the machine's GPUs: on each trainer API every rank pins its GPU and allreduces a CUDA tensor
-through Horovod (the check); steps/s of ``workload.train_mlp`` through our entrypoint against Ray's
-``HorovodTrainer`` run directly, and against DDP over NCCL (the figure).
+    python -m bench.gpu          # BENCH_REPEATS=3 by default; Horovod built with HOROVOD_GPU_OPERATIONS=NCCL
 """
 
 from __future__ import annotations
@@ -40,6 +34,7 @@ from bench.common import (
     save_raw,
     table,
 )
+from bench.train_script import RESULT_TAG
 from harness.airflow_cli import tagged_json
 from harness.ports import free_port
 
@@ -139,7 +134,7 @@ def run_direct(trainer: str, config: dict, *, num_workers: int, storage: str, na
     cmd = [PY, "-m", "bench.train_script", "--trainer", trainer, "--storage", storage, "--name", name]
     cmd += ["--config", json.dumps(config), "--num-workers", str(num_workers), "--direct", "--use-gpu"]
     run, _ = run_logged(cmd, f"gpu-{name}.log", env={"RAY_ADDRESS": address}, timeout=600)
-    (result,) = tagged_json(run.stdout, "AHP_BENCH_RESULT")
+    (result,) = tagged_json(run.stdout, RESULT_TAG)
     return result["metrics"]
 
 

@@ -1,8 +1,5 @@
-"""Figure 7: install size of the Airflow side. A fresh virtual environment with stock Airflow, then the
-provider's wheel (core), then its ``[amazon]`` extra; and, for contrast, what the previous packaging
-added (``ray[default]``, which the Airflow side needed before the hook spoke HTTP). The environments
-live under bench/out/install-size and are deleted once measured; pip uses its cache, the machine's pip
-configuration and PyPI.
+"""Figure 7: install size of the Airflow side: stock Airflow, then the provider's wheel, then its ``[amazon]``
+extra, and ``ray[default]`` (the previous packaging) for contrast, in fresh venvs under bench/out.
 """
 
 from __future__ import annotations
@@ -104,7 +101,7 @@ def figure() -> Figure:
     version = subprocess.run(
         [python, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True
     ).stdout.strip()
-    fig = Figure(7, "Install size of the Airflow side")
+    fig = Figure(7)
     try:
         log(f"fresh venv ({python}) + {AIRFLOW}")
         subprocess.run([python, "-m", "venv", str(stock)], check=True)

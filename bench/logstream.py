@@ -1,7 +1,5 @@
-"""Figure 4b: following one growing log. One Ray job prints a training log's lines steadily; one
-``RayJobTrigger`` (poll every second) follows it into a log file, as the triggerer writes a task log.
-Per poll, at several log lengths: the triggerer's CPU time and the bytes of log fetched, against
-fetching the whole log every poll (what the provider did before); and the head's CPU meanwhile.
+"""Figure 4b: following one growing log. One ``RayJobTrigger`` follows a job's steadily growing log into a
+file (child A), against fetching the whole log every poll (child B); per poll, at several log lengths.
 
     python -m bench.logstream follow SID PREFIX     # child A: the trigger, until the job ends
     python -m bench.logstream whole SID PREFIX      # child B: whole-log polls, in windows asked on stdin
@@ -178,7 +176,7 @@ def figure(cluster) -> Figure:
     rate = env_int("BENCH_LOGSTREAM_RATE", 300)
     window = env_int("BENCH_LOGSTREAM_WINDOW", 5)
     targets = [t for t in (1_000, 10_000, 50_000, 100_000) if t <= total]
-    fig = Figure("4b", "Following a growing log")
+    fig = Figure("4b")
     hook = RayHook()
     prefix = str(OUT / "logstream")
     for suffix in ("-progress.jsonl", "-summary.json", "-lines.txt", "-whole-lines.txt"):

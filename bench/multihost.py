@@ -1,9 +1,6 @@
-"""Figure 9: across hosts. Two hosts made of network namespaces (``harness/hosts.py``), one Horovod rank
-per host: steps/s through the operator against ``horovodrun``; a benchmark script, unchanged, through
-``train_script`` against ``horovodrun``; an elastic run losing a host and getting it back.
-
-``Bench`` (``harness.ray_hosts``: the hosts, a Ray node on each, S3, a Ray connection) is figure 10's
-too. Needs root (namespaces); otherwise the figure says why it was not measured.
+"""Figure 9: across hosts (network namespaces, one Horovod rank per host): steps/s through the operator and
+a benchmark script through ``train_script``, each against ``horovodrun``; an elastic run losing a host and
+getting it back. ``Bench`` is figure 10's too. Needs root; otherwise the figure says why it was not measured.
 """
 
 from __future__ import annotations
@@ -101,9 +98,10 @@ class Bench(RayHosts):
         )
         return op.execute({"ti": _ti("steps")})["return_value"]
 
-    def through_horovodrun(self) -> dict:
-        output, _, _ = self.horovodrun(f"-m bench.workload '{json.dumps(WORKLOAD)}'", expect=STAMP)
-        return tagged_json(output, STAMP)[-1]
+    def through_horovodrun(self, work: dict = WORKLOAD) -> tuple[dict, float, float]:
+        """``workload.fixed_work`` under horovodrun: rank 0's stamps, the launcher's start and end."""
+        output, started, ended = self.horovodrun(f"-m bench.workload '{json.dumps(work)}'", expect=STAMP)
+        return tagged_json(output, STAMP)[-1], started, ended
 
     def script_through_horovodrun(self) -> dict:
         """The benchmark script as a team runs it: img/sec, and the launcher's wall time."""
@@ -124,7 +122,7 @@ class Bench(RayHosts):
 
     def elastic(self) -> dict:
         """One elastic run: host 2 lost at 4 ranks, then back; the times of each step, in seconds."""
-        from harness.tasks import run_in_thread
+        from harness.tasks import run_in_thread, wait_until
 
         hosts = self.hosts
         ti = _ti("elastic")
@@ -140,17 +138,17 @@ class Bench(RayHosts):
         def groups() -> list[dict]:
             return self.worker_groups(ti, self.storage)
 
-        _wait(lambda: [g for g in groups() if g["world_size"] == 4], 180, "a group of 4", outcome)
-        _wait(lambda: self.checkpoints(ti, self.storage) >= 2, 120, "two checkpoints", outcome)
+        wait_until(lambda: [g for g in groups() if g["world_size"] == 4], 180, "a group of 4", outcome)
+        wait_until(lambda: self.checkpoints(ti, self.storage) >= 2, 120, "two checkpoints", outcome)
         time.sleep(3)
         lost_at = time.time()
         hosts.stop_ray(hosts[1])
-        shrunk = _wait(lambda: [g for g in groups() if g.get("reason") == "node lost"], 180, "at 2", outcome)
+        shrunk = wait_until(lambda: [g for g in groups() if g.get("reason") == "node lost"], 180, "at 2", outcome)
         hosts.wait_for_nodes(1, timeout=60)
         time.sleep(2)  # a few steps at 2 before the host returns
         back_at = time.time()
         hosts.join(hosts[1], num_cpus=2)
-        grown = _wait(lambda: [g for g in groups() if g.get("reason") == "grow"], 180, "at 4", outcome)
+        grown = wait_until(lambda: [g for g in groups() if g.get("reason") == "grow"], 180, "at 4", outcome)
         thread.join(300)
         if "error" in outcome:
             raise outcome["error"]
@@ -168,22 +166,11 @@ def _ti(what: str):
     return FakeTI(f"{what}-{uuid.uuid4().hex[:6]}", dag_id="bench_multihost")
 
 
-def _wait(predicate, timeout: float, what: str, outcome: dict):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if "error" in outcome:
-            raise outcome["error"]
-        if found := predicate():
-            return found
-        time.sleep(0.25)
-    raise TimeoutError(f"{what} did not happen within {timeout:g} s")
-
-
 def figure() -> Figure:
     from harness.hosts import unavailable_reason
 
     n = repeats(3)
-    fig = Figure(9, "Across hosts")
+    fig = Figure(9)
     if reason := unavailable_reason():
         fig.targets.append(Target("9. steps/s across hosts through the operator >= 0.95 of horovodrun", None, reason))
         return fig
@@ -191,7 +178,7 @@ def figure() -> Figure:
     with Bench() as bench:
         for i in range(n):
             for way, run in (
-                ("horovodrun", bench.through_horovodrun),
+                ("horovodrun", lambda: bench.through_horovodrun()[0]),
                 ("operator", bench.through_operator),
                 ("script_horovodrun", bench.script_through_horovodrun),
                 ("script_operator", bench.script_through_operator),

@@ -1,7 +1,5 @@
-"""Figure 3: DAG parse cost. ``dags/horovod_retraining.py`` against the same DAG built from Airflow's own
-operators only (``bench/parse_dags/retraining_builtin.py``), each parse in a fresh interpreter as the
-DAG processor parses a file in a fresh child process: Airflow imported first, then the file parsed as
-the processor does it, timed, and the modules it brought in counted.
+"""Figure 3: DAG parse cost. ``dags/horovod_retraining.py`` against the same DAG of Airflow's own operators
+(``bench/parse_dags/retraining_builtin.py``), each parsed in a fresh interpreter as the DAG processor does.
 
     python -m bench.parse FILE    # one parse, prints one AHP_BENCH_PARSE {json} line
 """
@@ -34,6 +32,7 @@ OURS = REPO / "dags" / "horovod_retraining.py"
 BUILTIN = BENCH / "parse_dags" / "retraining_builtin.py"
 HEAVY = ("torch", "horovod", "ray.train")
 TARGET_MS = 50.0
+TAG = "AHP_BENCH_PARSE"  # the child's line of what it found
 
 
 def parse_once(path: str) -> dict:
@@ -73,7 +72,7 @@ def figure() -> Figure:
         order = (("ours", OURS), ("builtin", BUILTIN))
         for name, path in order if i % 2 == 0 else order[::-1]:
             run, _ = run_logged([sys.executable, "-m", "bench.parse", str(path)], f"parse-{name}-{i}.log")
-            (result,) = tagged_json(run.stdout, "AHP_BENCH_PARSE")
+            (result,) = tagged_json(run.stdout, TAG)
             if result["errors"] or not result["dags"]:
                 raise RuntimeError(f"{path} did not parse: {result['errors']}")
             results[name].append(result)
@@ -98,7 +97,7 @@ def figure() -> Figure:
             for label, name, last in files
         ],
     )
-    fig = Figure(3, "DAG parse cost", tables=[table(rows), imports])
+    fig = Figure(3, tables=[table(rows), imports])
     extra = sorted(set(ours["new_top_level"]) - set(builtin["new_top_level"]))
     extra_modules = sorted(set(ours["new_names"]) - set(builtin["new_names"]))
     a, b = rows[0].a.median, rows[0].b.median
@@ -126,4 +125,4 @@ def figure() -> Figure:
 
 
 if __name__ == "__main__":
-    print("AHP_BENCH_PARSE " + json.dumps(parse_once(sys.argv[1])), flush=True)
+    print(f"{TAG} " + json.dumps(parse_once(sys.argv[1])), flush=True)

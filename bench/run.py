@@ -29,6 +29,7 @@ from bench.common import (
     BENCH,
     OUT,
     RAY_ADDRESS_ENV,
+    TITLES,
     Figure,
     Target,
     figure_key,
@@ -43,20 +44,6 @@ from bench.common import (
 
 RESULTS = BENCH / "results.md"
 FIGURES = OUT / "figures"
-TITLES = {
-    "1": "Orchestration overhead",
-    "2": "Completion latency",
-    "3": "DAG parse cost",
-    "4": "Triggerer load",
-    "4b": "Following a growing log",
-    "5": "Checkpoint I/O",
-    "6": "Training path",
-    "7": "Install size of the Airflow side",
-    "8": "Answer time of the Training views",
-    "9": "Across hosts",
-    "10": "Fixed cost of a training task",
-    "11": "Smoke run of a production DAG",
-}
 
 
 def selected() -> set[str]:
@@ -68,7 +55,7 @@ def selected() -> set[str]:
 
 
 def failed(number: str, err: BaseException, seconds: float) -> Figure:
-    fig = Figure(number, TITLES[number], notes=[f"**This figure failed:** `{type(err).__name__}: {err}`"[:2000]])
+    fig = Figure(number, notes=[f"**This figure failed:** `{type(err).__name__}: {err}`"[:2000]])
     fig.targets.append(Target(f"{number}. {TITLES[number]}", None, "not measured: the figure failed"))
     fig.seconds = seconds
     return fig

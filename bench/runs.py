@@ -1,23 +1,6 @@
-"""Figures 1 (orchestration overhead), 2 (completion latency) and 6 (training path), and the training
-runs they share.
-
-Every way of running ``bench.workload.train_mlp`` on 2 workers, on the same local cluster, in turn
-within each repeat (the order rotates from repeat to repeat), so the machine's drifting load falls
-on all of them alike:
-
-- ``direct``: ``bench.train_script`` run on the cluster as a plain driver, Ray's ``HorovodTrainer``.
-- ``plain_job``: ``bench.submit_script``: the same script as a Ray job, polled every second.
-- ``operator_sync`` / ``operator_deferred``: HorovodTrainOperator under ``airflow dags test``,
-  ``trainer_api="legacy"``, so the job trains exactly as the two above (Ray's ``HorovodTrainer``).
-- ``operator_deferred_v2``: the operator's defaults (deferred here, Train V2 with our Horovod backend).
-- ``ddp_direct``: ``bench.train_script`` with Ray's ``TorchTrainer`` (DDP over Gloo).
-
-Figure 1: how much longer our operator takes than a plain Ray job from a script, and how much time it
-spends outside the job. Figure 2: from the Ray job reaching a terminal state to the Airflow task
-finishing, our operator at its default poll interval against a hand-written PythonOperator polling at a
-fixed interval (``bench_handwritten_poll`` in ``bench/dags/bench_dags.py``). Figure 6: steps per second
-of the same model and workers (timed by rank 0 inside the steps), our operator against Ray's own
-Horovod path run directly, and Horovod against torch DDP.
+"""Figures 1 (orchestration overhead), 2 (completion latency) and 6 (training path), from one set of
+training runs: ``bench.workload.train_mlp`` on 2 workers of the local cluster, each way of ``WAYS`` in turn
+within each repeat (the order rotating), so the machine's drifting load falls on all of them alike.
 """
 
 from __future__ import annotations
@@ -25,7 +8,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from datetime import datetime, timezone
 
 from bench.common import (
     AIRFLOW_HOME,
@@ -35,6 +17,7 @@ from bench.common import (
     Row,
     Sample,
     dags_test,
+    epoch,
     fmt,
     job_of_run,
     lines_in,
@@ -45,9 +28,13 @@ from bench.common import (
     table,
     target,
 )
+from bench.submit_script import SUBMIT_TAG
+from bench.train_script import RESULT_TAG
 from harness.airflow_cli import tagged_json
 
-# The ways, as the module's docstring says; each runs once per repeat, in a rotating order.
+# direct: bench.train_script as a driver on the cluster; plain_job: bench.submit_script, the same as a Ray job;
+# operator_*: the operator under `airflow dags test` (legacy: Ray's HorovodTrainer, as the two before; v2: its
+# default); ddp_direct: bench.train_script with Ray's TorchTrainer.
 WAYS = ("direct", "plain_job", "operator_sync", "operator_deferred", "operator_deferred_v2", "ddp_direct")
 DAG_IDS = {
     "operator_sync": "bench_train_sync_legacy",
@@ -57,20 +44,13 @@ DAG_IDS = {
 TIMINGS_FILE = OUT / "operator-timings.jsonl"
 
 
-def db_time(text: str | None) -> float | None:
-    """Airflow's sqlite timestamps are naive UTC."""
-    if not text:
-        return None
-    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp()
-
-
 def task_times(dag_id: str, run_id: str) -> tuple[float | None, float | None]:
     with sqlite3.connect(AIRFLOW_HOME / "airflow.db") as db:
         row = db.execute(
             "select start_date, end_date from task_instance where dag_id=? and run_id=? and task_id='train'",
             (dag_id, run_id),
         ).fetchone()
-    return (db_time(row[0]), db_time(row[1])) if row else (None, None)
+    return (epoch(row[0]), epoch(row[1])) if row else (None, None)
 
 
 def job_info(hook, submission_id: str, tag: str) -> tuple[dict, dict]:
@@ -84,15 +64,15 @@ def job_info(hook, submission_id: str, tag: str) -> tuple[dict, dict]:
 def run_direct(trainer: str, name: str, config: str, ray_env: dict) -> dict:
     cmd = [PY, "-m", "bench.train_script", "--trainer", trainer, "--storage", str(OUT / "storage"), "--name", name]
     run, wall = run_logged([*cmd, "--config", config, "--direct"], f"{name}.log", env=ray_env)
-    (result,) = tagged_json(run.stdout, "AHP_BENCH_RESULT")
+    (result,) = tagged_json(run.stdout, RESULT_TAG)
     return {"process_wall_s": wall, "wall_s": wall, "steps_per_s": result["metrics"].get("steps_per_s")}
 
 
 def run_plain_job(hook, name: str, config: str) -> dict:
     cmd = [PY, "-m", "bench.submit_script", "--trainer", "horovod", "--storage", str(OUT / "storage"), "--name", name]
     run, wall = run_logged([*cmd, "--config", config], f"{name}.log")
-    (submit,) = tagged_json(run.stdout, "AHP_BENCH_SUBMIT")
-    info, result = job_info(hook, submit["submission_id"], "AHP_BENCH_RESULT")
+    (submit,) = tagged_json(run.stdout, SUBMIT_TAG)
+    info, result = job_info(hook, submit["submission_id"], RESULT_TAG)
     return {
         "process_wall_s": wall,
         "wall_s": submit["submit_to_done_s"],
@@ -202,7 +182,7 @@ def overhead_figure(records: list[dict], runs_s: float) -> Figure:
         Row("process", deferred, process["operator_deferred"], plain, process["plain_job"], "s", process_note),
         Row("process", plain, process["plain_job"], "direct", process["direct"], "s", jobs_api_note),
     ]
-    fig = Figure(1, "Orchestration overhead", tables=[table(rows)], seconds=runs_s)
+    fig = Figure(1, tables=[table(rows)], seconds=runs_s)
     fig.notes.append(f"The training runs behind figures 1, 2 and 6 took {runs_s / 60:.1f} min together.")
     plain_out = rows[3].b.median
     for row, out in ((rows[0], rows[3].a.median), (rows[1], rows[4].a.median)):
@@ -239,7 +219,7 @@ def handwritten_runs(intervals: list[float], repeats: int) -> list[dict]:
         meta = job.get("metadata") or {}
         if meta.get("bench") != "handwritten" or meta.get("run_id") != run_id:
             continue
-        end, job_end = db_time(ends.get(int(meta["map_index"]))), job["end_time"] / 1000
+        end, job_end = epoch(ends.get(int(meta["map_index"]))), job["end_time"] / 1000
         interval = float(meta["tag"].split("-")[1].rstrip("s"))
         record = {"interval_s": interval, "tag": meta["tag"], "job_end": job_end, "task_end": end}
         records.append({**record, "latency_s": end - job_end})
@@ -267,7 +247,7 @@ def latency_figure(records: list[dict], handwritten: list[dict]) -> Figure:
         Row(what, "operator deferred, Train V2 (poll 1 s)", v2, sleep, hand(first), "s"),
         Row("job end -> result in hand", ours, result, "plain script, poll 1 s", plain, "s", neither),
     ]
-    fig = Figure(2, "Completion latency", tables=[table(rows)])
+    fig = Figure(2, tables=[table(rows)])
     pooled = of(records, latency, "operator_sync", "operator_deferred", "operator_deferred_v2")
     resume_s = deferred.median - sync.median
     for label, sample in (("deferred", deferred), ("synchronous", sync), ("all operator runs", pooled)):
@@ -309,7 +289,7 @@ def training_figure(records: list[dict]) -> Figure:
         Row(what, "Horovod: operator, Train V2", v2, ddp_label, ddp, unit, "Horovod vs DDP"),
         Row(what, "Horovod: direct HorovodTrainer", direct, ddp_label, ddp, unit, "Horovod vs DDP"),
     ]
-    fig = Figure(6, "Training path", tables=[table(rows)])
+    fig = Figure(6, tables=[table(rows)])
     pair, pair_ddp = paired("operator_deferred_v2", "direct"), paired("operator_deferred_v2", "ddp_direct")
     fig.notes.append(
         f"Within each repeat (runs next to each other in time): operator V2 / direct has median {fmt(pair.median)} "

@@ -1,14 +1,8 @@
-"""The wait of a new user (issue 52): `make demo` in a fresh clone with every cache empty (pip's, uv's, npm's
-and the Horovod wheels'), downloads included, BENCH_RUNS times (3); then a second `make demo` in the last
-clone, and `make setup-test` on top. Writes its section of bench/results.md ("Set-up time"); logs in
+"""The wait of a new user (issue 52): `make demo` in fresh clones of HEAD with every cache empty, BENCH_RUNS
+times (3), then again in the last clone, and `make setup-test` on top; its block of bench/results.md, logs in
 bench/out/setup-time/.
 
-    python3 -m bench.setup_time      # about 4 minutes a run on 2 cores; standard library only
-
-Each run clones this checkout's committed HEAD into a temporary folder (BENCH_SETUP_DIR, else /tmp) with
-XDG_CACHE_HOME and npm's cache in a new folder beside it, and deletes both afterwards. The phases are read
-from the set-up's own lines and stamps; "downloaded" is what the machine's network interfaces received
-meanwhile (anything else the machine fetched included).
+    python3 -m bench.setup_time      # standard library only; BENCH_SETUP_DIR: where the clones go
 """
 
 from __future__ import annotations
@@ -27,8 +21,10 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 RESULTS = BENCH / "results.md"
 LOGS = BENCH / "out" / "setup-time"
-# This section of results.md lies between these lines, before the chaos figure (bench/run.py leaves it as it is).
+# This figure's block of results.md lies between these lines, before the chaos figure (bench/run.py leaves it as
+# it is); the text around it is people's.
 BEGIN, END = "<!-- setup: written by python3 -m bench.setup_time -->", "<!-- /setup -->"
+HEADING = "Set-up time: a first `make demo` from nothing"
 # The targets of issue 52, in seconds.
 COLD_S, WARM_S, SETUP_TEST_S = 180, 60, 30
 # The variables that would point a cache elsewhere than XDG_CACHE_HOME.
@@ -129,14 +125,6 @@ def section(rows: list[dict], warm_s: float, noop_s: float, setup_test_s: float)
 
     return "\n".join(
         [
-            "## Set-up time: a first `make demo` from nothing",
-            "",
-            "`python3 -m bench.setup_time`: `make demo` in a fresh clone with empty pip, uv, npm and Horovod caches, "
-            "downloads included, three times; then a second `make demo` in the last clone, and `make setup-test` "
-            "on top (issue 52). Each phase's time is when it ended, from the start of `make demo` (the set-up's "
-            "steps run side by side: Horovod compiles while uv fills `.venv` and npm builds the UI). "
-            '"Downloaded": what the machine received meanwhile.',
-            "",
             *table,
             "",
             f"- A first `make demo` within {COLD_S} s, median of {len(rows)}: {verdict(cold, COLD_S)}. Of it "
@@ -159,17 +147,15 @@ def du_torch(row: dict) -> int:
 
 
 def write(text: str) -> None:
-    """Into results.md between BEGIN and END: in place, else before the chaos figure, else at the end."""
+    """Into results.md between BEGIN and END, the text around them people's: in place, else under a heading of
+    its own before the chaos figure."""
     results = RESULTS.read_text()
-    block = f"{BEGIN}\n{text}\n{END}\n"
     if BEGIN in results:
-        start, end = results.index(BEGIN), results.index(END) + len(END) + 1
-        results = results[:start] + block + results[end:]
-    elif "\n## Chaos" in results:
-        at = results.index("\n## Chaos") + 1
-        results = results[:at] + block + "\n" + results[at:]
+        start, end = results.index(BEGIN) + len(BEGIN), results.index(END)
+        results = f"{results[:start]}\n{text}\n{results[end:]}"
     else:
-        results = results.rstrip("\n") + "\n\n" + block
+        at = results.index("\n## Chaos") + 1 if "\n## Chaos" in results else len(results)
+        results = f"{results[:at]}## {HEADING}\n\n{BEGIN}\n{text}\n{END}\n\n{results[at:]}"
     RESULTS.write_text(results)
 
 

@@ -1,5 +1,5 @@
-"""The other script a user writes without the operator: submit ``bench.train_script`` as a plain
-Ray job with ``JobSubmissionClient`` and poll it every second.
+"""The other script a user writes without the operator: submit ``bench.train_script`` (its arguments
+handed on) as a plain Ray job with ``JobSubmissionClient`` and poll it every second.
 
     python -m bench.submit_script --trainer horovod --storage PATH --name NAME
 
@@ -9,23 +9,21 @@ the submission to the poll that saw the job end.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
+import shlex
 import sys
 import time
+
+from bench.train_script import parser
 
 SUBMIT_TAG = "AHP_BENCH_SUBMIT"
 POLL_S = 1.0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--trainer", choices=("horovod", "torch"), required=True)
-    parser.add_argument("--storage", required=True)
-    parser.add_argument("--name", required=True)
-    parser.add_argument("--config", default="{}")
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    name = parser().parse_args(argv).name
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     from airflow_provider_horovod.local import ensure_running
@@ -35,17 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     client = JobSubmissionClient(cluster.dashboard_url, headers={"Authorization": f"Bearer {cluster.token}"})
     submission_id = client.submit_job(
-        entrypoint=(
-            f"python -m bench.train_script --trainer {args.trainer} --storage {args.storage} "
-            f"--name {args.name} --config '{args.config}'"
-        ),
+        entrypoint=f"python -m bench.train_script {shlex.join(argv)}",
         # The bench package travels with the job, as the provider travels with its jobs.
         runtime_env={
             "py_modules": [bench_dir],
             "excludes": ["out", "__pycache__"],
             "env_vars": {"RAY_ADDRESS": os.environ.get("BENCH_RAY_ADDRESS", "")},
         },
-        metadata={"bench": "plain-job", "name": args.name},
+        metadata={"bench": "plain-job", "name": name},
     )
     while not (status := client.get_job_status(submission_id)).is_terminal():
         time.sleep(POLL_S)

@@ -20,7 +20,8 @@ import time
 RESULT_TAG = "AHP_BENCH_RESULT"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The script's arguments; ``bench.submit_script`` takes the same and hands them on."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--trainer", choices=("horovod", "torch"), required=True)
     parser.add_argument("--storage", required=True)
@@ -29,7 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-workers", type=int, default=2)
     parser.add_argument("--direct", action="store_true")
     parser.add_argument("--use-gpu", action="store_true")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     started = time.monotonic()
     if args.trainer == "horovod":
         os.environ["RAY_TRAIN_V2_ENABLED"] = "0"  # before ray.train is imported

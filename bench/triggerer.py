@@ -1,7 +1,5 @@
-"""Figure 4: triggerer load. One asyncio event loop (one process, as one triggerer) running N
-``RayJobTrigger``s against the local cluster's real dashboard, over a few dozen real long-running jobs
-that print a time-stamped line after each quiet spell; against a minimal poller that only asks each
-job's status over one shared keep-alive session.
+"""Figure 4: triggerer load. One asyncio loop (as one triggerer) running N ``RayJobTrigger``s over a few
+dozen long-running jobs of the local cluster, against a minimal poller that only asks each job's status.
 
     python -m bench.triggerer VARIANT N INTERVAL WINDOW SETUP_FILE OUT_FILE   # one measurement
 """
@@ -135,23 +133,6 @@ def cluster_cpu(groups: dict[str, list[int]]) -> dict[str, float]:
     return {name: sum(cpu_s(pid) for pid in pids) for name, pids in groups.items()}
 
 
-def tcp_states(port: int) -> dict[str, int]:
-    """TCP connections to ``port`` on this machine, by state (from /proc/net/tcp)."""
-    names = {"01": "established", "06": "time_wait"}
-    counts = {"established": 0, "time_wait": 0}
-    for table_file in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table_file) as f:
-                rows = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] in names:
-                counts[names[fields[3]]] += 1
-    return counts
-
-
 async def measure(variant: str, n: int, interval: float, window: float, setup: dict) -> dict:
     import aiohttp
 
@@ -222,7 +203,6 @@ async def measure(variant: str, n: int, interval: float, window: float, setup: d
     t0, w0, cpu0, c0 = time.perf_counter(), time.time(), time.process_time(), cluster_cpu(setup["groups"])
     await asyncio.sleep(window)
     t1, w1, cpu1, c1 = time.perf_counter(), time.time(), time.process_time(), cluster_cpu(setup["groups"])
-    connections = tcp_states(setup["dashboard_port"])
     ended = [task.exception() for task in tasks if task.done() and not task.cancelled() and task.exception()]
     if ended:
         raise RuntimeError(f"{len(ended)} pollers ended early, the first: {ended[0]}")
@@ -239,7 +219,7 @@ async def measure(variant: str, n: int, interval: float, window: float, setup: d
     found["line_latency_s"] = [late for at, late in StreamedLog.latencies if w0 <= at <= w1]
     found.update(failed_requests=requests.failed, request_ms=[r[1] * 1000 for r in in_window])
     found.update(lag_ms=[lag * 1000 for t, lag in lags if t0 <= t <= t1], cluster_cpu_s={k: c1[k] - c0[k] for k in c0})
-    found.update(log_bytes=sum(r[3] for r in logs), log_requests=len(logs), connections=connections)
+    found.update(log_bytes=sum(r[3] for r in logs), log_requests=len(logs))
     return {**found, "new_connections": sum(1 for t in connects if t0 <= t <= t1)}
 
 
@@ -347,9 +327,8 @@ def figure(cluster) -> Figure:
     try:
         parse_ms = list_cost_ms(max(ns))
         setup = OUT / "triggerer-setup.json"
-        port = int(cluster.dashboard_url.rsplit(":", 1)[1].split("/")[0])
         groups = process_groups(cluster.temp_dir)
-        setup.write_text(json.dumps({"jobs": sids, "groups": groups, "dashboard_port": port, "settle": settle}))
+        setup.write_text(json.dumps({"jobs": sids, "groups": groups, "settle": settle}))
         for n in ns:
             for variant in VARIANTS + ((NO_LOGS,) if n == max(ns) else ()):
                 probe = Probe(cluster.dashboard_url, cluster.token, sids[0])
@@ -370,7 +349,7 @@ def figure(cluster) -> Figure:
     finally:
         stop_jobs(sids)
     results.append({"variant": "list_cost", "n": max(ns), "parse_ms": parse_ms})
-    return build(Figure(4, "Triggerer load"), results, interval)
+    return build(Figure(4), results, interval)
 
 
 def build(fig: Figure, results: list[dict], interval: float) -> Figure:

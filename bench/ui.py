@@ -1,8 +1,5 @@
-"""Figure 8: answer time of the plugin's views, through a real ``airflow api-server`` (one worker,
-``harness.stack``) on the benchmarks' own metadata database: the Training history of a DAG with many
-runs, and the Training view of a task instance whose history holds many reports. The runs are written
-straight into Airflow's tables as its scheduler and workers leave them, and the histories as the
-runtime writes them, so the figure needs no cluster.
+"""Figure 8: answer time of the plugin's views through a real ``airflow api-server``, on runs and histories
+written straight into the benchmarks' metadata database and storage (no cluster).
 """
 
 from __future__ import annotations
@@ -11,7 +8,9 @@ import json
 import math
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
+from airflow_provider_horovod.contract import HISTORY_FILE, RESULT_FILE, XCOM_JOB, XCOM_LOG_CURSOR, attempt_uri
 from bench.common import AIRFLOW_HOME, BENCH_DAGS, OUT, Figure, Row, Sample, fmt, log, repeats, save_raw, table, target
 from harness.ports import free_port
 from harness.stack import Stack
@@ -77,7 +76,7 @@ def history_tasks(n: int) -> list[tuple]:
         if task_id == "train":
             result = history_value(n)
             job = {k: result[k] for k in ("submission_id", "storage_uri", "attempt", "dashboard_url", "trainer_api")}
-            xcoms = {"return_value": result, "ray_job": {**job, "kind": "train"}, "ray_log_cursor": {"lines": 812}}
+            xcoms = {"return_value": result, XCOM_JOB: {**job, "kind": "train"}, XCOM_LOG_CURSOR: {"lines": 812}}
             xcoms["checkpoint_uri"] = result["checkpoint_uri"]
         else:
             returned = value(n)
@@ -132,19 +131,19 @@ def populate() -> None:
                 write_rows(session, f"{HISTORY_DAG}_{count}", f"scheduled__{when.isoformat()}", when, history_tasks(n))
         for i, reports in enumerate(REPORTS):
             storage = STORAGE / f"reports-{reports}"
-            folder = storage / "attempt-1"
+            folder = Path(attempt_uri(str(storage), 1))
             points, kept = report_history(reports)
             folder.mkdir(parents=True)
-            (folder / "metrics_history.json").write_text(json.dumps(points))
+            (folder / HISTORY_FILE).write_text(json.dumps(points))
             for name in kept:
                 (folder / name).mkdir()
                 (folder / name / "model.pt").write_bytes(b"0" * 1024)
             result = {**history_value(reports), "storage_uri": str(storage), "run_uri": str(folder)}
             result.update(checkpoint_uri=str(folder / kept[-1]), best_checkpoint_uri=str(folder / kept[-1]))
             result.update(metrics=points[-1]["metrics"], checkpoint_score_attribute="val_loss")
-            (folder / "result.json").write_text(json.dumps({**result, "history": points[:: max(1, reports // 1000)]}))
+            (folder / RESULT_FILE).write_text(json.dumps({**result, "history": points[:: max(1, reports // 1000)]}))
             job = {"kind": "train", "storage_uri": str(storage), "attempt": 1, "submission_id": "x"}
-            train = ("train", "HorovodTrainOperator", None, {"return_value": result, "ray_job": job})
+            train = ("train", "HorovodTrainOperator", None, {"return_value": result, XCOM_JOB: job})
             write_rows(session, TRAINING_DAG, f"reports_{reports}", DAY + timedelta(days=i), [train])
 
 
@@ -192,7 +191,7 @@ def rest_history(server: Stack, dag_id: str):
 
 
 def figure() -> Figure:
-    fig = Figure(8, "Answer time of the Training views")
+    fig = Figure(8)
     log("writing the benchmark's runs into the metadata database")
     started = time.monotonic()
     populate()

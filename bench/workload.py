@@ -1,10 +1,6 @@
-"""What the benchmark jobs run on the cluster; heavy imports stay inside the functions.
-
-``train_mlp`` is the same model, data, optimizer and checkpointing whether it runs under Horovod (our
-operator, or Ray's own HorovodTrainer) or torch DDP (Ray's TorchTrainer): only the gradient exchange
-differs. It times its own training steps, so steps per second leave out Ray Train's start-up and the
-checkpoints. ``checkpoint_io``: figure 5's transfers. ``fixed_work``: figure 10's short work, also run
-under horovodrun as ``python -m bench.workload '<config>'``.
+"""What the benchmark jobs run on the cluster; heavy imports stay inside the functions. ``train_mlp``: the
+same training under Horovod or DDP, timing its own steps (figures 1, 2, 6); ``checkpoint_io``: figure 5's
+transfers; ``fixed_work``: figures 9 and 10's short work, also run as ``python -m bench.workload '<config>'``.
 """
 
 from __future__ import annotations
@@ -15,8 +11,8 @@ import os
 import tempfile
 import time
 
-# The line rank 0 of ``fixed_work`` prints its stamps on.
-STAMP = "AHP_BENCH_STAMPS"
+# The lines rank 0 of ``fixed_work`` prints its stamps on, and ``checkpoint_io`` its timings.
+STAMP, CKPT_TAG = "AHP_BENCH_STAMPS", "AHP_BENCH_CKPT"
 DEFAULT_CONFIG = {
     "framework": "horovod",  # or "ddp"
     "num_epochs": 3,  # the first is warm-up: steps/s count from the second on
@@ -234,7 +230,7 @@ def checkpoint_io(config: dict) -> None:
                 timings[-1]["read_back_ok"] = ok_a and ok_b
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    print("AHP_BENCH_CKPT " + json.dumps(timings), flush=True)
+    print(f"{CKPT_TAG} {json.dumps(timings)}", flush=True)
 
 
 def fixed_work(config: dict) -> dict:

@@ -64,6 +64,19 @@ def wait_for_status(hook, sid, states, timeout=120):
     raise AssertionError(f"job {sid} did not reach {states}: {info and info['status']}")
 
 
+def wait_until(predicate, timeout: float, what: str, outcome: dict | None = None):
+    """``predicate()``'s first true answer, asked every 0.25 s; raises ``outcome``'s error (a task run by
+    ``run_in_thread``) as soon as there is one, and AssertionError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if outcome and "error" in outcome:
+            raise outcome["error"]
+        if found := predicate():
+            return found
+        time.sleep(0.25)
+    raise AssertionError(f"{what} did not happen within {timeout:g} s")
+
+
 def jobs_of(hook, run_id, dag_id=DAG_ID, task_id="train"):
     base = TaskRun(dag_id, task_id, run_id).base_id
     return [j for j in hook.list_jobs() if (j.get("submission_id") or "").startswith(base + "-a")]

@@ -8,7 +8,8 @@ source scripts/versions.env
 
 venv=.venv
 stamp=$venv/.ready
-inputs=(pyproject.toml scripts/versions.env scripts/setup_cluster_env.sh scripts/uv.sh airflow_provider_horovod/build_horovod.py)
+inputs=(pyproject.toml scripts/versions.env scripts/setup_cluster_env.sh scripts/uv.sh airflow_provider_horovod/build_horovod.py
+  airflow_provider_horovod/horovod_source_edits.py)
 if [ -f "$stamp" ] && [ -z "$(find "${inputs[@]}" -newer "$stamp")" ]; then
   exit 0
 fi

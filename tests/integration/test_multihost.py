@@ -20,7 +20,7 @@ import pytest
 
 from airflow_provider_horovod.contract import attempt_uri, worker_groups_uri
 from harness import hosts as testhosts
-from harness.tasks import FakeTI, run_in_thread
+from harness.tasks import FakeTI, run_in_thread, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -201,17 +201,6 @@ def checkpoints_written(ti: FakeTI) -> int:
     prefix = attempt_uri(ti.task_run.storage_uri(f"s3://{BUCKET}/runs"), 1).split(f"s3://{BUCKET}/", 1)[1]
     listed = boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=prefix + "/checkpoint_")
     return len({item["Key"].split("/checkpoint_", 1)[1].split("/", 1)[0] for item in listed.get("Contents", [])})
-
-
-def wait_until(predicate, timeout: float, what: str, outcome: dict | None = None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if outcome and "error" in outcome:
-            raise outcome["error"]
-        if found := predicate():
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"{what} did not happen within {timeout:g} s")
 
 
 # -- the tests ---------------------------------------------------------------------------------------

@@ -15,29 +15,13 @@ from pathlib import Path
 import pytest
 from support.airflow_cli import dags_test
 
-from integration.test_dags import DAG_ID, DAGS, champion_events, xcom_values
+from harness.example_dag import PRODUCTION, edited_copy
+from integration.test_dags import DAG_ID, champion_events, xcom_values
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE_ROWS = 40  # of the 512 rows the DAG's data task writes
-PRODUCTION = {
-    "        num_workers=2,\n": (
-        '        num_workers=8,\n        use_gpu=True,\n        resources_per_worker={"CPU": 8, "GPU": 1},\n'
-    ),
-    '"num_epochs": 5': '"num_epochs": 1000',
-}
-
-
-def dag_copy(folder: Path, edits: dict[str, str]) -> Path:
-    """The example DAG file with ``edits`` made, alone in ``folder`` (the DAGs folder of the run)."""
-    text = (DAGS / "horovod_retraining.py").read_text()
-    for old, new in edits.items():
-        assert old in text, f"the example DAG no longer has {old!r}: update this test"
-        text = text.replace(old, new)
-    folder.mkdir(parents=True)
-    (folder / "horovod_retraining.py").write_text(text)
-    return folder
 
 
 def ci_pytest_example() -> str:
@@ -59,7 +43,7 @@ def smoke_env(tmp_path, airflow_db, ray_cluster):
 
 def test_a_production_retraining_dag_passes_its_smoke_run_without_promoting(smoke_env, tmp_path):
     storage, env = smoke_env
-    dags = dag_copy(tmp_path / "dags", PRODUCTION)
+    dags = edited_copy(tmp_path / "dags", PRODUCTION)
     ci = tmp_path / "ci"
     ci.mkdir()
     (ci / "test_dags_smoke.py").write_text(ci_pytest_example())
@@ -108,7 +92,7 @@ def xcom_history(result: dict) -> list[dict]:
 
 def test_a_planted_template_bug_fails_the_smoke_run_naming_it(smoke_env, tmp_path):
     _, env = smoke_env
-    dags = dag_copy(tmp_path / "dags", {"['train'] }}": "['trian'] }}"})
+    dags = edited_copy(tmp_path / "dags", {"['train'] }}": "['trian'] }}"})
     run = dags_test(DAG_ID, logical_date="2026-11-02", dags_folder=dags, env=env)
     output = run.stdout + run.stderr
     assert run.returncode != 0, output[-3000:]

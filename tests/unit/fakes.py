@@ -2,7 +2,8 @@
 XComs, a task state store, and the Ray dashboard's job table, in memory behind the calls the job
 steps make (``FakeRay``, handed to them as the hook) or served over HTTP as Ray's dashboard answers
 (``Dashboard``, for tests that go through the real ``RayHook``). They stand in for Airflow's and
-Ray's side of a call, never for the provider code under test."""
+Ray's side of a call, never for the provider code under test. ``HttpStandIn`` is the HTTP server
+under ``Dashboard`` and under the hook tests' scripted dashboard (``unit.hooks.dashboard``)."""
 
 from __future__ import annotations
 
@@ -203,17 +204,13 @@ class FakeRay:
         return self.get_cluster_resources()
 
 
-class Dashboard:
-    """``FakeRay``'s job table served over HTTP as Ray 2.60's dashboard answers the calls RayHook
-    makes: version, packages, jobs (submit, info, logs, stop), the State API's log file and nodes.
-    A submission's payload package is unpacked for ``FakeRay`` as the job's driver would see it."""
+class HttpStandIn:
+    """A real HTTP server on 127.0.0.1, keep-alive as Ray's dashboard (aiohttp) is: each request is
+    answered by the subclass's ``respond(request, body)`` (``request``: the handler, with its
+    ``command``, ``path``, ``headers`` and ``client_address``) as (status, bytes or a JSON value)."""
 
-    def __init__(self, ray: FakeRay):
-        self.ray = ray
-        self.packages: dict[str, bytes] = {}
-        self.requests: list[tuple[str, str]] = []
-        self.failures: list[tuple[str, int, int]] = []  # (path prefix, HTTP status, requests answered before)
-        dashboard = self
+    def __init__(self):
+        respond = self.respond
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -223,9 +220,7 @@ class Dashboard:
 
             def handle_one(self):
                 length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                dashboard.requests.append((self.command, self.path))
-                status, answer = dashboard.answer(self.command, self.path, body)
+                status, answer = respond(self, self.rfile.read(length) if length else b"")
                 data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -237,8 +232,33 @@ class Dashboard:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+
+    def respond(self, request: BaseHTTPRequestHandler, body: bytes) -> tuple[int, Any]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Dashboard(HttpStandIn):
+    """``FakeRay``'s job table served over HTTP as Ray 2.60's dashboard answers the calls RayHook
+    makes: version, packages, jobs (submit, info, logs, stop), the State API's log file and nodes.
+    A submission's payload package is unpacked for ``FakeRay`` as the job's driver would see it."""
+
+    def __init__(self, ray: FakeRay):
+        self.ray = ray
+        self.packages: dict[str, bytes] = {}
+        self.requests: list[tuple[str, str]] = []
+        self.failures: list[tuple[str, int, int]] = []  # (path prefix, HTTP status, requests answered before)
+        super().__init__()
+
+    def respond(self, request: BaseHTTPRequestHandler, body: bytes) -> tuple[int, Any]:
+        self.requests.append((request.command, request.path))
+        return self.answer(request.command, request.path, body)
 
     def connection(self, *, shared_storage: bool = True, **extra: Any) -> str:
         """An AIRFLOW_CONN_* value for this dashboard; ``extra``: more of the connection's extra."""
@@ -246,15 +266,11 @@ class Dashboard:
             {
                 "conn_type": "ray",
                 "host": "127.0.0.1",
-                "port": self.server.server_address[1],
+                "port": self.port,
                 "password": "tok-unit",
                 "extra": {"shared_storage": shared_storage, **extra},
             }
         )
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
     def fail(self, prefix: str, status: int = 500, *, after: int = 0) -> None:
         """Answer requests whose path starts with ``prefix`` with ``status``, after ``after`` of them."""

@@ -43,6 +43,7 @@ LAYERS = [
         "links/ray",
         "links/mlflow",
         "build_horovod",
+        "horovod_source_edits",
         "cost",
         "lineage",
         "attempts",

@@ -1,14 +1,15 @@
-"""A small real HTTP server standing in for the Ray dashboard, for the RayHook tests of this folder
-(test_ray.py, test_ray_auth_and_retries.py, test_ray_submit.py); their fixtures are in conftest.py."""
+"""A scripted Ray dashboard on a real HTTP server (``unit.fakes.HttpStandIn``), for the RayHook tests of
+this folder (test_ray.py, test_ray_auth_and_retries.py, test_ray_submit.py); their fixtures are in
+conftest.py."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from airflow_provider_horovod.hooks.ray import RayHook
+from unit.fakes import HttpStandIn
 
 TOKEN = "tok-0d6b2a9c4e8f1357"
 
@@ -26,7 +27,7 @@ NODES = {
 }
 
 
-class Dashboard:
+class Dashboard(HttpStandIn):
     """A tiny Ray dashboard: answers each (method, path) from a script (the last answer repeats),
     404 for anything unscripted, and records every request and the connection it came on. A path
     scripted without a query answers whatever query it is asked with."""
@@ -35,44 +36,22 @@ class Dashboard:
         self.routes: dict[tuple[str, str], list[tuple[int, str]]] = {}
         self.requests: list[dict] = []
         self.answer("GET", "/api/version", 200, {"ray_version": "2.60.0", "version": "4"})
-        dashboard = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, as Ray's dashboard (aiohttp) does
-
-            def log_message(self, *args):
-                pass
-
-            def handle_one(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                dashboard.requests.append(
-                    {
-                        "method": self.command,
-                        "path": self.path,
-                        "body": body,
-                        "headers": dict(self.headers),
-                        "peer": self.client_address,
-                    }
-                )
-                script = dashboard.routes.get((self.command, self.path)) or dashboard.routes.get(
-                    (self.command, self.path.split("?", 1)[0])
-                )
-                status, text = (script.pop(0) if len(script) > 1 else script[0]) if script else (404, "not found")
-                data = text.encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            do_GET = do_POST = do_PUT = do_DELETE = handle_one
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    def respond(self, request: BaseHTTPRequestHandler, body: bytes) -> tuple[int, bytes]:
+        method, path = request.command, request.path
+        self.requests.append(
+            {
+                "method": method,
+                "path": path,
+                "body": body,
+                "headers": dict(request.headers),
+                "peer": request.client_address,
+            }
+        )
+        script = self.routes.get((method, path)) or self.routes.get((method, path.split("?", 1)[0]))
+        status, text = (script.pop(0) if len(script) > 1 else script[0]) if script else (404, "not found")
+        return status, text.encode()
 
     def answer(self, method: str, path: str, *answers) -> None:
         """Answers as (status, body) pairs, or a status and a body for one answer."""
@@ -92,10 +71,6 @@ class Dashboard:
             for r in self.requests
             if r["method"] == method and urlsplit(r["path"]).path == path
         ]
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def set_connection(monkeypatch, conn_id: str, port: int, **fields) -> str:

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from airflow_provider_horovod import build_horovod
+from airflow_provider_horovod import horovod_source_edits
 from airflow_provider_horovod.runtime.horovod_network import (
     PROCESS_SET_IFACE_MARKER,
     HorovodNetworkError,
@@ -70,9 +70,9 @@ def test_host_names_on_loopback_fail_across_hosts_only_with_horovods_unfixed_pro
 
 
 def test_the_fix_is_recognised_by_the_text_the_build_puts_in_horovod():
-    # Decided in build_horovod (it makes the edit), read here (the runtime imports no Airflow-side module).
-    assert PROCESS_SET_IFACE_MARKER == build_horovod.PROCESS_SET_IFACE_MARKER.encode()
-    assert any(build_horovod.PROCESS_SET_IFACE_MARKER in new for _, _, new in build_horovod.REPLACEMENTS)
+    # Decided by the build's edits (they make it), read here (the runtime imports no Airflow-side module).
+    assert PROCESS_SET_IFACE_MARKER == horovod_source_edits.PROCESS_SET_IFACE_MARKER.encode()
+    assert any(horovod_source_edits.PROCESS_SET_IFACE_MARKER in new for _, _, new in horovod_source_edits.REPLACEMENTS)
 
 
 def test_the_unreachable_message_names_hosts_addresses_ports_and_the_parameters():
