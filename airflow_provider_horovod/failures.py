@@ -53,8 +53,8 @@ _ERRORS: dict[FailureClass, type[exceptions.JobFailure]] = {
 
 # What to do, by class: the last line of the task's log.
 HINTS = {
-    FailureClass.USER_CODE: "fix the function, then clear the task. A user's error is not retried, by Airflow or by "
-    "Ray Train (retry_on_user_error=True retries it).",
+    FailureClass.USER_CODE: "fix the function or script, then clear the task. A user's error is not retried, by "
+    "Airflow or by Ray Train (retry_on_user_error=True retries it).",
     FailureClass.CONFIGURATION: "fix what the task asks for (runtime_env, import paths, versions), then clear the "
     "task. It is not retried (retry_on_user_error=True retries it).",
     FailureClass.INFRASTRUCTURE: "nothing in the task: a worker, a node or the network failed. The task's retry "
@@ -239,11 +239,18 @@ def user_failure(error: BaseException, rank: int | None = None) -> Failure:
 
 def user_frames(error: BaseException) -> str:
     """The exception's traceback, trimmed to the user's own frames (not Ray's, Horovod's, torch's,
-    Python's or the provider's), as Python prints them."""
+    Python's or the provider's), as Python prints them. A file that Ray shipped (a script's folder, the
+    job's working_dir or py_modules) is named by its path in what was shipped, as ``python train.py``
+    would name it, not by Ray's copy on the node."""
     frames = [f for f in traceback.extract_tb(error.__traceback__) if _users(f.filename)]
     if not frames:
         return ""
-    return "Traceback (the function's own frames):\n" + "".join(traceback.format_list(frames))
+    frames = [traceback.FrameSummary(_SHIPPED.sub("", f.filename), f.lineno, f.name, line=f.line) for f in frames]
+    return "Traceback (the user's own frames):\n" + "".join(traceback.format_list(frames))
+
+
+# Where Ray unpacks a job's working_dir and py_modules on a node.
+_SHIPPED = re.compile(r"^.*/runtime_resources/(?:working_dir|py_modules)_files/_ray_pkg_[0-9a-f]+/")
 
 
 def _users(filename: str) -> bool:

@@ -55,6 +55,8 @@ class History:
         self.written_at = 0.0
         # Called with each point as it is recorded (runtime.tracking logs it to MLflow).
         self.listeners: list[Callable[[dict], None]] = []
+        # The next report repeats the last point (a script's closing report): it only names the checkpoint.
+        self.repeat_next = False
 
     def record(self, uri: str) -> None:
         """Wrap Ray Train's report (each API's that imports) so rank 0's reports land in ``uri``."""
@@ -90,7 +92,12 @@ class History:
             # Train V1 names the folder of the next checkpoint before it saves it; V2 once the ranks agree.
             v1_name = getattr(getattr(context, "storage", None), "checkpoint_dir_name", None)
             context._ahp_checkpoint_dir = None
-            entry = history.add(point(dict(metrics or {}), len(history.points) + 1, None), write=False)
+            repeat, history.repeat_next = history.repeat_next and bool(history.points), False
+            entry = (
+                history.points[-1]
+                if repeat
+                else history.add(point(dict(metrics or {}), len(history.points) + 1, None), write=False)
+            )
             result = report(context, metrics, checkpoint, *args, **kwargs)
             if checkpoint is not None:
                 entry["checkpoint"] = getattr(context, "_ahp_checkpoint_dir", None) or v1_name

@@ -294,70 +294,72 @@ def note_end(spec: TrainingSpec, rank: int, code: int) -> None:
 
 def runner(spec: TrainingSpec) -> Callable[[], None]:
     """What every worker runs: the spec's script, then one report to Ray Train (rank 0's checkpoint folder,
-    when it holds files, and its last metrics)."""
+    when it holds files, and its last metrics). A module-level function bound to the spec: Ray pickles it by
+    reference, so on the worker it sees this module's ``HISTORY`` (a nested function would carry a copy of
+    it, and the printed metrics would miss the history, the Training view and MLflow)."""
+    import functools
+
+    return functools.partial(run_script, spec)
+
+
+def run_script(spec: TrainingSpec) -> None:
+    import ray.train
+
     script = dict(spec.script or {})
+    rank = ray.train.get_context().get_world_rank()
+    folder = tempfile.mkdtemp(prefix=f"ahp-checkpoint-rank{rank}-")
+    if source := restore(spec, folder):
+        print(f"[{rank}] {SCRIPT_CHECKPOINT_ENV} holds the last checkpoint, {source}", flush=True)
+    os.environ[SCRIPT_CHECKPOINT_ENV] = folder
 
-    def run_script() -> None:
-        import ray.train
+    def metrics_line(line: str) -> None:
+        if (metrics := parse_metrics(line)) is not None:
+            HISTORY.add(point(metrics, len(HISTORY.points) + 1, None))
 
-        rank = ray.train.get_context().get_world_rank()
-        folder = tempfile.mkdtemp(prefix=f"ahp-checkpoint-rank{rank}-")
-        if source := restore(spec, folder):
-            print(f"[{rank}] {SCRIPT_CHECKPOINT_ENV} holds the last checkpoint, {source}", flush=True)
-        os.environ[SCRIPT_CHECKPOINT_ENV] = folder
-        printed: list[dict[str, float]] = []
-
-        def metrics_line(line: str) -> None:
-            if (metrics := parse_metrics(line)) is not None:
-                printed.append(metrics)
-                HISTORY.add(point(metrics, len(HISTORY.points) + 1, None))
-
-        flag = f"{spec.run_uri}/{SMOKE_STOP_FILE}"
-        first_stored = (lambda: write_json(flag, {"stopped": True})) if spec.smoke_run else None
-        snapshots = Snapshots(folder, spec.run_uri, first_stored) if rank == 0 else None
-        stop = SmokeStop(spec, threading.get_ident()) if spec.smoke_run else None
-        if snapshots:
-            snapshots.start()
-        if stop:
-            stop.start()
-        smoke_stopped = False
+    flag = f"{spec.run_uri}/{SMOKE_STOP_FILE}"
+    first_stored = (lambda: write_json(flag, {"stopped": True})) if spec.smoke_run else None
+    snapshots = Snapshots(folder, spec.run_uri, first_stored) if rank == 0 else None
+    stop = SmokeStop(spec, threading.get_ident()) if spec.smoke_run else None
+    if snapshots:
+        snapshots.start()
+    if stop:
+        stop.start()
+    smoke_stopped = False
+    try:
         try:
-            try:
-                code = run_as_main(script, folder, rank, metrics_line if rank == 0 else None)
-            finally:  # before anything else: a stop raised as the script ended lands here, not further on
-                if stop:
-                    stop.cancel()
-        except SmokeRunDone:
-            if not (stop and stop.fired):  # the script's own report with a checkpoint stopped it: that is the run's
-                raise
+            code = run_as_main(script, folder, rank, metrics_line if rank == 0 else None)
+        finally:  # before anything else: a stop raised as the script ended lands here, not further on
+            if stop:
+                stop.cancel()
+    except SmokeRunDone:
+        if not (stop and stop.fired):  # the script's own report with a checkpoint stopped it: that is the run's
+            raise
+        code, smoke_stopped = 0, True
+    except Exception as err:
+        if HOROVOD_SHUT_DOWN in str(err) and spec.smoke_run and exists(flag):  # a peer stopped first
             code, smoke_stopped = 0, True
-        except Exception as err:
-            if HOROVOD_SHUT_DOWN in str(err) and spec.smoke_run and exists(flag):  # a peer stopped first
-                code, smoke_stopped = 0, True
-            elif HOROVOD_SHUT_DOWN in str(err) and (ended := ended_ranks(spec)):
-                raise ScriptEndedEarlyError(
-                    f"rank {rank} of {name_of(script)} waited in a Horovod collective after {ended} had ended: "
-                    "every rank must make the same collective calls."
-                ) from err
-            else:
-                raise
-        finally:
-            if snapshots:
-                snapshots.stop()
-        note_end(spec, rank, code)
-        shut_down_horovod()
-        if code:
-            raise ScriptExitError(f"rank {rank} (exit code {code}): {name_of(script)} exited with code {code}.")
-        if smoke_stopped:
-            print(f"[{rank}] Smoke run: the script was stopped after its first stored checkpoint.", flush=True)
-            folder = (snapshots.kept if snapshots else None) or folder
-        try:
-            report(folder, rank, printed)
-        finally:
-            if snapshots:
-                snapshots.discard()
-
-    return run_script
+        elif HOROVOD_SHUT_DOWN in str(err) and (ended := ended_ranks(spec)):
+            raise ScriptEndedEarlyError(
+                f"rank {rank} of {name_of(script)} waited in a Horovod collective after {ended} had ended: "
+                "every rank must make the same collective calls."
+            ) from err
+        else:
+            raise
+    finally:
+        if snapshots:
+            snapshots.stop()
+    note_end(spec, rank, code)
+    shut_down_horovod()
+    if code:
+        raise ScriptExitError(f"rank {rank} (exit code {code}): {name_of(script)} exited with code {code}.")
+    if smoke_stopped:
+        print(f"[{rank}] Smoke run: the script was stopped after its first stored checkpoint.", flush=True)
+        folder = (snapshots.kept if snapshots else None) or folder
+    try:
+        report(folder, rank)
+    finally:
+        if snapshots:
+            snapshots.discard()
 
 
 def run_as_main(script: dict[str, Any], folder: str, rank: int, on_line: Callable[[str], None] | None) -> int:
@@ -378,27 +380,20 @@ def run_as_main(script: dict[str, Any], folder: str, rank: int, on_line: Callabl
     return 0
 
 
-def report(folder: str, rank: int, printed: list[dict[str, float]]) -> None:
+def report(folder: str, rank: int) -> None:
     """Every rank reports once when its script has ended (Train V2 needs every rank's report): rank 0 its
-    checkpoint folder when it holds files, and the last metrics the script printed or reported."""
+    checkpoint folder when it holds files, with the last metrics the script printed or reported. That report
+    repeats the history's last point: it names that point's checkpoint instead of adding a point."""
     import ray.train
     from ray.train import Checkpoint
 
     has_files = rank == 0 and any(files for _, _, files in os.walk(folder))
     metrics: dict[str, Any] = {}
-    if rank == 0:
-        metrics = dict(printed[-1]) if printed else dict((HISTORY.points or [{}])[-1].get("metrics") or {})
+    if rank == 0 and HISTORY.points:
+        metrics = dict(HISTORY.points[-1].get("metrics") or {})
+        HISTORY.repeat_next = True
     if rank == 0 and not has_files:
         print(f"The script left no checkpoint: {SCRIPT_CHECKPOINT_ENV} ({folder}) holds no file.", flush=True)
-    before = len(HISTORY.points)
     ray.train.report(metrics, checkpoint=Checkpoint.from_directory(folder) if has_files else None)
-    # The last metrics are recorded once: the report's point only adds the checkpoint's name to the last one.
-    if (
-        rank == 0
-        and len(HISTORY.points) == before + 1
-        and before
-        and HISTORY.points[-2]["metrics"] == HISTORY.points[-1]["metrics"]
-    ):
-        last = HISTORY.points.pop()
-        HISTORY.points[-1]["checkpoint"] = last.get("checkpoint")
+    if rank == 0:
         HISTORY.write()

@@ -1,7 +1,7 @@
 """Horovod scripts run unchanged (``train_script``), on the real cluster over Gloo: the example DAG with
 templated arguments, a neighbour module, its checkpoint on S3 read by the evaluation downstream; a rank
-that exits early while the other waits in a collective, a script that leaves nothing, a restart that resumes
-from the stored folder, and a smoke run stopped after its first checkpoint."""
+that exits early while the other waits in a collective, a rank that raises, a script that leaves nothing, a
+restart that resumes from the stored folder, and a smoke run stopped after its first checkpoint."""
 
 from __future__ import annotations
 
@@ -92,25 +92,54 @@ def script_operator(tmp_path, body: str, **kwargs):
     )
 
 
-RANK_1_EXITS_EARLY = """
+RANK_0_EXITS_EARLY = """
 import sys
 import horovod.torch as hvd
 import torch
 hvd.init()
-if hvd.rank() == 1:
-    sys.exit(3)
+if hvd.rank() == 0:
+    sys.exit(0)  # a clean exit, but before the collective that rank 1 waits in
 hvd.allreduce(torch.tensor([1.0]), name="never-joined")
 """
 
 
 def test_a_rank_that_exits_early_fails_the_task_once_naming_it_and_its_exit_code(ray_hook, tmp_path):
-    """Rank 1 exits with code 3 while rank 0 waits in an allreduce: no hang, one job, the user's error.
-    (An exception on a rank, with the script's own frames, is the same path as a function's: the unit tests
-    of runtime.script and test_failures.py.)"""
+    """Rank 0 exits with code 0 while rank 1 waits in an allreduce: no hang, one job, the user's error naming
+    rank 0, although its own exit was clean."""
     ti = FakeTI(f"script-fail-{uuid.uuid4().hex[:6]}")
     with pytest.raises(UserCodeError) as err:
-        script_operator(tmp_path, RANK_1_EXITS_EARLY, horovod_timeout_s=60).execute({"ti": ti})
-    assert "rank 1 (exit code 3)" in str(err.value), str(err.value)
+        script_operator(tmp_path, RANK_0_EXITS_EARLY, horovod_timeout_s=60).execute({"ti": ti})
+    assert "rank 0 (exit code 0)" in str(err.value), str(err.value)
+    (job,) = jobs_of(ray_hook, ti.run_id)
+    assert job["status"] == "FAILED"
+
+
+RANK_1_RAISES = """
+import horovod.torch as hvd
+import torch
+
+
+def load_shard(rank):
+    raise ValueError(f"shard {rank} is empty")
+
+
+hvd.init()
+if hvd.rank() == 1:
+    load_shard(hvd.rank())
+hvd.allreduce(torch.tensor([1.0]), name="after-loading")
+"""
+
+
+def test_an_exception_on_one_rank_fails_the_task_once_with_the_scripts_own_frames(ray_hook, tmp_path):
+    """Rank 1 raises while rank 0 waits in an allreduce: one job, the user's error with the rank, the
+    exception and the line of the script that raised it."""
+    ti = FakeTI(f"script-raise-{uuid.uuid4().hex[:6]}")
+    with pytest.raises(UserCodeError) as err:
+        script_operator(tmp_path, RANK_1_RAISES, horovod_timeout_s=60).execute({"ti": ti})
+    message = str(err.value)
+    assert "rank 1: ValueError: shard 1 is empty" in message, message
+    assert 'File "train.py", line 7, in load_shard' in message, message  # as `python train.py` names it
+    assert 'raise ValueError(f"shard {rank} is empty")' in message, message
     (job,) = jobs_of(ray_hook, ti.run_id)
     assert job["status"] == "FAILED"
 

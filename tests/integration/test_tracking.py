@@ -233,3 +233,40 @@ def test_a_failed_then_resumed_training_logs_one_mlflow_run(
         assert PASSWORD not in json.dumps(ray_hook.get_job_info(sid)) + ray_hook.get_job_logs(sid)
     assert PASSWORD not in json.dumps(result) + json.dumps(ti.xcoms, default=str)
     print(f"two attempts with MLflow tracking: {elapsed:.1f} s")
+
+
+# A script with no import of Ray: rank 0 prints its metrics in the documented form and saves a model.
+SCRIPT = """
+import os
+import horovod.torch as hvd
+import torch
+
+hvd.init()
+for epoch in range(3):
+    loss = hvd.allreduce(torch.tensor(1.0 / (epoch + 1)), name=f"loss{epoch}").item()
+    if hvd.rank() == 0:
+        torch.save({"epoch": epoch}, os.path.join(os.environ["AHP_CHECKPOINT_DIR"], "model.pt"))
+        print(f"METRICS epoch={epoch} loss={loss}")
+"""
+
+
+def test_a_scripts_printed_metrics_and_its_checkpoint_are_its_mlflow_run(mlflow_server, ray_hook, tmp_path):
+    experiment = f"ahp-script-tracking-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "train.py").write_text(SCRIPT)
+    op = make_operator(
+        tmp_path / "storage",
+        train_fn=None,
+        train_script=str(tmp_path / "scripts" / "train.py"),
+        mlflow_tracking_uri=mlflow_server.uri,
+        mlflow_experiment_name=experiment,
+    )
+    result = op.execute({"ti": FakeTI(f"mlflow-script-{uuid.uuid4().hex[:6]}")})
+    (run,) = mlflow_server.read(experiment, ("epoch", "loss"))["runs"]
+    assert run["status"] == "FINISHED"
+    log = ray_hook.get_job_logs(result["submission_id"])
+    assert run["history"]["epoch"] == [[1, 0.0], [2, 1.0], [3, 2.0]], log[-6000:]
+    assert [round(value, 3) for _, value in run["history"]["loss"]] == [1.0, 0.5, 0.333]
+    assert run["tags"]["checkpoint_uri"] == result["checkpoint_uri"]
+    assert (Path(result["checkpoint_uri"]) / "model.pt").exists()
+    assert result["mlflow"]["run_id"] == run["run_id"]

@@ -64,10 +64,22 @@ def test_the_answer_names_the_class_rank_exception_and_frames_then_what_to_do():
     verdict = failures.user_failure(raise_in_user_code(), rank=1)
     text = verdict.explain().splitlines()
     assert text[0] == "user code, rank 1: ZeroDivisionError: float division by zero"
-    assert text[1] == "Traceback (the function's own frames):"
+    assert text[1] == "Traceback (the user's own frames):"
     assert any(f'File "{__file__}"' in line and "in train" in line for line in text)
     assert 'return config["lr"] / 0' in verdict.traceback
     assert text[-1].startswith("What to do: fix the function")
+
+
+def test_a_shipped_files_frame_is_named_by_its_path_in_what_was_shipped():
+    shipped = "/tmp/ray/session_x/runtime_resources/working_dir_files/_ray_pkg_95a1b7/"
+    namespace: dict = {}
+    exec(compile("def load():\n    raise ValueError('empty')\n", shipped + "scripts/train.py", "exec"), namespace)
+    try:
+        namespace["load"]()
+    except ValueError as error:
+        frames = failures.user_frames(error)
+    assert '  File "scripts/train.py", line 2, in load' in frames.splitlines(), frames
+    assert "_ray_pkg_" not in frames
 
 
 def test_frames_of_libraries_python_and_the_provider_are_trimmed():

@@ -71,6 +71,27 @@ def test_rank_0s_reports_are_recorded_once_wrapped_with_their_checkpoints_folder
     ]
 
 
+def test_a_report_that_repeats_the_last_point_only_names_its_checkpoint(train_v2, monkeypatch, tmp_path):
+    """A script's closing report carries the metrics it printed last: one point, logged to MLflow once."""
+    import ray.train
+
+    cls, calls = train_v2
+    recorder, logged = History(), []
+    recorder.listeners.append(logged.append)
+    recorder.record(str(tmp_path / "metrics_history.json"))
+    monkeypatch.setattr(ray.train, "get_context", lambda: Rank(0))
+    recorder.add(point({"loss": 0.5}, 1, None))
+    recorder.repeat_next = True
+    cls.report(object.__new__(cls), {"loss": 0.5}, checkpoint="c")
+    cls.report(object.__new__(cls), {"loss": 0.25})
+    assert calls == [{"loss": 0.5}, {"loss": 0.25}]
+    assert [(p["report"], p["checkpoint"]) for p in recorder.points] == [
+        (1, "checkpoint_2026-11-24_10-00-00.000000"),
+        (2, None),
+    ]
+    assert [p["metrics"]["loss"] for p in logged] == [0.5, 0.25]
+
+
 def test_the_history_is_written_as_it_comes_and_a_restarted_worker_goes_on_from_it(train_v2, monkeypatch, tmp_path):
     import ray.train
 

@@ -11,6 +11,19 @@ import pytest
 from airflow_provider_horovod.runtime.script import RankLines, expand, parse_metrics, run_as_main, state
 
 
+def test_the_runner_ray_pickles_records_into_this_modules_history():
+    """Ray ships the runner pickled: on the worker it must record the printed metrics in the module's
+    ``HISTORY`` (what the Training view, MLflow and the result read), not in a copy pickled with it."""
+    import cloudpickle
+
+    from airflow_provider_horovod.documents import TrainingSpec
+    from airflow_provider_horovod.runtime import script
+
+    spec = TrainingSpec(submission_id="s", script={"path": "train.py"}, storage_uri="/x", python_version="3.11")
+    shipped = cloudpickle.loads(cloudpickle.dumps(script.runner(spec)))
+    assert shipped.func.__globals__["HISTORY"] is script.HISTORY
+
+
 @pytest.mark.parametrize(
     ("line", "metrics"),
     [
