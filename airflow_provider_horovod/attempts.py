@@ -77,8 +77,8 @@ def read_attempt(
         try:
             text = storage.read_text(uri)
             if text is not None:
-                found[field] = json.loads(text)
-        except Exception as err:  # storage down or refused, a file cut short: the snapshot says so
+                found[field] = of_shape(field, uri, json.loads(text))
+        except Exception as err:  # storage down or refused, a file cut short or edited: the snapshot says so
             unread[field] = err
 
     if record:
@@ -94,3 +94,16 @@ def read_attempt(
         except Exception as err:
             files = dataclasses.replace(files, unread={**unread, "checkpoints": err})
     return files
+
+
+def of_shape(field: str, uri: str, value: Any) -> Any:
+    """The file's JSON, when it has the shape its readers take (the record an object, the worker groups and
+    the history lists of objects); ValueError naming the file otherwise."""
+    if field == "record":
+        fits = isinstance(value, dict)
+    else:
+        fits = isinstance(value, list) and all(isinstance(item, dict) for item in value)
+    if not fits:
+        shape = "a JSON object" if field == "record" else "a JSON list of objects"
+        raise ValueError(f"{uri} is not {shape} ({type(value).__name__}): it was cut short or edited by hand.")
+    return value

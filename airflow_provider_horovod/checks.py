@@ -156,6 +156,13 @@ def check_choice(parameter: str, value: Any, choices: tuple[str, ...]) -> str:
     return value
 
 
+def check_name(parameter: str, value: Any) -> str | None:
+    """None, or a non-empty string (a metric's name)."""
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise InvalidParameterError(parameter, value, "give a non-empty string, or None.")
+    return value
+
+
 def check_bool(parameter: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise InvalidParameterError(parameter, value, "give True or False.")
@@ -179,6 +186,8 @@ def check_seconds(parameter: str, value: Any, *, allow_none: bool = False) -> fl
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf:
         raise InvalidParameterError(parameter, value, "give seconds (0 or more) or a timedelta.")
+    if seconds > (longest := timedelta.max.total_seconds()):  # Airflow makes a timedelta of them
+        raise InvalidParameterError(parameter, value, f"give at most {longest:.0f} seconds (a timedelta's most).")
     return float(seconds)
 
 
@@ -361,7 +370,8 @@ def check_prices(parameter: str, value: Any) -> dict[str, Any] | None:
     example = '{"cpu_hour": 0.048, "gpu_hour": 2.45, "currency": "USD"}'
     if not isinstance(value, Mapping) or not value:
         raise InvalidParameterError(parameter, value, f"give a dict such as {example}, or None.")
-    if unknown := sorted(set(value) - set(PRICE_KEYS)):
+    # Keys of any type (a hand-written dict): sorted by their repr, as the message shows them.
+    if unknown := sorted(set(value) - set(PRICE_KEYS), key=repr):
         raise InvalidParameterError(parameter, value, f"unknown key(s) {unknown}; it takes {', '.join(PRICE_KEYS)}.")
     for key in PRICE_KEYS[:2]:
         price = value.get(key, 0)

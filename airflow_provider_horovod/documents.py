@@ -8,7 +8,11 @@ cluster, which has no Airflow. The names, files and defaults they use are ``cont
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import types
+import typing
+from collections.abc import Mapping
 from typing import Any, TypedDict
 
 from airflow_provider_horovod.contract import (
@@ -38,13 +42,51 @@ class _Document:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Any:
+        """The document of ``data``; ValueError naming the document for anything that is not one (a
+        file cut short or edited by hand, another document), as for another format."""
+        if not isinstance(data, dict):
+            raise ValueError(f"{cls.__name__} must be a JSON object, not {type(data).__name__}.")
         if data.get("version", FORMAT) != FORMAT:
             raise ValueError(
                 f"{cls.__name__} of format {data.get('version')!r} is not {FORMAT}: the provider on the "
                 "cluster and in Airflow differ. The job ships its own copy, so resubmit it."
             )
-        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+        missing = [
+            f.name
+            for f in fields
+            if f.name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
+        if missing:
+            raise ValueError(f"{cls.__name__} lacks {', '.join(missing)}: it was cut short or edited.")
+        hints = typing.get_type_hints(cls)
+        for field in fields:
+            if field.name in data and not _fits(data[field.name], hints[field.name]):
+                raise ValueError(
+                    f"{cls.__name__}'s {field.name}={data[field.name]!r} is not of its type "
+                    f"({field.type}): it was edited, or written by another program."
+                )
+        known = {f.name for f in fields}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _fits(value: Any, annotation: Any) -> bool:
+    """Whether a JSON value is of a field's type: its own type and, in a dict or a list, its items'."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, arg) for arg in args)
+    if annotation is type(None):
+        return value is None
+    if annotation in (int, float):  # JSON has no int of bool; 2 is a float's value too
+        kinds = (int, float) if annotation is float else (int,)
+        return isinstance(value, kinds) and not isinstance(value, bool)
+    if origin is dict:
+        return isinstance(value, dict) and all(_fits(k, args[0]) and _fits(v, args[1]) for k, v in value.items())
+    if origin is list:
+        return isinstance(value, list) and all(_fits(item, args[0]) for item in value)
+    return isinstance(value, origin or annotation)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,6 +231,23 @@ class TaskSpec(JobSpec):
         return {"python_callable": self.function["pickle"]} if "pickle" in self.function else {}
 
 
+# The field of a record that holds the checksum of its other fields (``sealed``): the finish step refuses
+# a record whose fields do not match it (edited after the job wrote it).
+CHECKSUM = "checksum"
+
+
+def checksum(fields: Mapping[str, Any]) -> str:
+    """Of a record's fields as JSON holds them (``sealed``'s), the checksum itself left out."""
+    body = {k: v for k, v in fields.items() if k != CHECKSUM}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def sealed(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's fields as JSON holds them, with their checksum: what every writer of a record stores."""
+    body = json.loads(json.dumps({k: v for k, v in fields.items() if k != CHECKSUM}, default=str))
+    return {**body, CHECKSUM: checksum(body)}
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskRecord(_Document):
     """What an attempt left beside its checkpoints, written atomically: a task's return value (JSON);
@@ -207,6 +266,10 @@ class TaskRecord(_Document):
     # ended: Ray's own end time is known only then.
     cost: dict[str, Any] | None = None
     version: int = FORMAT
+
+    def to_json(self) -> str:
+        """Its fields and their checksum (``sealed``)."""
+        return json.dumps(sealed(dataclasses.asdict(self)), sort_keys=True, indent=1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -97,7 +97,7 @@ def read_extras(conn_id: str, raw: Any) -> dict[str, Any]:
     unknown = set(raw) - set(EXTRAS)
     if unknown:
         raise RayConnectionConfigError(
-            f"Connection {conn_id!r}: unknown extra {sorted(unknown)}; the Ray connection takes "
+            f"Connection {conn_id!r}: unknown extra {sorted(unknown, key=repr)}; the Ray connection takes "
             f"{', '.join(map(repr, EXTRAS))}."
         )
     return dict(raw)
@@ -185,6 +185,11 @@ def endpoint_from(
             f"Connection {conn_id!r}: extra 'verify'={verify!r} must be true, false or a CA bundle path."
         )
     ca_bundle = extras.get("ca_bundle") or None
+    if ca_bundle is not None and not isinstance(ca_bundle, str):
+        raise RayConnectionConfigError(
+            f"Connection {conn_id!r}: extra 'ca_bundle'={ca_bundle!r} is not a path; give the path of a CA bundle "
+            "(PEM file or folder) on the Airflow workers, or leave it empty."
+        )
     if ca_bundle is not None and verify is not False:
         # The form's "CA bundle" field; a path in "verify" itself still works (connections made before it).
         verify = ca_bundle

@@ -19,6 +19,7 @@ from airflow_provider_horovod.attempts import AttemptFiles, read_attempt
 from airflow_provider_horovod.contract import (
     LOG_TAIL_LINES,
     META_KIND,
+    META_MARK_TOKEN,
     META_PRICES,
     META_RESULT_URI,
     META_WORKER_RESOURCES,
@@ -27,7 +28,15 @@ from airflow_provider_horovod.contract import (
     consumed_uri,
     job_tags_of,
 )
-from airflow_provider_horovod.documents import Cost, ResultRecord, TaskRecord, training_result
+from airflow_provider_horovod.documents import (
+    CHECKSUM,
+    Cost,
+    ResultRecord,
+    TaskRecord,
+    checksum,
+    sealed,
+    training_result,
+)
 from airflow_provider_horovod.exceptions import JobFailure, TrainingResultError, UserCodeError
 
 if TYPE_CHECKING:
@@ -91,8 +100,11 @@ def read_task_run(storage: Storage, event: JobEvent) -> TaskRunFiles:
     record = attempts[-1].record
     if not event.succeeded or is_task_job(event) or not record or not record.get("checkpoint_uri"):
         return TaskRunFiles(attempts)
+    uris = [record["checkpoint_uri"], record.get("best_checkpoint_uri") or record["checkpoint_uri"]]
+    if not all(isinstance(uri, str) for uri in uris):  # an edited record: the decision refuses it by name
+        return TaskRunFiles(attempts)
     present: dict[str, bool | Exception] = {}
-    for uri in dict.fromkeys([record["checkpoint_uri"], record.get("best_checkpoint_uri") or record["checkpoint_uri"]]):
+    for uri in dict.fromkeys(uris):
         try:
             present[uri] = storage.folder_has_files(uri)
         except Exception as err:  # the decision says it could not be checked
@@ -131,8 +143,10 @@ def succeeded(event: JobEvent, files: TaskRunFiles, *, dashboard_url: str, try_n
             submission_id=sid,
         )
     tags = job_tags_of(event.metadata)
+    # The jobs that carry a mark token are of this provider's version, whose runtime seals its records.
+    sealed_by_job = bool(event.metadata.get(META_MARK_TOKEN))
     if is_task_job(event):
-        task = TaskRecord.from_dict(this.record)
+        task = this_jobs_record(sid, this, TaskRecord, sealed_by_job=sealed_by_job)
         spent = run_cost(event, files, this.record)
         result = {
             "return_value": task.return_value,
@@ -145,7 +159,7 @@ def succeeded(event: JobEvent, files: TaskRunFiles, *, dashboard_url: str, try_n
             "job_tags": tags,
         }
     else:
-        training = ResultRecord.from_dict(this.record)
+        training = this_jobs_record(sid, this, ResultRecord, sealed_by_job=sealed_by_job)
         if missing := missing_checkpoint(training, files.checkpoints):
             return Succeeded(sid, missing_checkpoint=missing)
         spent = run_cost(event, files, this.record)
@@ -156,9 +170,38 @@ def succeeded(event: JobEvent, files: TaskRunFiles, *, dashboard_url: str, try_n
     return Succeeded(
         sid,
         result=result,
-        record={**this.record, "cost": spent},
+        record=sealed({**this.record, "cost": spent}),
         consumed={"submission_id": sid, "try_number": try_number},
     )
+
+
+def this_jobs_record(sid: str, this: AttemptFiles, kind: type[TaskRecord], *, sealed_by_job: bool) -> Any:
+    """The attempt's record as ``kind``, refused by name when it is not the one this job wrote: edited (its
+    fields do not match its checksum, or have none where ``sealed_by_job``: a job of this provider's
+    version seals its record), not a record, or another job's (its submission id or attempt differ:
+    copied from another attempt or task run)."""
+    fix = (
+        f"No checkpoint URI was pushed; the record is not taken. Restore the record the job wrote, or delete Ray job "
+        f"{sid} (ray job delete) and clear the task to train a new attempt."
+    )
+    fields = this.record or {}
+    if (sealed_by_job or CHECKSUM in fields) and fields.get(CHECKSUM) != checksum(fields):
+        raise TrainingResultError(
+            f"Ray job {sid} succeeded but its result record {this.record_uri} does not match its checksum: it "
+            f"was edited after the job wrote it. {fix}"
+        )
+    try:
+        record = kind.from_dict(fields)
+    except (TypeError, ValueError) as err:
+        raise TrainingResultError(
+            f"Ray job {sid} succeeded but its result record {this.record_uri} is not one: {err} {fix}"
+        ) from None
+    if record.submission_id != sid or record.attempt != this.attempt:
+        raise TrainingResultError(
+            f"Ray job {sid} succeeded but the result record {this.record_uri} is that of Ray job "
+            f"{record.submission_id!r}, attempt {record.attempt!r}: it was copied or edited. {fix}"
+        )
+    return record
 
 
 def missing_checkpoint(record: ResultRecord, present: dict[str, bool | Exception]) -> str | None:
@@ -340,7 +383,7 @@ def post_mortem(event: JobEvent, failure: failures.Failure, files: TaskRunFiles)
         "failure": failure.to_dict(),
         "log_tail": list(event.log_tail[-LOG_TAIL_LINES:]),
     }
-    return {**record, "cost": run_cost(event, files, record)}
+    return sealed({**record, "cost": run_cost(event, files, record)})
 
 
 def keep_post_mortem(storage: Storage, event: JobEvent, failure: failures.Failure) -> None:

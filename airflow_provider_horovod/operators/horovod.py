@@ -110,7 +110,7 @@ class HorovodTrainOperator(BaseRayJobOperator):
             ),
         ] = None,
         checkpoint_score_attribute: Annotated[
-            str | None, Param("Metric that ranks checkpoints (None: the latest is best).")
+            str | None, Param("Metric that ranks checkpoints (None: the latest is best).", check=checks.check_name)
         ] = None,
         checkpoint_score_order: Annotated[
             str, Param("`max` or `min`.", check=functools.partial(checks.check_choice, choices=("max", "min")))

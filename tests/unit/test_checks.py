@@ -92,6 +92,8 @@ def test_seconds():
     assert checks.check_seconds("t", None, allow_none=True) is None
     for bad in (-1, "10", math.inf, True, timedelta(seconds=-1), None):
         fails(checks.check_seconds, "t", bad, parameter="t", fix="seconds (0 or more) or a timedelta")
+    # More than a timedelta holds: Airflow's sensors make one of their timeout, and would overflow.
+    fails(checks.check_seconds, "t", 8.64e13 + 1, parameter="t", fix="at most 86400000000000 seconds")
 
 
 def test_max_failures():
