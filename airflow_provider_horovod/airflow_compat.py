@@ -32,6 +32,18 @@ def trigger_on_kill_supported() -> bool:
     return callable(getattr(BaseTrigger, "on_kill", None))
 
 
+def in_dag_test() -> bool:
+    """True when the task runs under ``airflow dags test`` (``dag.test()``), which runs every task, and its
+    deferral, in its own process whatever the executor. The Task SDK does not say so; its in-process
+    supervisor is what tells, and any doubt answers False."""
+    try:
+        from airflow.sdk.execution_time import task_runner
+        from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms
+    except ImportError:
+        return False
+    return isinstance(getattr(task_runner, "SUPERVISOR_COMMS", None), InProcessSupervisorComms)
+
+
 def state_get(context: Any, key: str) -> Any:
     """A value from the task's ``task_state_store`` (None without one, or when it cannot be read)."""
     store = context.get("task_state_store") if hasattr(context, "get") else None

@@ -22,6 +22,8 @@ INVARIANTS = (
     "champion_log",
     "failed_attempt_records",
     "no_secrets",
+    "unstuck_after_heal",
+    "partition_costs_no_retry",
 )
 # The six failure classes, as the task's exception names them (airflow_provider_horovod.exceptions).
 CLASS_ERRORS = {
@@ -363,3 +365,115 @@ def lost_worker_seconds(records: dict[str, dict]) -> float:
         ),
         1,
     )
+
+
+# --- after a fault heals -----------------------------------------------------------------------------
+
+STUCK_STATES = ("queued", "running", "deferred")
+# The faults a partition's retries are not laid at when one overlaps it: they cost retries themselves.
+CLEAN_KINDS = {"partition"}
+
+
+def state_spans(ti_polls: list[tuple[float, dict[str, str]]]) -> dict[str, list[tuple[str, float, float, bool]]]:
+    """Each task instance's states over the polls: (state, first seen, left at, left): ``left at`` is the
+    first poll showing another state, or the last poll that saw it (``left`` False) when none did."""
+    spans: dict[str, list[tuple[str, float, float, bool]]] = defaultdict(list)
+    current: dict[str, tuple[str, float, float]] = {}
+    for t, states in ti_polls:
+        for key, state in states.items():
+            seen = current.get(key)
+            if seen is None:
+                current[key] = (state, t, t)
+            elif seen[0] != state:
+                spans[key].append((seen[0], seen[1], t, True))
+                current[key] = (state, t, t)
+            else:
+                current[key] = (state, seen[1], t)
+    for key, (state, first, last) in current.items():
+        spans[key].append((state, first, last, False))
+    return dict(spans)
+
+
+def start_time_s(spans: dict[str, list[tuple[str, float, float, bool]]], quantile: float = 0.9) -> float | None:
+    """How long a queued task took to start running on this machine in this run (the ``quantile`` of the
+    queued spans that were left), None when none was seen."""
+    waits = sorted(
+        end - first
+        for key_spans in spans.values()
+        for state, first, end, left in key_spans
+        if left and state == "queued"
+    )
+    if not waits:
+        return None
+    return waits[min(int(quantile * len(waits)), len(waits) - 1)]
+
+
+def stuck_after_heal(
+    spans: dict[str, list[tuple[str, float, float, bool]]],
+    jobs: list[dict],
+    heals_s: list[float],
+    bounds_s: dict[str, float],
+) -> tuple[float, list[str]]:
+    """The longest time a task instance stayed queued, running or deferred after the last fault before it
+    healed while nothing held it there (queued: from the span's start; running or deferred: once every
+    Ray job of its own had ended, a job still running being a reason to wait), and each stay past its
+    state's bound. ``jobs``: the observer's, with ``first_seen_s`` and ``ended_s``."""
+    own: dict[str, list[dict]] = defaultdict(list)
+    for job in jobs:
+        if key := job_ti(job):
+            own[key].append(job)
+    longest, found = 0.0, []
+    heals = sorted(heals_s)
+    for key, key_spans in spans.items():
+        for state, first, end, _ in key_spans:
+            if state not in STUCK_STATES:
+                continue
+            healed = [h for h in heals if h <= end]
+            if not healed:
+                continue
+            free = first
+            if state != "queued":
+                mine = [j for j in own.get(key, []) if j.get("first_seen_s", 0.0) <= end]
+                if any(j.get("ended_s") is None or j["ended_s"] > end for j in mine):
+                    continue  # its job ran on: the task waited for it
+                free = max([first] + [j["ended_s"] for j in mine])
+            stuck = end - max(free, healed[-1])
+            if stuck <= 0:
+                continue
+            longest = max(longest, stuck)
+            if stuck > bounds_s[state]:
+                found.append(
+                    f"{key} stayed {state} {stuck:.0f} s after the fault that healed at {healed[-1]:.0f} s "
+                    f"(bound {bounds_s[state]:.0f} s)"
+                )
+    return round(longest, 1), found
+
+
+def partition_retries(
+    fault_log: list[dict], ti_tries: dict[str, list[tuple[float, int, str]]], settle_s: float
+) -> tuple[list[str], int]:
+    """The Airflow retries each partition cost: a task's try number rising between the cut and
+    ``settle_s`` after it healed (a try failed during it is retried after its delay). A partition that
+    another kind of fault overlapped is not judged (those cost retries of their own); returns the
+    retries found, and how many partitions were not judged."""
+    windows = [
+        (entry["kind"], entry.get("started_s", 0.0), entry.get("ended_s") or entry.get("started_s", 0.0))
+        for entry in fault_log
+        if "skipped" not in entry and "error" not in entry
+    ]
+    found, unjudged = [], 0
+    for entry in fault_log:
+        if entry.get("kind") != "partition" or "cut_s" not in entry:
+            continue
+        start, end = entry["cut_s"], entry["healed_s"] + settle_s
+        if any(kind not in CLEAN_KINDS and a <= end and b + settle_s >= start for kind, a, b in windows):
+            unjudged += 1
+            continue
+        for key, tries in ti_tries.items():
+            for (_, before, _), (t, after, host) in zip(tries, tries[1:]):
+                if before >= 1 and after > before and start <= t <= end:
+                    found.append(
+                        f"{key} went to try {after} at {t:.0f} s, during the partition {entry['target']} "
+                        f"({start:.0f}-{entry['healed_s']:.0f} s){f' on {host}' if host else ''}"
+                    )
+    return found, unjudged

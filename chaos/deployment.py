@@ -46,6 +46,10 @@ POOL, POOL_SLOTS = "chaos_training", 3
 class Deployment:
     """Everything a run needs, started by ``up()`` and removed by ``down()``. ``out``: its folder."""
 
+    name = "single"  # CHAOS_DEPLOYMENT's value for it
+    executor = "LocalExecutor"
+    dags = DAGS
+
     def __init__(self, out: Path) -> None:
         self.out = out
         self.hosts = hostlib.Hosts(2, etc_hosts=hostlib.DEBIAN, subnet=SUBNET)
@@ -63,11 +67,27 @@ class Deployment:
         # Cluster changes (a host lost, the head replaced) one at a time.
         self.topology = threading.Lock()
         self.head_epoch = 0  # how many times the head was replaced
+        # Components a service manager started again after they exited on their own (none here: run.mend
+        # starts what ended, once the faults are over; the spread deployment has one).
+        self.restarted: list[dict] = []
 
     # --- up and down -----------------------------------------------------------------------------
 
+    def host_roles(self) -> dict[str, str]:
+        """What runs where, by host name (the root namespace is this machine's own)."""
+        return {
+            self.hosts[0].name: "Ray head",
+            self.hosts[1].name: "Ray worker node",
+            "root namespace": "Airflow's four components (LocalExecutor), PostgreSQL, S3 (moto)",
+        }
+
     def up(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
+        self.start_s3_and_ray()
+        self.stack = self.airflow.enter_context(deployment(self.out, DAGS, env=self.airflow_env()))
+        self.create_pool()
+
+    def start_s3_and_ray(self) -> None:
         self.hosts.up()
         self.s3 = MotoServer().start()
         self.s3_port = free_port(self.hosts.root_address)
@@ -78,7 +98,9 @@ class Deployment:
         self.hosts.start_head(num_cpus=CPUS_PER_HOST)
         self.hosts.join(self.hosts[1], num_cpus=CPUS_PER_HOST)
         self.hosts.wait_for_nodes(2, timeout=120)
-        self.stack = self.airflow.enter_context(deployment(self.out, DAGS, env=self.airflow_env()))
+
+    def create_pool(self) -> None:
+        assert self.stack is not None
         self.stack.api("POST", "/pools", json={"name": POOL, "slots": POOL_SLOTS, "include_deferred": True})
 
     def down(self) -> None:
@@ -149,6 +171,23 @@ class Deployment:
             "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "12",
             "AIRFLOW__API__MAXIMUM_PAGE_LIMIT": "1000",
         }
+
+    def recovery_s(self) -> dict[str, float]:
+        """How long Airflow itself lets a task stay in each state before it recovers it, as the deployment's
+        Airflow reads its settings: a queued task is queued again, a running one whose process stopped
+        heartbeating is failed (and retried), a deferred one's trigger is taken up by a live triggerer."""
+        assert self.stack is not None
+        heartbeat = float(self.stack.config("scheduler", "task_instance_heartbeat_timeout"))
+        return {
+            "queued": float(self.stack.config("scheduler", "task_queued_timeout")),
+            "running": heartbeat,
+            "deferred": max(heartbeat, float(self.stack.config("triggerer", "triggerer_health_check_threshold"))),
+        }
+
+    def mend_extras(self) -> list[str]:
+        """After the last fault, what a deployment of its own must mend besides S3, the Ray nodes and
+        Airflow's components (run.mend does those); what it mended."""
+        return []
 
     # --- faults ------------------------------------------------------------------------------------
 

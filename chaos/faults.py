@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from chaos import schedule
+from chaos import network, schedule
 from chaos.deployment import Deployment, task_process
 from chaos.observe import Observer, ti_key
 
@@ -124,6 +124,75 @@ class Injector:
         self.marked_failed.add(key_of(ti))
         stack.api("PATCH", path, json={"new_state": "failed"})
         return {"target": f"{key_of(ti)} ({ti['state']})"}
+
+    # --- the spread deployment's faults ------------------------------------------------------------
+
+    def spread(self):
+        from chaos.spread import SpreadDeployment
+
+        if not isinstance(self.deployment, SpreadDeployment):
+            raise RuntimeError("a fault of the spread deployment (CHAOS_DEPLOYMENT=spread)")
+        return self.deployment
+
+    def partition(self, fault: schedule.Fault) -> dict:
+        """One link cut both ways (its packets dropped, as a switch or a firewall loses them), then back."""
+        spread = self.spread()
+        link = schedule.pick(list(schedule.LINKS), fault.pick)
+        # The worker of a worker's link: the fault's fraction again, within its link's share of [0, 1).
+        side = (fault.pick * len(schedule.LINKS)) % 1.0
+        netns, cut, rules = spread.link_rules(link, side)
+        spread.add_rules(netns, rules)
+        cut_at = self.observer.now()
+        try:
+            time.sleep(fault.duration_s)
+        finally:
+            spread.remove_rules(netns, rules)
+        entry = {"target": f"{link}: {cut}", "link": link, "cut_s": cut_at, "healed_s": self.observer.now()}
+        if link == "ray_host-ray_host" and spread.ray_node_back():
+            entry["ray_node_restarted"] = True  # the head had declared it dead meanwhile
+        return entry
+
+    def lossy_link(self, fault: schedule.Fault) -> dict:
+        spread = self.spread()
+        host = spread.lossy_host(fault.pick)
+        rules = network.drop_share(host.iface, fault.amount)
+        spread.add_rules(host.netns, rules)
+        since = self.observer.now()
+        try:
+            time.sleep(fault.duration_s)
+        finally:
+            spread.remove_rules(host.netns, rules)
+        return {
+            "target": f"{host.name} drops {fault.amount:.0%} of its packets",
+            "lossy_s": since,
+            "healed_s": self.observer.now(),
+        }
+
+    def postgres_restart(self, fault: schedule.Fault) -> dict:
+        spread = self.spread()
+        spread.postgres_down()
+        down_at = self.observer.now()
+        time.sleep(fault.duration_s)
+        spread.postgres_up()
+        return {"target": "PostgreSQL (stopped, started again)", "down_s": down_at, "healed_s": self.observer.now()}
+
+    def broker_restart(self, fault: schedule.Fault) -> dict:
+        spread = self.spread()
+        spread.broker_down()
+        down_at = self.observer.now()
+        time.sleep(fault.duration_s)
+        spread.broker_up()
+        return {"target": "Redis (stopped, started again)", "down_s": down_at, "healed_s": self.observer.now()}
+
+    def storage_refusal(self, fault: schedule.Fault) -> dict:
+        spread = self.spread()
+        spread.refuse_writes(True)
+        since = self.observer.now()
+        try:
+            time.sleep(fault.duration_s)
+        finally:
+            spread.refuse_writes(False)
+        return {"target": "S3 (writes answered 503 SlowDown)", "since_s": since, "healed_s": self.observer.now()}
 
 
 def key_of(ti: dict) -> str:

@@ -53,6 +53,8 @@ class Observer:
         # Each poll of Airflow: (t, {ti key: state}).
         self.ti_polls: list[tuple[float, dict[str, str]]] = []
         self.tis: dict[str, dict] = {}  # the latest listing of every task instance
+        # Each task instance's tries as they were seen to change: (t, try number, host name).
+        self.ti_tries: dict[str, list[tuple[float, int, str]]] = {}
         # The champion's log each time it changed: (t, record).
         self.champion: list[tuple[float, dict]] = []
         self.errors: list[str] = []
@@ -96,11 +98,14 @@ class Observer:
             if not sid:
                 continue
             seen = self.jobs.get((epoch, sid))
+            ended = job.get("status") in TERMINAL_JOB
             self.jobs[(epoch, sid)] = {
                 **job,
                 "head_epoch": epoch,
                 "first_seen_s": seen["first_seen_s"] if seen else t,
                 "last_seen_s": t,
+                # The first poll that saw it ended (None while it runs).
+                "ended_s": (seen or {}).get("ended_s") or (t if ended else None),
             }
             if job.get("status") not in TERMINAL_JOB:
                 unended.append((sid, job.get("status")))
@@ -124,6 +129,10 @@ class Observer:
             key = ti_key(ti["dag_id"], ti["task_id"], ti["dag_run_id"], ti.get("map_index"))
             states[key] = ti.get("state") or "none"
             self.tis[key] = ti
+            tries = self.ti_tries.setdefault(key, [])
+            seen = (int(ti.get("try_number") or 0), ti.get("hostname") or "")
+            if not tries or tries[-1][1:] != seen:
+                tries.append((t, *seen))
         self.ti_polls.append((t, states))
 
     def poll_champion(self) -> None:
@@ -152,6 +161,7 @@ class Observer:
             "jobs": [self.jobs[key] for key in sorted(self.jobs)],
             "job_polls": self.job_polls,
             "ti_polls": self.ti_polls,
+            "ti_tries": self.ti_tries,
             "champion": self.champion,
             "errors": self.errors,
         }

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -32,13 +33,22 @@ from pathlib import Path
 from chaos import checks, schedule
 from chaos.deployment import Deployment
 from chaos.faults import Injector
-from chaos.observe import Observer, collect, ti_key
+from chaos.observe import POLL_S, Observer, collect, ti_key
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "out"
 RESULTS = REPO / "bench" / "results.md"
 HEADING = "## Chaos: faults at random, under load (`make chaos`)"
+# Each deployment's figure: its block in bench/results.md, and the heading a new block goes under.
+FIGURES = {
+    "single": ("chaos", HEADING),
+    "spread": (
+        "chaos-spread",
+        "## Chaos over hosts: partitions, lossy links, restarts (`CHAOS_DEPLOYMENT=spread make chaos`)",
+    ),
+}
 DRAIN_MARGIN_S = 120.0
+RETRY_DELAY_S = 10.0  # the workload's tasks' retry_delay (chaos/dags)
 TRAININGS = {("chaos_retraining", "train"), ("chaos_sweep", "train"), ("chaos_elastic", "train")}
 
 
@@ -54,11 +64,27 @@ def say(message: str) -> None:
     print(f"[chaos {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
+def make_deployment(name: str, out: Path) -> Deployment:
+    """The deployment ``CHAOS_DEPLOYMENT`` names: ``single`` (the default) or ``spread``."""
+    if name == "single":
+        return Deployment(out)
+    if name == "spread":
+        from chaos.spread import SpreadDeployment
+
+        return SpreadDeployment(out)
+    raise SystemExit(f"CHAOS_DEPLOYMENT={name!r}: one of {sorted(schedule.DEPLOYMENTS)}")
+
+
 def main() -> int:
+    # A run stopped with SIGTERM still removes its deployment (PostgreSQL and Redis run outside the hosts).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     seed = int(os.environ.get("CHAOS_SEED") or schedule.draw_seed())
     minutes = float(os.environ.get("CHAOS_MINUTES") or 20)
-    say(f"seed {seed} (CHAOS_SEED={seed} repeats this schedule), {minutes:g} minutes")
-    faults = schedule.fault_schedule(seed, minutes)
+    kind = os.environ.get("CHAOS_DEPLOYMENT") or "single"
+    if kind not in schedule.DEPLOYMENTS:
+        raise SystemExit(f"CHAOS_DEPLOYMENT={kind!r}: one of {sorted(schedule.DEPLOYMENTS)}")
+    say(f"seed {seed} (CHAOS_SEED={seed} repeats this schedule), {minutes:g} minutes, the {kind} deployment")
+    faults = schedule.fault_schedule(seed, minutes, kinds=schedule.DEPLOYMENTS[kind])
     workload = schedule.workload_schedule(seed, minutes)
     out = fresh_folder(OUT / "chaos")
     (out / "schedule.json").write_text(
@@ -66,10 +92,10 @@ def main() -> int:
     )
     for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         os.environ.pop(name, None)  # Airflow reaches S3 through its connection only
-    deployment = Deployment(out / "deployment")
+    deployment = make_deployment(kind, out / "deployment")
     started_wall = time.time()
     try:
-        say("starting the deployment (hosts, Ray, S3, PostgreSQL, Airflow)")
+        say(f"starting the {kind} deployment (hosts, Ray, S3, PostgreSQL, Airflow)")
         deployment.up()
         stack = deployment.stack
         assert stack is not None
@@ -89,13 +115,17 @@ def main() -> int:
         say("collecting what Airflow, Ray and S3 hold")
         collected = collect(deployment, observer, schedule.WORKLOAD_DAGS)
         loads = load_checkpoints(deployment, collected)
+        collected["recovery_s"] = deployment.recovery_s()
+        # Kept before the checks read it: a run's data outlives a check that fails on it.
+        (out / "observed.json").write_text(
+            json.dumps({**observer.to_dict(), **collected, "faults": injector.done, "loads": loads}, default=str)
+        )
         report = assess(
             seed, minutes, deployment, observer, injector, collected, loads, asked, drained, time.time() - started_wall
         )
     finally:
         say("removing the deployment")
         deployment.down()
-    (out / "observed.json").write_text(json.dumps({**observer.to_dict(), **collected}, default=str))
     (OUT / "chaos.json").write_text(json.dumps(report, indent=1, default=str))
     write_figure(report)
     violations = sum(len(v) for v in report["violations"].values())
@@ -142,6 +172,8 @@ def mend(deployment: Deployment) -> None:
     """After the last fault: S3 up, both Ray nodes alive, every Airflow component running."""
     stack = deployment.stack
     assert stack is not None and deployment.gate is not None
+    for mended in deployment.mend_extras():
+        say(f"mended: {mended}")
     if not deployment.gate.is_open:
         deployment.s3_up()
     if len(deployment.hosts.alive_nodes()) < 2:
@@ -271,7 +303,18 @@ def assess(seed, minutes, deployment, observer, injector, collected, loads, aske
         places[f"the job info of {job['submission_id']} (head {job['head_epoch']})"] = job
     for sid, text in collected["job_logs"].items():
         places[f"the job log of {sid}"] = text
+    spans = checks.state_spans(observer.ti_polls)
+    start_s = checks.start_time_s(spans)
+    # A stay is stuck past the time Airflow itself gives the state before it recovers the task, plus a
+    # start measured in this run (a queued task's wait for its process), plus two polls of the observer.
+    settle_s = (start_s if start_s is not None else 60.0) + 2 * POLL_S
+    bounds = {state: collected["recovery_s"][state] + settle_s for state in checks.STUCK_STATES}
+    heals = [entry["ended_s"] for entry in injector.done if "ended_s" in entry and "skipped" not in entry]
+    longest_stuck, stuck = checks.stuck_after_heal(spans, jobs, heals, bounds)
+    partition_retries, unjudged = checks.partition_retries(injector.done, observer.ti_tries, RETRY_DELAY_S + settle_s)
     violations = {
+        "unstuck_after_heal": stuck,
+        "partition_costs_no_retry": partition_retries,
         "runs_ended": checks.runs_ended(collected["runs"], tis, logs, injector.marked_failed)
         + [f"{run} still running past its timeout" for run in drained["stuck"]],
         "checkpoints_load": checks.checkpoints_load(tis, xcoms, loads),
@@ -287,6 +330,9 @@ def assess(seed, minutes, deployment, observer, injector, collected, loads, aske
     return {
         "seed": seed,
         "minutes": minutes,
+        "deployment": deployment.name,
+        "executor": deployment.executor,
+        "hosts": deployment.host_roles(),
         "took_s": round(took_s),
         "drain_s": drained["drain_s"],
         "runs": {
@@ -298,7 +344,7 @@ def assess(seed, minutes, deployment, observer, injector, collected, loads, aske
             "trainings_succeeded": sum(1 for ti in trainings if ti.get("state") == "success"),
             "ray_jobs": len(jobs),
         },
-        "faults": fault_counts(injector.done),
+        "faults": fault_counts(injector.done, schedule.DEPLOYMENTS[deployment.name]),
         "violations": {name: violations[name] for name in checks.INVARIANTS},
         "violation_counts": {name: len(violations[name]) for name in checks.INVARIANTS},
         "retries": {
@@ -307,6 +353,14 @@ def assess(seed, minutes, deployment, observer, injector, collected, loads, aske
             "marked_failed_by_injector": len(injector.marked_failed),
         },
         "worker_seconds_lost": checks.lost_worker_seconds(collected["records"]),
+        "components_restarted": deployment.restarted,
+        "after_heal": {
+            "longest_stuck_s": longest_stuck,
+            "bounds_s": {state: round(b, 1) for state, b in bounds.items()},
+            "start_s": start_s,
+            "partition_retries": len(partition_retries),
+            "partitions_not_judged": unjudged,
+        },
         "fault_log": injector.done,
         "asked": asked,
         "observer_errors": observer.errors[:50],
@@ -319,8 +373,8 @@ def assess(seed, minutes, deployment, observer, injector, collected, loads, aske
     }
 
 
-def fault_counts(done: list[dict]) -> dict:
-    counts: dict[str, dict[str, int]] = {kind: {"done": 0, "no_target": 0, "error": 0} for kind in schedule.FAULT_KINDS}
+def fault_counts(done: list[dict], kinds: tuple[str, ...]) -> dict:
+    counts: dict[str, dict[str, int]] = {kind: {"done": 0, "no_target": 0, "error": 0} for kind in kinds}
     for entry in done:
         outcome = "error" if "error" in entry else "no_target" if "skipped" in entry else "done"
         counts[entry["kind"]][outcome] += 1
@@ -333,7 +387,8 @@ def write_figure(report: dict) -> None:
     from bench.common import put_measured
 
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmarks: results\n"
-    RESULTS.write_text(put_measured(text, "chaos", figure_markdown(report), HEADING))
+    block, heading = FIGURES[report.get("deployment", "single")]
+    RESULTS.write_text(put_measured(text, block, figure_markdown(report), heading))
 
 
 def figure_markdown(report: dict) -> str:
@@ -367,6 +422,29 @@ def figure_markdown(report: dict) -> str:
         f"injector: {retries['marked_failed_by_injector']}.",
         f"- Worker-seconds lost to faults (failed attempts' workers): {report['worker_seconds_lost']:.0f}.",
     ]
+    if "after_heal" in report:
+        heal = report["after_heal"]
+        lines += [
+            f"- The longest a task stayed queued, running or deferred, with nothing to wait for, after a fault "
+            f"healed: {heal['longest_stuck_s']:.0f} s (bounds: "
+            f"{', '.join(f'{state} {b:.0f} s' for state, b in heal['bounds_s'].items())}).",
+            f"- Retries partitions cost: {heal['partition_retries']} ({heal['partitions_not_judged']} partition(s) "
+            "overlapped by another fault, not judged).",
+        ]
+    if report.get("components_restarted"):
+        restarted = Counter(entry["component"] for entry in report["components_restarted"])
+        lines.append(
+            "- Airflow components that exited on their own and the service manager started again: "
+            + ", ".join(f"{name} {count}x" for name, count in sorted(restarted.items()))
+            + "."
+        )
+    if "hosts" in report:
+        lines.insert(
+            1,
+            f"\nThe {report['deployment']} deployment ({report['executor']}): "
+            + "; ".join(f"{host}: {role}" for host, role in report["hosts"].items())
+            + ".",
+        )
     return "\n".join(lines)
 
 

@@ -35,8 +35,30 @@ FAULT_KINDS = (
     S3_OUTAGE,
     MARK_FAILED,
 )
-# How long a fault lasts, drawn between these (seconds): host 2 away, S3 down, the head down.
-DURATIONS_S = {LOSE_HOST: (20.0, 60.0), S3_OUTAGE: (5.0, 30.0), RESTART_RAY_HEAD: (1.0, 10.0)}
+# The spread deployment's own (its parts are on hosts of their own, with links between them).
+PARTITION = "partition"  # one link of LINKS dropped both ways for a while
+LOSSY_LINK = "lossy_link"  # a host drops a share (``amount``) of its packets, both ways, for a while
+POSTGRES_RESTART = "postgres_restart"  # PostgreSQL stopped (immediate), down for a while, started again
+BROKER_RESTART = "broker_restart"  # Redis, the Celery broker, stopped, down for a while, started again
+STORAGE_REFUSAL = "storage_refusal"  # S3 answers every write 503 SlowDown for a while
+SPREAD_FAULT_KINDS = (*FAULT_KINDS, PARTITION, LOSSY_LINK, POSTGRES_RESTART, BROKER_RESTART, STORAGE_REFUSAL)
+# How long a fault lasts, drawn between these (seconds): host 2 away, S3 down, the head down, ...
+DURATIONS_S = {
+    LOSE_HOST: (20.0, 60.0),
+    S3_OUTAGE: (5.0, 30.0),
+    RESTART_RAY_HEAD: (1.0, 10.0),
+    PARTITION: (5.0, 60.0),
+    LOSSY_LINK: (20.0, 60.0),
+    POSTGRES_RESTART: (10.0, 30.0),
+    BROKER_RESTART: (5.0, 20.0),
+    STORAGE_REFUSAL: (10.0, 40.0),
+}
+# The share of packets a lossy link drops, drawn between these.
+LOSS_SHARE = (0.05, 0.3)
+# The links a partition cuts, one picked by the fault's fraction (the spread deployment names the hosts).
+LINKS = ("worker-ray_head", "triggerer-ray_head", "ray_host-ray_host", "worker-postgres")
+# The deployments: Airflow's components on one host (LocalExecutor), or spread over hosts (CeleryExecutor).
+DEPLOYMENTS = {"single": FAULT_KINDS, "spread": SPREAD_FAULT_KINDS}
 
 # The DAGs of the workload (chaos/dags/chaos_dags.py).
 RETRAINING = "chaos_retraining"  # daily retraining: data, train, evaluate (@task.ray), promote
@@ -53,6 +75,7 @@ class Fault:
     kind: str
     duration_s: float  # how long it lasts (0: a single blow)
     pick: float  # in [0, 1): which of the candidates running then it hits
+    amount: float = 0.0  # a lossy link's share of packets dropped (0 for the other kinds)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -73,11 +96,18 @@ class Request:
 
 
 def fault_schedule(
-    seed: int, minutes: float, *, quiet_start_s: float = 90.0, quiet_end_s: float = 60.0, mean_gap_s: float = 70.0
+    seed: int,
+    minutes: float,
+    *,
+    kinds: tuple[str, ...] = FAULT_KINDS,
+    quiet_start_s: float = 90.0,
+    quiet_end_s: float = 60.0,
+    mean_gap_s: float = 70.0,
 ) -> list[Fault]:
-    """The faults of a run of ``minutes``, in time order: every kind at least once when the run is long
-    enough (a shuffled bag of the kinds, drawn again when empty), one every ``mean_gap_s`` on average,
-    at uniform times between the quiet start (the first trainings get going) and the quiet end."""
+    """The faults of a run of ``minutes``, in time order: every one of ``kinds`` at least once when the
+    run is long enough (a shuffled bag of the kinds, drawn again when empty), one every ``mean_gap_s`` on
+    average, at uniform times between the quiet start (the first trainings get going) and the quiet end.
+    The default kinds draw exactly the schedule they drew before the spread deployment's were added."""
     rng = random.Random(f"faults-{seed}")
     span = minutes * 60.0 - quiet_start_s - quiet_end_s
     if span <= 0:
@@ -88,11 +118,14 @@ def fault_schedule(
     faults = []
     for at_s in times:
         if not bag:
-            bag = list(FAULT_KINDS)
+            bag = list(kinds)
             rng.shuffle(bag)
         kind = bag.pop()
         low, high = DURATIONS_S.get(kind, (0.0, 0.0))
-        faults.append(Fault(round(at_s, 1), kind, round(rng.uniform(low, high), 1), round(rng.random(), 4)))
+        fault = Fault(round(at_s, 1), kind, round(rng.uniform(low, high), 1), round(rng.random(), 4))
+        if kind == LOSSY_LINK:  # drawn only for its kind: the other kinds' draws stay as they were
+            fault = dataclasses.replace(fault, amount=round(rng.uniform(*LOSS_SHARE), 3))
+        faults.append(fault)
     return faults
 
 

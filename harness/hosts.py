@@ -10,7 +10,9 @@ the bridge, so it reaches every host (the Ray dashboard on host 1 included) and 
 it. ``data_ifaces`` adds a second network (10.177.0.i) between the hosts only, as clusters with a
 separate network for training traffic have. ``ip netns exec`` bind-mounts ``/etc/netns/<ns>/hosts``
 over ``/etc/hosts`` for what it runs; ``unshare --uts`` gives the host its own name. Nothing here
-touches the machine's own interfaces, ``/etc/hosts`` or host name.
+touches the machine's own interfaces, ``/etc/hosts`` or host name; where bridge netfilter is on (as
+``dockerd`` leaves it, with a FORWARD policy of DROP) one ACCEPT rule per bridge lets the hosts reach
+each other, and goes with the bridge.
 
 Needs root and ``ip netns`` (``unavailable_reason()`` says why not). One set of hosts per subnet at a
 time (a lock file). Cleaning up: ``down()`` (the context manager calls it); a watcher process does it
@@ -206,6 +208,8 @@ class Hosts:
             _sh("ip", "link", "add", bridge, "type", "bridge")
             _sh("ip", "link", "set", bridge, "up")
         _sh("ip", "addr", "add", f"{self.root_address}/24", "dev", self.bridge)
+        for bridge in (self.bridge, self.data_bridge):
+            allow_bridged(bridge)
         for host in self.hosts:
             _sh("ip", "netns", "add", host.netns)
             _sh("ip", "-n", host.netns, "link", "set", "lo", "up")
@@ -483,6 +487,26 @@ class Hosts:
         _sh("ip", "link", "set", host.root_end(data), *master)
 
 
+def _bridged_rule(bridge: str) -> list[str]:
+    return ["FORWARD", "-i", bridge, "-o", bridge, "-j", "ACCEPT"]
+
+
+def allow_bridged(bridge: str) -> None:
+    """Let the hosts' frames cross ``bridge`` whatever the root namespace's FORWARD chain says: where
+    bridge netfilter is on (dockerd turns it on, and sets FORWARD's policy to DROP, also while hosts are
+    up), bridged frames go through that chain. One rule of this bridge's own, first in the chain (inert
+    while bridge netfilter is off); ``remove`` deletes it."""
+    if shutil.which("iptables"):
+        _sh("iptables", "-w", "-I", *_bridged_rule(bridge))
+
+
+def _disallow_bridged(bridge: str) -> None:
+    if shutil.which("iptables"):
+        # Every copy of the rule (a killed run's, then this one's), until none is left.
+        while _sh("iptables", "-w", "-D", *_bridged_rule(bridge), check=False).returncode == 0:
+            pass
+
+
 def _pids(netns: str) -> list[int]:
     listed = _sh("ip", "netns", "pids", netns, check=False)
     return [int(p) for p in listed.stdout.split()] if listed.returncode == 0 else []
@@ -522,6 +546,7 @@ def remove(netns: Sequence[str], bridges: Sequence[str], workdir: str) -> None:
     for bridge in bridges:
         if _exists(bridge):
             _sh("ip", "link", "del", bridge, check=False)
+        _disallow_bridged(bridge)
     shutil.rmtree(workdir, ignore_errors=True)
 
 

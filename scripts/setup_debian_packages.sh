@@ -7,6 +7,9 @@ set -euo pipefail
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 { compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null && id postgres >/dev/null 2>&1; } || missing+=(postgresql)
+# `make chaos`'s spread deployment: Redis as the Celery broker, iptables for its partitions and lossy links.
+[ -x /usr/bin/redis-server ] || missing+=(redis-server)
+[ -x /usr/sbin/iptables ] || missing+=(iptables)
 [ ${#missing[@]} -eq 0 ] && exit 0
 sudo=$([ "$(id -u)" = 0 ] || echo sudo)
 $sudo apt-get update -qq

@@ -12,6 +12,11 @@ class Endpoint(Protocol):
     def url(self) -> str: ...
 
     @property
+    def embedded(self) -> bool:
+        """The provider's own local cluster, on the worker's machine."""
+        ...
+
+    @property
     def shared_storage(self) -> bool:
         """Local paths are on a filesystem the Ray nodes and the Airflow workers share."""
         ...

@@ -66,6 +66,7 @@ def start(
     cluster or the storage (they run only when something is to be submitted). ``stopped``: the task was
     killed meanwhile; nothing is submitted then (``TaskKilledError``)."""
     check_storage_is_shared(hook, plan)
+    check_embedded_cluster_is_not_spread(hook, plan, configured_executors())
     attempt = find_attempt(hook, plan, storage, logger=logger)
     if attempt.reattached:
         logger.info(
@@ -199,6 +200,43 @@ def check_storage_is_shared(hook: RayJobsApi, plan: JobPlan) -> None:
         "nodes, where Airflow cannot read the result. Use s3://bucket/prefix; or, if this path is on a filesystem "
         f'shared by every Ray node and the Airflow workers, set the extra {{"shared_storage": true}} on connection '
         f"{conn_id!r}.",
+    )
+
+
+# Executors that run every task on the scheduler's machine; any other may run a task's tries, and its
+# resumption after a deferral, on other machines than the one that submitted it.
+ONE_MACHINE_EXECUTORS = frozenset({"LocalExecutor", "SequentialExecutor", "DebugExecutor"})
+
+
+def configured_executors() -> list[str]:
+    """The class names of Airflow's ``[core] executor`` (``LocalExecutor``, ``alias:module.Class``, ...); none
+    under ``airflow dags test``, which runs every task on this machine whatever the executor."""
+    from airflow.configuration import conf
+
+    from airflow_provider_horovod.airflow_compat import in_dag_test
+
+    if in_dag_test():
+        return []
+
+    text = conf.get("core", "executor", fallback="") or ""
+    return [name.strip().split(":")[-1].rsplit(".", 1)[-1] for name in text.split(",") if name.strip()]
+
+
+def check_embedded_cluster_is_not_spread(hook: RayJobsApi, plan: JobPlan, executors: list[str]) -> None:
+    """The embedded cluster, and the local storage path it shares, live on the worker's own disk and
+    processes: a triggerer or a later try on another machine would find another cluster and no records."""
+    if not hook.endpoint.embedded:
+        return
+    spread = [name for name in executors if name not in ONE_MACHINE_EXECUTORS]
+    if not spread:
+        return
+    raise InvalidParameterError(
+        "ray_conn_id",
+        plan.ray_conn_id,
+        f"the embedded local Ray cluster runs on this worker's machine, and writes the records of storage_path "
+        f"{plan.storage_root!r} there, but the {spread[0]} runs a task's next try, and the triggerer its wait, on "
+        "other machines, which would find another cluster and none of this attempt's records. Give a connection "
+        "to a Ray cluster (its host and port) and an s3://bucket/prefix storage_path.",
     )
 
 

@@ -253,3 +253,296 @@ def test_worker_seconds_lost_count_failed_attempts_of_each_task_runs_latest_cost
     }
     assert checks.lost_worker_seconds(records) == 30.0
     assert checks.failed_attempts_by_class(records) == {"infrastructure": 1}
+
+
+# --- the spread deployment ---------------------------------------------------------------------------
+
+
+def test_the_spread_schedule_holds_its_own_faults_and_the_single_one_is_as_it_was():
+    spread = schedule.fault_schedule(5, 20, kinds=schedule.SPREAD_FAULT_KINDS)
+    assert {f.kind for f in spread} == set(schedule.SPREAD_FAULT_KINDS)
+    assert spread == schedule.fault_schedule(5, 20, kinds=schedule.DEPLOYMENTS["spread"])
+    for fault in spread:
+        low, high = schedule.DURATIONS_S.get(fault.kind, (0.0, 0.0))
+        assert low <= fault.duration_s <= high
+        if fault.kind == schedule.LOSSY_LINK:
+            assert schedule.LOSS_SHARE[0] <= fault.amount <= schedule.LOSS_SHARE[1]
+        else:
+            assert fault.amount == 0.0
+    # The single deployment's schedule draws no new kind and no new number: a seed repeats an older run.
+    single = schedule.fault_schedule(5, 20)
+    assert single == schedule.fault_schedule(5, 20, kinds=schedule.DEPLOYMENTS["single"])
+    assert {f.kind for f in single} == set(schedule.FAULT_KINDS)
+    assert all(f.amount == 0.0 for f in single)
+
+
+def test_the_spread_schedule_is_the_same_in_another_interpreter():
+    code = (
+        "import json; from chaos import schedule as s; "
+        "print(json.dumps([f.to_dict() for f in s.fault_schedule(31, 20, kinds=s.SPREAD_FAULT_KINDS)]))"
+    )
+    import json
+
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True, env={"PATH": ""}
+    ).stdout
+    assert json.loads(out) == [f.to_dict() for f in schedule.fault_schedule(31, 20, kinds=schedule.SPREAD_FAULT_KINDS)]
+
+
+def test_a_partition_drops_both_ways_and_a_lossy_link_a_share_of_each_way():
+    from chaos import network
+
+    assert network.drop_peer("10.81.0.1") == [
+        ["OUTPUT", "-d", "10.81.0.1", "-j", "DROP"],
+        ["INPUT", "-s", "10.81.0.1", "-j", "DROP"],
+    ]
+    assert network.drop_peer("10.81.0.254", 5432) == [
+        ["OUTPUT", "-d", "10.81.0.254", "-p", "tcp", "--dport", "5432", "-j", "DROP"],
+        ["INPUT", "-s", "10.81.0.254", "-p", "tcp", "--sport", "5432", "-j", "DROP"],
+    ]
+    rules = network.drop_share("eth0", 0.125)
+    assert [r[:3] for r in rules] == [["INPUT", "-i", "eth0"], ["OUTPUT", "-o", "eth0"]]
+    assert all(["--probability", "0.125"] == r[r.index("--probability") :][:2] for r in rules)
+    # Inside the host's namespace only: the root namespace's tables are never touched.
+    assert network.command("ns1", "-A", rules[0])[:5] == ["ip", "netns", "exec", "ns1", "iptables"]
+    import pytest
+
+    with pytest.raises(ValueError):
+        network.drop_share("eth0", 1.0)
+
+
+def test_each_link_of_a_partition_is_cut_in_the_right_host(tmp_path):
+    from chaos.deployment import Gate
+    from chaos.spread import NAMES, SpreadDeployment
+
+    spread = SpreadDeployment(tmp_path)  # nothing started: the hosts are only named
+    spread.postgres_gate = Gate((spread.hosts.root_address, 6543), ("127.0.0.1", 5432))
+    head = spread.hosts[0].address
+    cut = {link: spread.link_rules(link, 0.0) for link in schedule.LINKS}
+    assert cut["worker-ray_head"][1] == f"{NAMES[3]} <-> {NAMES[0]}"
+    assert spread.link_rules("worker-ray_head", 0.9)[1] == f"{NAMES[4]} <-> {NAMES[0]}"
+    assert cut["triggerer-ray_head"][0] == spread.hosts[5].netns
+    assert cut["ray_host-ray_host"][0] == spread.hosts[1].netns
+    assert all(rules[0][2] == head for link, (_, _, rules) in cut.items() if link != "worker-postgres")
+    assert cut["worker-postgres"][2][0] == [
+        "OUTPUT",
+        "-d",
+        spread.hosts.root_address,
+        "-p",
+        "tcp",
+        "--dport",
+        "6543",
+        "-j",
+        "DROP",
+    ]
+    assert set(spread.host_roles()) == {*NAMES, "root namespace"}
+
+
+def test_s3_refusing_writes_answers_slow_down_and_still_serves_reads():
+    import boto3
+    import pytest
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+
+    from chaos.spread import SlowDown
+    from harness.s3 import CREDENTIALS, MotoServer
+
+    with MotoServer() as s3:
+        wsgi = s3._server._server
+        refusal = wsgi.app = SlowDown(wsgi.app)
+        client = boto3.client(
+            "s3",
+            endpoint_url=s3.endpoint_url,
+            region_name=CREDENTIALS["AWS_DEFAULT_REGION"],
+            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            config=Config(retries={"max_attempts": 1, "mode": "standard"}),
+        )
+        client.create_bucket(Bucket="refusals")
+        client.put_object(Bucket="refusals", Key="k", Body=b"1")
+        refusal.refusing = True
+        with pytest.raises(ClientError) as err:
+            client.put_object(Bucket="refusals", Key="k", Body=b"2")
+        assert err.value.response["Error"]["Code"] == "SlowDown"
+        assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+        assert client.get_object(Bucket="refusals", Key="k")["Body"].read() == b"1"
+        refusal.refusing = False
+        client.put_object(Bucket="refusals", Key="k", Body=b"3")
+        assert client.get_object(Bucket="refusals", Key="k")["Body"].read() == b"3"
+
+
+def test_the_broker_keeps_what_it_held_over_a_restart(tmp_path):
+    import shutil
+    import socket
+
+    import pytest
+
+    if not shutil.which("redis-server"):
+        pytest.skip("no redis-server: scripts/setup_debian_packages.sh installs it")
+    from chaos.spread import Redis
+
+    def ask(redis, *words):
+        with socket.create_connection((redis.address, redis.port), timeout=5) as sock:
+            sock.sendall(("*%d\r\n" % len(words) + "".join(f"${len(w)}\r\n{w}\r\n" for w in words)).encode())
+            return sock.recv(100)
+
+    redis = Redis(tmp_path / "redis", "127.0.0.1").start()
+    try:
+        assert ask(redis, "RPUSH", "queue", "task-1") == b":1\r\n"
+        redis.stop()
+        assert not redis.answers()
+        redis.start()
+        assert ask(redis, "LPOP", "queue") == b"$6\r\ntask-1\r\n"
+    finally:
+        redis.stop()
+
+
+# --- after a fault heals -------------------------------------------------------------------------------
+
+
+def test_state_spans_follow_each_task_instance_across_the_polls():
+    polls = [(0.0, {"a": "queued"}), (3.0, {"a": "queued", "b": "running"}), (6.0, {"a": "running", "b": "running"})]
+    assert checks.state_spans(polls) == {
+        "a": [("queued", 0.0, 6.0, True), ("running", 6.0, 6.0, False)],
+        "b": [("running", 3.0, 6.0, False)],
+    }
+    assert checks.start_time_s(checks.state_spans(polls)) == 6.0
+    assert checks.start_time_s({}) is None
+
+
+def job(key="chaos_sweep/train/r1/0", first=0.0, ended=None):
+    dag, task, run, index = key.split("/")
+    meta = {"airflow_dag_id": dag, "airflow_task_id": task, "airflow_run_id": run, "airflow_map_index": index}
+    return {"metadata": meta, "first_seen_s": first, "ended_s": ended}
+
+
+def test_a_task_left_waiting_with_nothing_to_wait_for_after_a_heal_is_stuck():
+    key = "chaos_sweep/train/r1/0"
+    bounds = {"queued": 100.0, "running": 100.0, "deferred": 100.0}
+    # Deferred from 10 to 400 s, its job ended at 50 s, the fault healed at 40 s: stuck 350 s.
+    spans = {key: [("deferred", 10.0, 400.0, True)]}
+    longest, found = checks.stuck_after_heal(spans, [job(key, 12.0, 50.0)], [40.0], bounds)
+    assert longest == 350.0
+    assert found == [f"{key} stayed deferred 350 s after the fault that healed at 40 s (bound 100 s)"]
+    # Its job ran until the task left: it waited for the job, not stuck.
+    assert checks.stuck_after_heal(spans, [job(key, 12.0, None)], [40.0], bounds) == (0.0, [])
+    assert checks.stuck_after_heal(spans, [job(key, 12.0, 399.0)], [40.0], bounds) == (1.0, [])
+    # Queued counts from the fault's heal (or the span's start, if later); no heal before it: not judged.
+    queued = {key: [("queued", 100.0, 180.0, True)]}
+    assert checks.stuck_after_heal(queued, [], [150.0], bounds) == (30.0, [])
+    assert checks.stuck_after_heal(queued, [], [20.0], bounds) == (80.0, [])
+    assert checks.stuck_after_heal(queued, [], [500.0], bounds) == (0.0, [])
+
+
+def test_a_retry_during_a_partition_is_counted_unless_another_fault_overlapped():
+    partition = {"kind": "partition", "started_s": 100.0, "ended_s": 140.0, "cut_s": 100.0, "healed_s": 140.0}
+    partition["target"] = "worker-ray_head: airflow-worker1 <-> ray-head"
+    tries = {
+        "k": [(0.0, 1, "airflow-worker1"), (150.0, 2, "airflow-worker2")],
+        "first": [(90.0, 0, ""), (120.0, 1, "w")],
+    }
+    found, unjudged = checks.partition_retries([partition], tries, settle_s=30.0)
+    assert len(found) == 1 and found[0].startswith("k went to try 2 at 150 s, during the partition worker-ray_head")
+    assert unjudged == 0
+    # After the settling time: not the partition's.
+    assert checks.partition_retries([partition], {"k": [(0.0, 1, ""), (200.0, 2, "")]}, settle_s=30.0) == ([], 0)
+    kill = {"kind": "kill_task_process", "started_s": 80.0, "ended_s": 80.5, "target": "x"}
+    assert checks.partition_retries([partition, kill], tries, settle_s=30.0) == ([], 1)
+
+
+def test_a_spread_runs_report_names_its_deployment_and_counts_what_happened_after_heals():
+    from types import SimpleNamespace
+
+    from chaos import run
+
+    key = "chaos_sweep/train/r1/0"
+    partition = {
+        "kind": "partition",
+        "at_s": 100.0,
+        "started_s": 100.0,
+        "ended_s": 140.0,
+        "cut_s": 100.0,
+        "healed_s": 140.0,
+        "target": "worker-ray_head: airflow-worker1 <-> ray-head",
+    }
+    observer = SimpleNamespace(
+        to_dict=lambda: {"jobs": [{**job(key, 20.0, 50.0), "submission_id": "s-a1", "head_epoch": 0}]},
+        job_polls=[],
+        ti_polls=[(10.0, {key: "queued"}), (16.0, {key: "deferred"}), (700.0, {key: "success"})],
+        ti_tries={key: [(10.0, 1, "airflow-worker1"), (150.0, 2, "airflow-worker2")]},
+        champion=[],
+        errors=[],
+    )
+    deployment = SimpleNamespace(
+        name="spread",
+        executor="CeleryExecutor",
+        host_roles=lambda: {"airflow-worker1": "Airflow Celery worker"},
+        secrets=lambda: {"ray token": "tok"},
+        restarted=[{"component": "scheduler", "exit_code": 1, "at_s": 710.0}],
+    )
+    injector = SimpleNamespace(done=[partition], marked_failed=set())
+    collected = {
+        "tis": [],
+        "xcoms": {},
+        "logs": {},
+        "runs": [],
+        "job_logs": {},
+        "jobs_now": [],
+        "records": {},
+        "head_epoch": 0,
+        "recovery_s": {"queued": 300.0, "running": 300.0, "deferred": 300.0},
+    }
+    report = run.assess(7, 5, deployment, observer, injector, collected, {}, [], {"drain_s": 1, "stuck": []}, 9)
+    assert (report["deployment"], report["executor"]) == ("spread", "CeleryExecutor")
+    assert report["hosts"] == {"airflow-worker1": "Airflow Celery worker"}
+    assert set(report["faults"]) == set(schedule.SPREAD_FAULT_KINDS)
+    assert report["faults"]["partition"] == {"done": 1, "no_target": 0, "error": 0}
+    # Deferred from 16 s to 700 s, its job ended at 50 s, the partition healed at 140 s: stuck 560 s,
+    # past 300 s and the measured start (6 s) and two polls.
+    assert report["after_heal"]["longest_stuck_s"] == 560.0
+    assert report["after_heal"]["bounds_s"]["deferred"] == 312.0
+    assert len(report["violations"]["unstuck_after_heal"]) == 1
+    assert report["after_heal"]["partition_retries"] == 1
+    text = run.figure_markdown(report)
+    assert "The spread deployment (CeleryExecutor): airflow-worker1: Airflow Celery worker." in text
+    assert "after a fault healed: 560 s" in text
+    assert "the service manager started again: scheduler 1x." in text
+
+
+def test_the_service_manager_starts_again_a_component_that_exited_but_not_one_the_injector_took(tmp_path, monkeypatch):
+    # Seen in a spread run: PostgreSQL's restart ended the scheduler, triggerer and dag-processor, and
+    # nothing scheduled until the run's end mended them.
+    import time
+    from types import SimpleNamespace
+
+    from chaos import spread
+
+    monkeypatch.setattr(spread, "SUPERVISE_S", 0.05)
+    monkeypatch.setattr(spread, "RESTART_AFTER_S", 0.2)
+    launched = []
+    processes = {"scheduler": subprocess.Popen(["true"]), "api-server": subprocess.Popen(["sleep", "30"])}
+
+    def launch(name):
+        launched.append(name)
+        processes[name] = subprocess.Popen(["sleep", "30"])
+
+    deployment = spread.SpreadDeployment(tmp_path)
+    deployment.stack = SimpleNamespace(processes=processes, launch=launch)
+    deployment._supervising.set()
+    deployment._supervisor.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not deployment.restarted and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert launched == ["scheduler"]
+        assert deployment.restarted[0]["component"] == "scheduler"
+        assert deployment.restarted[0]["exit_code"] == 0
+        processes.pop("api-server").kill()  # as the injector's restart: out of the table first
+        time.sleep(0.5)
+        assert launched == ["scheduler"]
+    finally:
+        deployment._supervising.clear()
+        deployment._supervisor.join(5)
+        for process in processes.values():
+            process.kill()
+            process.wait()

@@ -47,3 +47,21 @@ def test_this_airflow_calls_the_triggers_on_kill():
     assert airflow.__version__.startswith("3.")
     assert compat.trigger_on_kill_supported() is (tuple(map(int, airflow.__version__.split(".")[:2])) >= (3, 3))
     assert compat.trigger_on_kill_supported() is True  # the Airflow these tests run on (3.3)
+
+
+def test_a_task_under_dag_test_is_told_from_one_an_executor_runs(monkeypatch):
+    """``airflow dags test`` runs tasks in its own process, whatever ``[core] executor`` says: the check
+    that refuses the embedded cluster under an executor of many machines sees no executor then."""
+    from airflow.sdk.execution_time import task_runner
+    from airflow.sdk.execution_time.supervisor import InProcessSupervisorComms
+
+    from airflow_provider_horovod.airflow_compat import in_dag_test
+    from airflow_provider_horovod.jobs.submit import configured_executors
+
+    monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", object(), raising=False)
+    assert not in_dag_test()
+    assert configured_executors() == ["CeleryExecutor"]
+    monkeypatch.setattr(task_runner, "SUPERVISOR_COMMS", object.__new__(InProcessSupervisorComms))
+    assert in_dag_test()
+    assert configured_executors() == []

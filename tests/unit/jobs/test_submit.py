@@ -264,3 +264,32 @@ def test_submit_passes_what_the_driver_reserves(plan):
         call["entrypoint_memory"],
         call["entrypoint_resources"],
     ) == (2, 1, None, {"a": 1})
+
+
+@pytest.mark.parametrize(
+    ("executor", "refused"),
+    [
+        ("CeleryExecutor", True),
+        ("LocalExecutor,airflow.providers.celery.executors.celery_executor.CeleryExecutor", True),
+        ("KubernetesExecutor", True),
+        ("LocalExecutor", False),
+    ],
+)
+def test_the_embedded_cluster_under_an_executor_of_many_machines_is_refused_before_submission(
+    tmp_path, monkeypatch, executor, refused
+):
+    # Its jobs and its local records are on the submitting worker's machine: a triggerer or a next try on
+    # another machine would reach another embedded cluster and find none of them.
+    monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", executor)
+    ray = FakeRay(shared_storage=True)
+    ray.endpoint.embedded = True
+    plan = make_plan(tmp_path)
+    if not refused:
+        assert start(ray, plan, Storage())["attempt"] == 1
+        return
+    with pytest.raises(InvalidParameterError) as err:
+        start(ray, plan, Storage())
+    assert err.value.parameter == "ray_conn_id"
+    assert "runs a task's next try, and the triggerer its wait, on other machines" in str(err.value)
+    assert str(tmp_path) in str(err.value)
+    assert ray.submitted == []
