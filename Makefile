@@ -76,9 +76,19 @@ bench: setup
 
 # Faults at random under load, on a deployment as users run one (not part of `make test`; needs root):
 # CHAOS_MINUTES (20) of workload and faults from CHAOS_SEED (drawn and printed when not given), then the
-# invariants; bench/out/chaos.json and the figure in bench/results.md (chaos/README.md).
+# invariants; bench/out/chaos.json and the figure in bench/results.md (chaos/README.md). CHAOS_DEPLOYMENT:
+# single (the default: Airflow on one host, LocalExecutor) or spread (Celery workers, the triggerer and
+# Ray on hosts of their own, Redis as the broker; partitions, lossy links, PostgreSQL and broker restarts).
 chaos: setup-test
 	$(AIRFLOW_VENV)/bin/python -m chaos
+
+# docker/ run for real (not part of `make test`: its builds take long; needs root or a running Docker engine):
+# both images built from their Dockerfiles, docker/compose.yaml brought up and checked through its containers,
+# then taken down (scripts/docker_test.sh; DOCKER_TEST_IMAGES=real pulls the real base images: docker/README.md).
+.PHONY: docker-test
+docker-test:
+	@scripts/setup_airflow_env.sh $(AIRFLOW_VENV) $(PYTHON_AIRFLOW) $(AIRFLOW) amazon,openlineage,test
+	scripts/docker_test.sh
 
 clean:
 	-$(CLUSTER_VENV)/bin/python -m airflow_provider_horovod.local down
