@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from bench.markdown import END, begin, measured, plain_table, put_measured  # noqa: F401 - the benchmarks' names
 from harness import airflow_cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -133,12 +134,6 @@ def table(rows: list[Row]) -> str:
     return plain_table([*header, "repeats A, B", "note"], body)
 
 
-def plain_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 @dataclass
 class Target:
     """A target of the issue: met or missed, by how much, and what would close a miss."""
@@ -206,31 +201,6 @@ class Figure:
         when = f", measured {time.strftime('%Y-%m-%d %H:%M', time.gmtime(self.measured_at))} UTC"
         parts.append(f"_Took {self.seconds:.0f} s{when if self.measured_at else ''}._")
         return "\n".join(parts)
-
-
-# --- results files: measured blocks among people's prose ---------------------------------------------
-
-END = "<!-- /measured -->"
-
-
-def begin(name: str) -> str:
-    return f"<!-- measured: {name} (written from data; the text around it is people's) -->"
-
-
-def measured(text: str, name: str) -> str | None:
-    """What the block ``name`` of a results file holds, or None."""
-    if begin(name) not in text:
-        return None
-    return text.split(begin(name), 1)[1].split(END, 1)[0].strip("\n")
-
-
-def put_measured(text: str, name: str, body: str, heading: str) -> str:
-    """``text`` with ``body`` in the block ``name``, the prose around it kept; a block not there yet is
-    added at the end, under ``heading``."""
-    if begin(name) not in text:
-        return f"{text.rstrip()}\n\n{heading}\n\n{begin(name)}\n{body}\n{END}\n"
-    head, rest = text.split(begin(name), 1)
-    return f"{head}{begin(name)}\n{body}\n{END}{rest.split(END, 1)[1]}"
 
 
 # --- raw data and processes ---------------------------------------------------------------------

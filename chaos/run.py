@@ -383,8 +383,7 @@ def fault_counts(done: list[dict], kinds: tuple[str, ...]) -> dict:
 
 def write_figure(report: dict) -> None:
     """The figure's measured block in bench/results.md; the text around it is people's, and stays."""
-    # Imported here: bench.common sets the benchmarks' Airflow environment, which this run has no use for.
-    from bench.common import put_measured
+    from bench.markdown import put_measured
 
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmarks: results\n"
     block, heading = FIGURES[report.get("deployment", "single")]
@@ -392,7 +391,7 @@ def write_figure(report: dict) -> None:
 
 
 def figure_markdown(report: dict) -> str:
-    from bench.common import plain_table
+    from bench.markdown import plain_table
 
     runs = report["runs"]
     faults = report["faults"]

@@ -451,9 +451,12 @@ def test_a_retry_during_a_partition_is_counted_unless_another_fault_overlapped()
 
 
 def test_a_spread_runs_report_names_its_deployment_and_counts_what_happened_after_heals():
+    import os
     from types import SimpleNamespace
 
     from chaos import run
+
+    environment = dict(os.environ)
 
     key = "chaos_sweep/train/r1/0"
     partition = {
@@ -507,6 +510,8 @@ def test_a_spread_runs_report_names_its_deployment_and_counts_what_happened_afte
     assert "The spread deployment (CeleryExecutor): airflow-worker1: Airflow Celery worker." in text
     assert "after a fault healed: 560 s" in text
     assert "the service manager started again: scheduler 1x." in text
+    # Writing the figure leaves this process's environment alone (the test session's Airflow home with it).
+    assert dict(os.environ) == environment
 
 
 def test_the_service_manager_starts_again_a_component_that_exited_but_not_one_the_injector_took(tmp_path, monkeypatch):
