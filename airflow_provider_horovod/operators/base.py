@@ -314,6 +314,7 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
                 policy=policy.to_dict(),
                 log_cursor=running.cursor.to_dict(),
                 not_before=time.time() + RESUME_GUARD_S,
+                aws_conn_id=self.aws_conn_id,
             ),
             method_name="execute_complete",
             timeout=self.execution_timeout,
@@ -419,12 +420,10 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
             self.stop_killed_job(self.submission_id)
 
     def stop_killed_job(self, sid: str) -> None:
-        """Stop the job of a killed task (never raises: it runs in a signal handler)."""
-        self.log.info("Task killed: stopping Ray job %s", sid)
-        try:
-            self.hook.stop_job(sid)
-        except Exception:
-            self.log.exception("Could not stop Ray job %s", sid)
+        """Stop the job of a killed task, keeping its record if it had not started (never raises)."""
+        from airflow_provider_horovod.jobs.stop import stop_killed
+
+        stop_killed(self.hook, self.storage, sid, logger=self.log)
 
 
 def with_parent_run(plan: JobPlan, context: Context) -> JobPlan:

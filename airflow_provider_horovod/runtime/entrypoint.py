@@ -8,7 +8,9 @@ it as one ``AHP_RESULT`` line. On failure it classifies what it caught (``failur
 one ``AHP_ERROR`` line (the class and what failed) and its verdict as one ``AHP_FAILURE`` line, writes
 the failed attempt's record beside its checkpoints, and exits 1, so the job ends FAILED and the Airflow
 task says why. When Ray stops the job (SIGTERM to the driver: its task killed or marked failed, ``ray job
-stop``, a timeout of the provider's), it writes the stopped attempt's record on its way out.
+stop``, a timeout of the provider's), it writes the stopped attempt's record on its way out. A job stopped
+while PENDING gets that SIGTERM as Ray starts it, before this module runs: the side that stopped it keeps the
+record then (``jobs.stop``).
 """
 
 from __future__ import annotations
@@ -256,7 +258,8 @@ def stop_signalled() -> bool:
 
 def report_stop(spec: JobSpec, started_at: float) -> None:
     """Keep the record of an attempt that Ray stopped, with the class the Airflow side gives a STOPPED job
-    (``failures.of_job``), unless the attempt has one already (its result; the Airflow side's post-mortem).
+    (``failures.of_job``), unless the attempt has one already (its result; the Airflow side's post-mortem, or
+    the record its stopper kept when the job was PENDING).
     No verdict line: the Airflow side decides as it does for a STOPPED job."""
     from airflow_provider_horovod.runtime.records import exists
 

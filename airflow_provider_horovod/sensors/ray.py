@@ -128,6 +128,7 @@ class RayJobSensor(WithRayHook, BaseSensorOperator):
                 ray_conn_id=self.ray_conn_id,
                 policy=policy.to_dict(),
                 not_before=time.time() + RESUME_GUARD_S,
+                aws_conn_id=self.aws_conn_id,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout) if self.timeout else None,

@@ -17,7 +17,9 @@ from airflow_provider_horovod.exceptions import HorovodProviderError, InvalidPar
 from airflow_provider_horovod.hooks.ray import RayHook, WithRayHook
 from airflow_provider_horovod.jobs.events import JobEvent
 from airflow_provider_horovod.jobs.logs import LogCursor
+from airflow_provider_horovod.jobs.stop import a_stop_killed
 from airflow_provider_horovod.jobs.wait import WaitPolicy, follow
+from airflow_provider_horovod.storage import Storage
 
 # Lines written to the task log between yields to the event loop.
 WRITE_BATCH = 200
@@ -36,6 +38,8 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
     :param not_before: the earliest time (epoch seconds) the event may be yielded in a triggerer: the
         deferral's time plus ``RESUME_GUARD_S``, so that Airflow has seen the deferring worker exit
         when it resumes the task (a job ending right after the deferral waits that much longer).
+    :param aws_conn_id: the task's AWS connection, for the record of an attempt killed before its driver
+        started (``jobs.stop``).
     """
 
     def __init__(
@@ -47,6 +51,7 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
         log_cursor: dict | None = None,
         stream_logs: bool = True,
         not_before: float | None = None,
+        aws_conn_id: str | None = None,
     ):
         super().__init__()
         if not isinstance(submission_id, str) or not submission_id:
@@ -57,6 +62,7 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
         self.log_cursor = LogCursor.from_dict(log_cursor, submission_id).to_dict()
         self.stream_logs = stream_logs
         self.not_before = not_before
+        self.aws_conn_id = aws_conn_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -68,6 +74,7 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
                 "log_cursor": self.log_cursor,
                 "stream_logs": self.stream_logs,
                 "not_before": self.not_before,
+                "aws_conn_id": self.aws_conn_id,
             },
         )
 
@@ -136,8 +143,7 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
                 if not airflow_compat.trigger_on_kill_supported() and (ids := self._task_ids()) is not None:
                     try:
                         if await airflow_compat.task_was_killed(**ids):
-                            self.log.info("Task killed: stopping Ray job %s", sid)
-                            await hook.a_stop_job(sid)
+                            await a_stop_killed(hook, Storage(self.aws_conn_id), sid, logger=self.log)
                     except Exception:
                         self.log.exception("Could not tell whether the task was killed; Ray job %s goes on.", sid)
                 raise
@@ -153,6 +159,5 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
 
     async def on_kill(self) -> None:
         # Only a user's kill lands here (not a triggerer restart): the job must not outlive the task.
-        self.log.info("Task killed: stopping Ray job %s", self.submission_id)
         async with self.hook as hook:
-            await hook.a_stop_job(self.submission_id)
+            await a_stop_killed(hook, Storage(self.aws_conn_id), self.submission_id, logger=self.log)

@@ -15,10 +15,12 @@ import uuid
 
 import pytest
 
-from airflow_provider_horovod.contract import XCOM_LOG_CURSOR
-from airflow_provider_horovod.exceptions import RayClusterUnreachableError
+from airflow_provider_horovod.contract import JOB_STOP_WAIT_S, XCOM_LOG_CURSOR
+from airflow_provider_horovod.exceptions import RayClusterUnreachableError, TaskKilledError
+from airflow_provider_horovod.failures import stopped_by_request
+from airflow_provider_horovod.operators.ray import RayTaskOperator
 from airflow_provider_horovod.triggers.ray import RayJobTrigger
-from harness.tasks import FakeTI, jobs_of, run_deferred, run_in_thread, wait_for_status
+from harness.tasks import FakeTI, jobs_of, run_deferred, run_in_thread, wait_for_status, wait_until
 
 from .test_operator import long_quick_job, make_operator
 
@@ -305,3 +307,46 @@ def test_a_dashboard_that_stays_away_fails_the_task_clearly(outage, ray_hook, tm
     assert "tries" in message
     assert outage.refused >= 6  # every try met the outage
     assert jobs_of(ray_hook, run_id) == []  # nothing reached the cluster
+
+
+def test_a_task_killed_while_its_job_is_pending_keeps_the_attempts_record(ray_hook, tmp_path):
+    """Ray stops a PENDING job by starting its driver and sending it SIGTERM at once, before the entrypoint
+    can handle it (the spread chaos run's sweep training, marked failed while its job waited for its
+    supervisor): the record comes from the side that stopped it."""
+    # Every CPU of the cluster held by a job: the task's job, which asks for one, stays PENDING.
+    cpus = ray_hook.get_cluster_resources()["CPU"]
+    submitted = time.monotonic()
+    blocker = ray_hook.submit_job(
+        entrypoint="python -c 'import time; time.sleep(600)'",
+        submission_id=f"ahp-blocker-{uuid.uuid4().hex[:8]}",
+        entrypoint_num_cpus=cpus,
+    )
+    try:
+        wait_for_status(ray_hook, blocker, {"RUNNING"})
+        supervisor_start_s = time.monotonic() - submitted  # a job's start on this machine, in this run
+        ti = FakeTI(f"pkill-{uuid.uuid4().hex[:6]}")
+        op = RayTaskOperator(
+            task_id="train", python_callable="time:sleep", op_args=[1], storage_path=str(tmp_path), deferrable=False
+        )
+        thread, outcome = run_in_thread(op, {"ti": ti})
+        wait_until(lambda: op.submission_id, 120, "the submission", outcome)
+        sid = op.submission_id
+        assert ray_hook.get_job_info(sid)["status"] == "PENDING"
+        op.on_kill()
+    finally:
+        ray_hook.stop_job(blocker)
+    # The blocker's driver ends within Ray's stop wait, freeing its CPUs; the task's supervisor then starts (as
+    # long as the blocker's took) and stops its driver within that wait again.
+    ended_within_s = supervisor_start_s + 2 * JOB_STOP_WAIT_S
+    assert wait_for_status(ray_hook, sid, {"STOPPED"}, timeout=ended_within_s) == "STOPPED"
+    thread.join(30)
+    assert isinstance(outcome.get("error"), TaskKilledError), outcome
+    info = ray_hook.get_job_info(sid)
+    # Ray's line that it runs the entrypoint is the log's last: the driver printed nothing, not even an error.
+    assert ray_hook.get_job_logs(sid).rstrip().endswith(info["entrypoint"])
+    with open(info["metadata"]["ahp_result_uri"]) as f:
+        record = json.load(f)
+    assert record["submission_id"] == sid and record["attempt"] == 1, record
+    assert record["failure"]["failure_class"] == "infrastructure", record
+    assert stopped_by_request(record["failure"]), record
+    assert "PENDING" in record["failure"]["summary"], record

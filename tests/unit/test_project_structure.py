@@ -59,7 +59,7 @@ LAYERS = [
         "hooks/ray_packages",
         "hooks/ray",
     ],
-    ["jobs/api", "jobs/events", "jobs/logs", "jobs/wait", "jobs/submit", "jobs/finish"],
+    ["jobs/api", "jobs/events", "jobs/logs", "jobs/wait", "jobs/submit", "jobs/finish", "jobs/stop"],
     ["triggers/ray"],
     ["operators/base", "operators/ray", "operators/horovod", "sensors/ray"],
     ["decorators/horovod", "decorators/ray", "plugins/*"],

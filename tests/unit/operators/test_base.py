@@ -262,6 +262,7 @@ def test_deferred_the_trigger_gets_the_job_and_the_cursor_after_a_short_wait_her
         "ray_conn_id": "my_ray",
         "stream_logs": True,
         "policy": {"poll_interval_s": 0.001, "pending_timeout_s": 45, "stall_timeout_s": None},
+        "aws_conn_id": None,  # the record of an attempt killed before its driver started (jobs.stop)
     }
     assert deferred.value.method_name == "execute_complete"
     # Pushed before deferring: a restarted trigger reads it there.

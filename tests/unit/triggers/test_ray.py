@@ -28,7 +28,12 @@ CURSOR = LogCursor(SID).advanced([f"l{i}" for i in range(1, 8)])
 def test_serialize_exact_and_rebuilt():
     policy = WaitPolicy(poll_interval_s=2.5, pending_timeout_s=60, stall_timeout_s=120)
     trigger = RayJobTrigger(
-        submission_id=SID, ray_conn_id="my_ray", policy=policy.to_dict(), log_cursor=CURSOR.to_dict(), stream_logs=False
+        submission_id=SID,
+        ray_conn_id="my_ray",
+        policy=policy.to_dict(),
+        log_cursor=CURSOR.to_dict(),
+        stream_logs=False,
+        aws_conn_id="my_aws",
     )
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_provider_horovod.triggers.ray.RayJobTrigger"
@@ -38,6 +43,7 @@ def test_serialize_exact_and_rebuilt():
         "ray_conn_id": "my_ray",
         "stream_logs": False,
         "not_before": None,
+        "aws_conn_id": "my_aws",
         "policy": {"poll_interval_s": 2.5, "pending_timeout_s": 60, "stall_timeout_s": 120},
     }
     assert trigger.policy == policy
@@ -55,6 +61,7 @@ def test_defaults_and_a_cursor_of_another_job():
         "ray_conn_id": "ray_default",
         "stream_logs": True,
         "not_before": None,
+        "aws_conn_id": None,
         "policy": {"poll_interval_s": 1.0, "pending_timeout_s": 600.0, "stall_timeout_s": None},
     }
 
@@ -218,6 +225,18 @@ def test_on_kill_stops_the_job(serve):
     serve(ray)
     asyncio.run(RayJobTrigger(submission_id=SID).on_kill())
     assert ray.stopped == [SID]
+
+
+def test_on_kill_of_a_job_still_pending_keeps_the_attempts_record(serve, tmp_path):
+    """Ray would start its driver only to stop it before the entrypoint runs: the trigger keeps the record."""
+    uri = str(tmp_path / "attempt-1" / "result.json")
+    meta = {"ahp_storage_uri": str(tmp_path), "ahp_attempt": "1", "ahp_result_uri": uri}
+    ray = FakeRay({SID: job("PENDING", metadata=meta)})
+    serve(ray)
+    asyncio.run(RayJobTrigger(submission_id=SID).on_kill())
+    assert ray.stopped == [SID]
+    record = json.loads((tmp_path / "attempt-1" / "result.json").read_text())
+    assert (record["submission_id"], record["failure"]["failure_class"]) == (SID, "infrastructure")
 
 
 class XComs:

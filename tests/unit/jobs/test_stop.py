@@ -1,0 +1,139 @@
+"""A killed task's job stopped, and the record of an attempt stopped before its driver started: Ray
+starts such a driver only to send it SIGTERM before the entrypoint runs, so the side that stops the job
+keeps the record (the job's info at the stop says PENDING), and only then (``unit.fakes.FakeRay`` as
+the hook, a local folder as the storage)."""
+
+import asyncio
+import json
+import logging
+
+import pytest
+
+from airflow_provider_horovod.attempts import read_attempt
+from airflow_provider_horovod.contract import META_ATTEMPT, META_RESULT_URI, META_STORAGE_URI, TaskRun, result_uri
+from airflow_provider_horovod.documents import TaskRecord
+from airflow_provider_horovod.failures import stopped_by_request
+from airflow_provider_horovod.jobs.stop import a_stop_killed, stop_killed
+from airflow_provider_horovod.storage import Storage
+from unit.fakes import FakeRay
+
+SID = TaskRun("dag", "train", "manual__1").submission_id(2)
+
+
+def job(status: str, root) -> dict:
+    storage_uri = str(root / "dag" / "train" / "manual__1")
+    return {
+        "status": status,
+        "metadata": {
+            META_STORAGE_URI: storage_uri,
+            META_ATTEMPT: "2",
+            META_RESULT_URI: result_uri(storage_uri, 2),
+        },
+    }
+
+
+def record_of(info: dict) -> dict | None:
+    return Storage().read_json(info["metadata"][META_RESULT_URI])
+
+
+def test_a_job_stopped_while_pending_gets_the_record_of_its_attempt(tmp_path):
+    info = job("PENDING", tmp_path)
+    ray = FakeRay({SID: info})
+    stop_killed(ray, Storage(), SID)
+    assert ray.stopped == [SID]
+    record = record_of(info)
+    assert TaskRecord.from_dict(record).attempt == 2  # a whole record, sealed as every writer's
+    assert record["submission_id"] == SID
+    assert record["run_uri"] == f"{info['metadata'][META_STORAGE_URI]}/attempt-2"
+    assert record["failure"]["failure_class"] == "infrastructure"
+    assert stopped_by_request(record["failure"])  # the Training view shows a kill
+    assert "while PENDING" in record["failure"]["summary"]
+
+
+def test_the_record_reads_back_as_the_attempts_for_its_tasks_next_try(tmp_path):
+    info = job("PENDING", tmp_path)
+    stop_killed(FakeRay({SID: info}), Storage(), SID)
+    files = read_attempt(Storage(), info["metadata"][META_STORAGE_URI], 2)
+    assert files.unread == {}
+    assert files.record["failure"]["failure_class"] == "infrastructure"
+
+
+@pytest.mark.parametrize("status", ["RUNNING", "STOPPED", "SUCCEEDED"])
+def test_a_job_whose_driver_started_keeps_its_own_record(tmp_path, status):
+    info = job(status, tmp_path)
+    ray = FakeRay({SID: info})
+    stop_killed(ray, Storage(), SID)
+    assert ray.stopped == [SID]
+    assert record_of(info) is None  # the driver's to write: it handles SIGTERM once started
+
+
+def test_a_record_already_there_is_kept(tmp_path):
+    info = job("PENDING", tmp_path)
+    uri = info["metadata"][META_RESULT_URI]
+    Storage().write_json(uri, {"submission_id": SID, "kept": True})
+    stop_killed(FakeRay({SID: info}), Storage(), SID)
+    assert record_of(info) == {"submission_id": SID, "kept": True}
+
+
+def test_a_stop_ray_did_not_take_writes_nothing(tmp_path):
+    info = job("PENDING", tmp_path)
+    ray = FakeRay({SID: info})
+    ray.stop_job = lambda sid: False  # no supervisor to signal: the job goes on
+    stop_killed(ray, Storage(), SID)
+    assert record_of(info) is None
+
+
+def test_a_job_not_of_the_providers_gets_no_record(tmp_path):
+    ray = FakeRay({"raysubmit_1": {"status": "PENDING", "metadata": {}}})
+    stop_killed(ray, Storage(), "raysubmit_1")
+    assert ray.stopped == ["raysubmit_1"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_storage_that_fails_loses_the_record_and_says_so(tmp_path, caplog):
+    info = job("PENDING", tmp_path)
+
+    class Refusing(Storage):
+        def write_bytes(self, uri, body):
+            raise OSError("No space left on device")
+
+    with caplog.at_level(logging.WARNING):
+        stop_killed(FakeRay({SID: info}), Refusing(), SID)
+    assert "Could not keep the record of the stopped attempt" in caplog.text
+    assert "No space left on device" in caplog.text
+
+
+def test_a_job_info_that_cannot_be_read_still_stops_the_job(tmp_path):
+    info = job("PENDING", tmp_path)
+    ray = FakeRay({SID: info})
+
+    def fails(sid, fresh_within_s=None):
+        raise ConnectionError("refused")
+
+    ray.get_job_info = fails
+    stop_killed(ray, Storage(), SID)
+    ray.a_get_job_info = fails
+    asyncio.run(a_stop_killed(ray, Storage(), SID))
+    assert ray.stopped == [SID, SID]
+    assert record_of(info) is None  # nothing says the driver had not started
+
+
+def test_a_dashboard_that_fails_never_raises_from_the_signal_handler(tmp_path, caplog):
+    ray = FakeRay()
+
+    def fails(sid):
+        raise ConnectionError("refused")
+
+    ray.stop_job = fails
+    with caplog.at_level(logging.ERROR):
+        stop_killed(ray, Storage(), SID)
+    assert f"Could not stop Ray job {SID}" in caplog.text
+
+
+def test_the_triggerers_twin_keeps_the_same_record(tmp_path):
+    info = job("PENDING", tmp_path)
+    ray = FakeRay({SID: info})
+    asyncio.run(a_stop_killed(ray, Storage(), SID))
+    assert ray.stopped == [SID]
+    assert stopped_by_request(record_of(info)["failure"])
+    assert json.loads(TaskRecord.from_dict(record_of(info)).to_json())["attempt"] == 2
