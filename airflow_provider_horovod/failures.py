@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import errno
 import json
 import re
 import traceback
@@ -64,7 +65,8 @@ HINTS = {
     "checkpoint.",
     FailureClass.CAPACITY: "give the cluster the resources the workers ask for, lower num_workers or "
     "resources_per_worker, or raise pending_timeout_seconds. The task is retried.",
-    FailureClass.STORAGE: "check that the storage answers and that the cluster and Airflow may write and read it. "
+    FailureClass.STORAGE: "check that the storage answers, has room, and that the cluster and Airflow may write and "
+    "read it. "
     "The task is retried; a finished training is reused.",
 }
 
@@ -227,6 +229,9 @@ def user_failure(error: BaseException, rank: int | None = None) -> Failure:
     summary = f"{type(error).__name__}: {first_line(error)}"
     configuration = isinstance(error, ImportError) or type(error).__name__ in CONFIGURATION
     failure_class = FailureClass.CONFIGURATION if configuration else FailureClass.USER_CODE
+    # A full disk or quota under a write (a checkpoint's, through ray.train.report) is no bug of the code.
+    if any(out_of_space(e) for e in error_chain(error)):
+        failure_class = FailureClass.STORAGE
     return Failure(
         failure_class,
         summary,
@@ -262,6 +267,13 @@ def _users(filename: str) -> bool:
         or "/dist-packages/" in path
         or provider
         or re.search(r"/lib/python3\.\d+/", path) is not None
+    )
+
+
+def out_of_space(error: BaseException) -> bool:
+    """An OSError of a full volume or quota (pyarrow's carry the errno in their text only)."""
+    return isinstance(error, OSError) and (
+        error.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(error)
     )
 
 

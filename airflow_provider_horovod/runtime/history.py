@@ -133,5 +133,13 @@ class History:
             write_json(self.uri, sampled(self.points))
             self.written_at = time.monotonic()
 
+    def write_or_say(self) -> None:
+        """``write`` after the user's function failed: a storage that fails too (full, say) is printed, not
+        raised, so that the error Ray Train reports is the function's."""
+        try:
+            self.write()
+        except Exception as err:
+            print(f"The reports' history could not be written: {err}", flush=True)
+
 
 HISTORY = History()

@@ -12,6 +12,23 @@ from airflow_provider_horovod.atomic_files import write_atomically
 # Train V1 names checkpoints checkpoint_000002, Train V2 checkpoint_2026-11-22_18-22-06.486595: both
 # sort in the order they were written.
 _CHECKPOINT_DIR = re.compile(r"^checkpoint_(\d+$)?")
+# Beside a checkpoint's folder while its copy to storage is under way (``runtime.uploads``): a copy cut
+# short (a full volume, a lost node) leaves it, and no retry resumes from that folder.
+UNFINISHED = ".unfinished"
+
+
+# The names each API gives a checkpoint's folder in storage (not a download's checkpoint_tmp_...).
+_STORED_CHECKPOINT = re.compile(r"^checkpoint_(\d+|\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d\.\d+)$")
+
+
+def is_checkpoint_folder(path: str) -> bool:
+    return _STORED_CHECKPOINT.match(path.rstrip("/").rsplit("/", 1)[-1]) is not None
+
+
+def unfinished_marker(checkpoint_path: str) -> str:
+    """The marker of a checkpoint folder's copy under way: ``.<folder's name>.unfinished`` beside it."""
+    parent, _, name = checkpoint_path.rstrip("/").rpartition("/")
+    return f"{parent}/.{name}{UNFINISHED}"
 
 
 def filesystem(uri: str):
@@ -85,16 +102,19 @@ def write_text(uri: str, text: str) -> None:
 
 
 def latest_checkpoint(attempt_uri: str) -> str | None:
-    """The newest non-empty ``checkpoint_*`` folder anywhere under an attempt's folder, as a URI."""
+    """The newest non-empty ``checkpoint_*`` folder anywhere under an attempt's folder whose copy finished, as
+    a URI."""
     import pyarrow.fs
 
     fs, root = filesystem(attempt_uri)
     if fs.get_file_info(root).type == pyarrow.fs.FileType.NotFound:
         return None
     found: list[tuple[int, str, str]] = []
-    for info in fs.get_file_info(pyarrow.fs.FileSelector(root, recursive=True)):
+    listed = fs.get_file_info(pyarrow.fs.FileSelector(root, recursive=True))
+    unfinished = {info.path for info in listed if info.base_name.endswith(UNFINISHED)}
+    for info in listed:
         match = _CHECKPOINT_DIR.match(info.base_name)
-        if info.type == pyarrow.fs.FileType.Directory and match:
+        if info.type == pyarrow.fs.FileType.Directory and match and unfinished_marker(info.path) not in unfinished:
             files = fs.get_file_info(pyarrow.fs.FileSelector(info.path, recursive=True))
             if any(f.type == pyarrow.fs.FileType.File for f in files):
                 index = int(match.group(1)) if match.group(1) else -1

@@ -151,7 +151,7 @@ def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
         import ray.train
 
         failures.mark_user_error(err, ray.train.get_context().get_world_rank())
-        HISTORY.write()  # on rank 0, its reports not written yet (other ranks have none)
+        HISTORY.write_or_say()  # on rank 0, its reports not written yet (other ranks have none)
         raise
 
 

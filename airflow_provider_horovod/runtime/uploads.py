@@ -74,18 +74,30 @@ def upload(local_path: str, bucket: str, key: str) -> int:
 
 
 def copy_files(original, source, destination, source_filesystem=None, destination_filesystem=None, **kwargs):
-    """Ray Train's copy helper, with local-to-S3 copies made by boto3's transfer manager."""
+    """Ray Train's copy helper, with local-to-S3 copies made by boto3's transfer manager. A checkpoint's copy
+    is marked as under way until it is whole (``records.unfinished_marker``)."""
+    import pyarrow.fs
+
+    from airflow_provider_horovod.runtime.records import is_checkpoint_folder, unfinished_marker
+
+    marker = unfinished_marker(destination) if is_checkpoint_folder(destination) else None
+    target_fs = destination_filesystem or pyarrow.fs.LocalFileSystem()
+    if marker:
+        with target_fs.open_output_stream(marker):
+            pass
     if _is_s3(destination_filesystem) and _is_local(source_filesystem):
         bucket, _, key = destination.partition("/")
         upload(source, bucket, key)
-        return None
-    return original(
-        source,
-        destination,
-        source_filesystem=source_filesystem,
-        destination_filesystem=destination_filesystem,
-        **kwargs,
-    )
+    else:
+        original(
+            source,
+            destination,
+            source_filesystem=source_filesystem,
+            destination_filesystem=destination_filesystem,
+            **kwargs,
+        )
+    if marker:
+        target_fs.delete_file(marker)
 
 
 def route_uploads() -> None:

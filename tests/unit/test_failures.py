@@ -122,6 +122,41 @@ def test_a_workers_error_marked_in_the_worker_keeps_its_rank_after_a_pickle():
     assert "in train" in verdict.traceback
 
 
+@pytest.mark.parametrize(
+    "full",
+    [
+        OSError(28, "No space left on device"),
+        OSError(122, "Disk quota exceeded"),
+        # pyarrow's, from ray.train.report persisting a checkpoint: the errno only in its text.
+        OSError("Error writing bytes to file. Detail: [errno 28] No space left on device"),
+    ],
+)
+def test_a_full_volume_under_the_users_function_is_storage_on_its_rank_not_the_users_bug(full):
+    failures.mark_user_error(full, rank=0)
+    peer = RuntimeError("Horovod has been shut down. This was caused by an exception on one of the ranks")
+
+    class WorkerGroupError(Exception):
+        def __init__(self, worker_failures):
+            super().__init__("Training failed due to worker errors")
+            self.worker_failures = worker_failures
+
+    verdict = of_error(WorkerGroupError({0: full, 1: peer}), user_code=False)
+    assert verdict.failure_class is FailureClass.STORAGE
+    assert verdict.failure_class.retryable
+    assert verdict.rank == 0
+    assert "has room" in verdict.hint
+
+
+def test_an_error_raised_while_handling_a_full_volume_is_storage_too():
+    try:
+        try:
+            raise OSError(28, "No space left on device")
+        except OSError as full:
+            raise RuntimeError("could not save the model") from full
+    except RuntimeError as err:
+        assert failures.user_failure(err).failure_class is FailureClass.STORAGE
+
+
 def test_a_communication_error_in_the_users_function_is_no_bug_of_the_users():
     error = RuntimeError("Gloo all-reduce failed: Connection reset by peer")
     failures.mark_user_error(error, rank=0)

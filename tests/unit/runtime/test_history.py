@@ -143,3 +143,16 @@ def test_a_report_ray_never_returned_from_is_kept_when_the_workers_stop(train_v2
     written = json.load(open(uri))
     assert [(p["report"], p["metrics"]["loss"]) for p in written] == [(1, 1.0), (2, 0.9), (3, 0.8)]
     assert [bool(p["checkpoint"]) for p in written] == [True, True, False]
+
+
+def test_a_history_that_cannot_be_written_after_the_users_error_is_said_not_raised(monkeypatch, capsys):
+    def full(uri, value):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(runtime_history, "write_json", full)
+    recorder = History()
+    recorder.uri, recorder.points = "/volume/history.json", [{"report": 1}]
+    recorder.write_or_say()
+    assert "could not be written: [Errno 28] No space left on device" in capsys.readouterr().out
+    with pytest.raises(OSError):
+        recorder.write()

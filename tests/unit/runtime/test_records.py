@@ -1,7 +1,12 @@
 """The attempt's records on the cluster: its newest checkpoint as both Ray Train APIs lay them out, and
 each start of a worker group noted with its size."""
 
-from airflow_provider_horovod.runtime.records import latest_checkpoint, note_worker_group, read_json
+from airflow_provider_horovod.runtime.records import (
+    is_checkpoint_folder,
+    latest_checkpoint,
+    note_worker_group,
+    read_json,
+)
 
 
 def make_checkpoint(folder, *, empty=False):
@@ -33,6 +38,22 @@ def test_empty_and_nested_checkpoint_folders_are_not_taken(tmp_path):
     make_checkpoint(newest / "checkpoint_weights")
     make_checkpoint(attempt / "checkpoint_2026-11-22_18-22-09.000000", empty=True)
     assert latest_checkpoint(str(attempt)) == str(newest)
+
+
+def test_a_checkpoint_whose_copy_did_not_finish_is_not_taken(tmp_path):
+    """A copy cut short (a full volume, a lost node) leaves its marker beside a folder of some files."""
+    attempt = tmp_path / "attempt-1"
+    whole = make_checkpoint(attempt / "checkpoint_2026-11-22_18-22-06.486595")
+    make_checkpoint(attempt / "checkpoint_2026-11-22_18-22-09.000000")
+    (attempt / ".checkpoint_2026-11-22_18-22-09.000000.unfinished").write_bytes(b"")
+    assert latest_checkpoint(str(attempt)) == str(whole)
+
+
+def test_only_the_folders_each_api_stores_a_checkpoint_in_are_marked_while_copied():
+    assert is_checkpoint_folder("bucket/run/attempt-1/TorchTrainer_x/checkpoint_000002")
+    assert is_checkpoint_folder("/storage/attempt-1/checkpoint_2026-11-22_18-22-06.486595/")
+    assert not is_checkpoint_folder("/tmp/checkpoint_tmp_3f2a9c")  # a checkpoint downloaded to read it
+    assert not is_checkpoint_folder("/storage/attempt-1/checkpoint_weights")
 
 
 def test_an_attempt_without_checkpoints_has_none(tmp_path):

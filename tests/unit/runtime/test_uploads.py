@@ -69,6 +69,8 @@ def test_a_checkpoint_goes_up_in_parts_and_reads_back_bit_identical(s3, tmp_path
     uploaded = boto3.client("s3").head_object(Bucket="ckpt", Key="run/checkpoint_000001/model.pt")
     assert uploaded["ETag"].strip('"').endswith("-3")  # 40 MiB in 16 MiB parts: a multipart upload
     assert calls == []
+    listed = boto3.client("s3").list_objects_v2(Bucket="ckpt", Prefix="run/")["Contents"]
+    assert not [o["Key"] for o in listed if o["Key"].endswith(".unfinished")]  # the copy finished
     # Reads stay Ray's own copy (pyarrow, threads on): handed to the original helper.
     uploads.copy_files(refuse, "ckpt/run/checkpoint_000001", str(tmp_path / "back"), source_filesystem=fs)
     assert calls == [("ckpt/run/checkpoint_000001", str(tmp_path / "back"))]
@@ -99,3 +101,27 @@ def test_ray_trains_copy_helper_is_routed_through_it_once_installed(s3, tmp_path
         destination_filesystem=pyarrow.fs.LocalFileSystem(),
     )
     assert digests(tmp_path / "copy") == made
+
+
+def test_a_checkpoint_copy_cut_short_leaves_its_marker_and_a_whole_one_none(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "model.pt").write_bytes(b"weights")
+    marker = tmp_path / "storage" / ".checkpoint_000001.unfinished"
+    (tmp_path / "storage").mkdir()
+
+    def full(source, destination, **kwargs):
+        assert marker.exists()  # marked before a byte is copied
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        uploads.copy_files(full, str(tmp_path / "ckpt"), str(tmp_path / "storage" / "checkpoint_000001"))
+    assert marker.exists()
+
+    def whole(source, destination, **kwargs):
+        import shutil
+
+        shutil.copytree(source, destination, dirs_exist_ok=True)
+
+    uploads.copy_files(whole, str(tmp_path / "ckpt"), str(tmp_path / "storage" / "checkpoint_000001"))
+    assert not marker.exists()
+    assert (tmp_path / "storage" / "checkpoint_000001" / "model.pt").read_bytes() == b"weights"
