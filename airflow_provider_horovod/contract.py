@@ -182,6 +182,9 @@ SMOKE_ROWS = 64
 # last checkpoint's files there), and how rank 0 prints its metrics without an import of Ray.
 SCRIPT_CHECKPOINT_ENV = "AHP_CHECKPOINT_DIR"
 SCRIPT_METRICS_PREFIX = "METRICS "
+# Before each line a script's rank writes, as horovodrun marks them: [1]<stdout>: (runtime/script.py).
+SCRIPT_LINE_MARK = "[{rank}]<{stream}>:"
+SCRIPT_LINE_MARKED = r"^\[\d+\]<std(?:out|err)>:"
 
 # XCom keys the provider pushes (the return value aside).
 XCOM_CHECKPOINT_URI = "checkpoint_uri"

@@ -30,6 +30,7 @@ from airflow_provider_horovod.contract import (
     META_WORKER_RESOURCES,
     MLFLOW_AUTH_FILE,
     PAYLOAD_PREFIX,
+    SCRIPT_LINE_MARKED,
     SPEC_FILE,
     JobKind,
     TaskRun,
@@ -263,6 +264,10 @@ def training_plan(
     # Train V2 routes a worker's print() to a logger and, as Ray's workers replace sys.stdout, to
     # stdout as well: every line would be in the job's log twice.
     env_vars = {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0", **spec.horovod_env}
+    if spec.script:
+        # Ray's driver folds lines of different workers that differ only in their numbers into one ("[repeated
+        # 3x across cluster]"): every rank's marked line but one would be lost, where horovodrun shows them all.
+        env_vars["RAY_DEDUP_LOGS_ALLOW_REGEX"] = SCRIPT_LINE_MARKED
     if spec.horovod_timeline:
         # Every rank reads it; rank 0 writes there, and the runtime stores it beside the checkpoints.
         env_vars["HOROVOD_TIMELINE"] = spec.timeline_local_path

@@ -12,7 +12,8 @@
 #   rayold    the oldest tested Ray minor (laid over the cluster's environment): its cluster-side probes
 #             and the operator's checks that depend on Ray's behaviour
 #   hosts     the multi-host tests (their own hosts, made of network namespaces, and their own cluster):
-#             both trainer APIs across hosts, host loss, elastic resizing, GPU workers' devices
+#             both trainer APIs across hosts, host loss, elastic resizing, GPU workers' devices, a script's
+#             ranks against horovodrun's
 #   oldest    the oldest supported Airflow's share, and the tests marked oldest_airflow_only (which
 #             the main run leaves out: other tests check their parts on the newest Airflow)
 #
@@ -29,21 +30,22 @@ pytest_args="-p no:cacheprovider -q -r fEs"
 airflow=".venv-airflow/bin/pytest $pytest_args"
 # The Ray Train tests first: the deployment starts with the first test that needs it, and idles no longer.
 stack_files="tests/integration/test_horovod_v2.py tests/integration/test_stack.py tests/integration/test_training_view.py"
+hosts_files="tests/integration/test_multihost.py tests/integration/test_multihost_scripts.py"
 ray_layer=$(scripts/setup_ray_layer.sh) || exit 1
 
 declare -A commands=(
   [main]="$airflow --basetemp=.test-airflow/pytest -m 'not cross_python and not oldest_airflow_only' tests --ignore=tests/unit/runtime \
-    --ignore=tests/integration/test_multihost.py $(printf -- '--ignore=%s ' $stack_files)"
+    $(printf -- '--ignore=%s ' $hosts_files $stack_files)"
   [stack]="$airflow --basetemp=.test-airflow/pytest-stack -m 'not cross_python' $stack_files"
   [cluster]=".venv/bin/python -m pytest $pytest_args --basetemp=.test-airflow/pytest-cluster tests/unit/runtime"
   [rayold]="PYTHONPATH=$ray_layer .venv/bin/python -m pytest $pytest_args --basetemp=.test-airflow/pytest-cluster-rayold \
     tests/unit/runtime/test_ray_compat.py && AHP_RAY_VERSIONS=1 AHP_CLUSTER_PYTHONPATH=$ray_layer $airflow \
     --basetemp=.test-airflow/pytest-rayold -m ray_oldest tests/integration/test_ray_versions.py"
-  [hosts]="$airflow --basetemp=.test-airflow/pytest-hosts tests/integration/test_multihost.py"
+  [hosts]="$airflow --basetemp=.test-airflow/pytest-hosts $hosts_files"
   [oldest]=".venv-airflow-oldest/bin/pytest $pytest_args --basetemp=.test-airflow/pytest-oldest \
     -m 'oldest_airflow or oldest_airflow_only or cross_python' tests/integration"
 )
-# Longest first (wall seconds on this machine, two at a time): main ~1030, stack ~480, hosts ~190,
+# Longest first (wall seconds on this machine, two at a time): main ~1030, stack ~480, hosts ~300,
 # oldest ~190, rayold ~110, cluster ~15.
 order=(main stack hosts oldest rayold cluster)
 queue=$logs/queue

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from airflow_provider_horovod.contract import SCRIPT_CHECKPOINT_ENV, SCRIPT_METRICS_PREFIX
+from airflow_provider_horovod.contract import SCRIPT_CHECKPOINT_ENV, SCRIPT_LINE_MARK, SCRIPT_METRICS_PREFIX
 from airflow_provider_horovod.documents import TrainingSpec
 from airflow_provider_horovod.exceptions import ScriptEndedEarlyError, ScriptExitError, ScriptMissingError, SmokeRunDone
 from airflow_provider_horovod.runtime.history import HISTORY, point
@@ -251,8 +251,8 @@ def as_main(script: dict[str, Any], folder: str, rank: int, on_line: Callable[[s
         os.chdir(root)
     else:
         sys.argv = [script["module"], *args]
-    out = sys.stdout = RankLines(saved[3], f"[{rank}]<stdout>:", on_line)
-    err = sys.stderr = RankLines(saved[4], f"[{rank}]<stderr>:")
+    out = sys.stdout = RankLines(saved[3], SCRIPT_LINE_MARK.format(rank=rank, stream="stdout"), on_line)
+    err = sys.stderr = RankLines(saved[4], SCRIPT_LINE_MARK.format(rank=rank, stream="stderr"))
     try:
         yield
     finally:

@@ -35,6 +35,21 @@ def test_a_script_next_to_the_dag_travels_as_the_jobs_working_dir(dag_folder):
     assert job.spec.train_fn == {}
 
 
+def test_every_ranks_marked_lines_pass_rays_folding_of_like_lines_as_horovodrun_shows_them(dag_folder):
+    import re
+
+    from airflow_provider_horovod.contract import SCRIPT_LINE_MARK
+
+    script_env = plan(dag_folder, train_script="scripts/train.py").request(1).runtime_env["env_vars"]
+    allowed = script_env["RAY_DEDUP_LOGS_ALLOW_REGEX"]
+    for rank, stream in ((0, "stdout"), (13, "stderr")):
+        assert re.search(allowed, SCRIPT_LINE_MARK.format(rank=rank, stream=stream) + " epoch 3: loss 0.25")
+    assert not re.search(allowed, "epoch 3: loss 0.25 [1]<stdout>:")  # only a line that starts with the mark
+    assert (
+        "RAY_DEDUP_LOGS_ALLOW_REGEX" not in plan(dag_folder, train_fn="json:dumps").request(1).runtime_env["env_vars"]
+    )
+
+
 def test_a_script_inside_the_users_working_dir_is_named_relative_to_it(dag_folder):
     job = plan(dag_folder, train_script="scripts/train.py", runtime_env={"working_dir": str(dag_folder)})
     assert job.spec.script == {"path": "scripts/train.py", "args": []}
