@@ -236,13 +236,21 @@ def test_the_airflow_image_installs_the_provider_wheel_with_its_amazon_extra(ver
     assert "--no-deps" not in text
     final = stages(AIRFLOW_DOCKERFILE)[-1]
     installs = [(r, args) for r in runs(final) for args in pip_installs(r)]
-    assert len(installs) == 1, installs
-    run, args = installs[0]
+    # What the provider needs (the requirements stage's file), then the wheel: a change to the
+    # provider's code rebuilds only the last.
+    assert len(installs) == 2, installs
+    (deps_run, deps), (run, args) = installs
+    assert "-r" in deps and not wheel_with_extra(deps_run, "amazon"), deps
+    assert (
+        "COPY",
+        "--from=requirements --chown=airflow:root /requirements.txt /tmp/provider-requirements.txt",
+    ) in final
     assert wheel_with_extra(run, "amazon"), args
     assert not [a for a in args if a.endswith("]") and not a.endswith("[amazon]")], args
     # Airflow stays at the base image's version: its own AIRFLOW_VERSION (redefined nowhere), or that version.
-    pins = [a for a in args if a.startswith("apache-airflow")]
-    assert pins in (["apache-airflow==${AIRFLOW_VERSION}"], [f"apache-airflow=={versions['AIRFLOW']}"]), pins
+    for arguments in (deps, args):
+        pins = [a for a in arguments if a.startswith("apache-airflow")]
+        assert pins in (["apache-airflow==${AIRFLOW_VERSION}"], [f"apache-airflow=={versions['AIRFLOW']}"]), pins
     assert not re.search(r"^\s*(ARG|ENV)\s+AIRFLOW_VERSION\b", text, re.MULTILINE | re.IGNORECASE)
     # The token wrapper stays the entrypoint.
     assert ("ENTRYPOINT", '["/opt/provider/with_ray_token.sh"]') in final
@@ -268,12 +276,16 @@ def test_the_ray_image_installs_the_provider_with_its_cluster_extra_and_builds_h
     text = "\n".join(f"{k} {a}" for k, a in instructions(RAY_DOCKERFILE))  # comments may name them
     final = stages(RAY_DOCKERFILE)[-1]
     commands = runs(final)
-    torch_at = [i for i, r in enumerate(commands) if f'"torch=={versions["TORCH"]}"' in r and "[cluster]" not in r]
-    provider_at = [i for i, r in enumerate(commands) if wheel_with_extra(r, "cluster")]
+    torch_at = [
+        i for i, r in enumerate(commands) if f'"torch=={versions["TORCH"]}"' in r and "download.pytorch.org" in r
+    ]
     build_at = [i for i, r in enumerate(commands) if "python -m airflow_provider_horovod.build_horovod" in r]
-    assert len(torch_at) == len(provider_at) == len(build_at) == 1, commands
-    # torch first (Horovod compiles against it), then the provider (the build command is its module), then Horovod.
-    assert torch_at[0] < provider_at[0] < build_at[0]
+    deps_at = [i for i, r in enumerate(commands) if any("-r" in args for args in pip_installs(r))]
+    provider_at = [i for i, r in enumerate(commands) if wheel_with_extra(r, "cluster")]
+    assert len(torch_at) == len(build_at) == len(deps_at) == len(provider_at) == 1, commands
+    # torch first (Horovod compiles against it), then Horovod, then what the provider needs, then the
+    # provider: a change to the provider's code rebuilds only the last.
+    assert torch_at[0] < build_at[0] < deps_at[0] < provider_at[0]
     branches = r'if \[ "\$\{VARIANT\}" = gpu \]; then (.*?) else (.*?) fi'
     gpu, cpu = re.search(branches, commands[torch_at[0]]).groups()
     assert "download.pytorch.org" not in gpu
@@ -293,6 +305,44 @@ def test_the_ray_image_installs_the_provider_with_its_cluster_extra_and_builds_h
     assert any("apt-get install -y --no-install-recommends g++ make" in r for r in commands)
     users = [a for k, a in final if k == "USER"]
     assert users == ["0", "1000"], users
+
+
+def test_horovod_s_layer_depends_only_on_torch_and_the_build_command_s_files():
+    final = stages(RAY_DOCKERFILE)[-1]
+    build = next(i for i, (k, a) in enumerate(final) if k == "RUN" and "airflow_provider_horovod.build_horovod" in a)
+    copied = [a.split() for k, a in final[:build] if k == "COPY"]
+    assert not [c for c in copied if any(w.startswith("--from") for w in c)], copied
+    sources = [w for c in copied for w in c[:-1] if not w.startswith("--")]
+    # What the build command imports from the provider, found from its own imports: all copied, nothing else.
+    package = ROOT / "airflow_provider_horovod"
+    needed, todo = set(), ["build_horovod"]
+    while todo:
+        module = todo.pop()
+        needed.add(module)
+        imported = re.findall(
+            r"^from airflow_provider_horovod\.(\w+) import", (package / f"{module}.py").read_text(), re.M
+        )
+        todo += [m for m in imported if m not in needed]
+    assert sorted(sources) == sorted(f"airflow_provider_horovod/{m}.py" for m in needed), sources
+    # The package they form has no __init__.py (the provider's imports the rest of it).
+    assert "__init__" not in "".join(sources)
+
+
+@pytest.mark.parametrize(("dockerfile", "extra"), [(AIRFLOW_DOCKERFILE, "amazon"), (RAY_DOCKERFILE, "cluster")])
+def test_the_requirements_layer_is_the_provider_s_dependencies_with_its_extra(dockerfile, extra):
+    stage = stage_named(dockerfile, "requirements")
+    copied = [a.split()[:-1] for k, a in stage if k == "COPY"]
+    assert copied == [["pyproject.toml"]], copied
+    (command,) = runs(stage)
+    script = shlex.split(command.partition(">")[0])
+    assert script[:2] == ["python", "-c"], script
+    code = script[2].replace("/tmp/pyproject.toml", str(ROOT / "pyproject.toml"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert out.split("\n")[:-1] == [*project["dependencies"], *project["optional-dependencies"][extra]]
+    # The final stage installs that file.
+    copies = [a for k, a in stages(dockerfile)[-1] if k == "COPY" and a.startswith("--from=requirements ")]
+    assert [c.split()[-2:] for c in copies] == [["/requirements.txt", "/tmp/provider-requirements.txt"]], copies
 
 
 def test_compose_builds_with_the_args_the_dockerfiles_declare(compose):
