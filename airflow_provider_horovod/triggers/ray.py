@@ -23,6 +23,9 @@ from airflow_provider_horovod.storage import Storage
 
 # Lines written to the task log between yields to the event loop.
 WRITE_BATCH = 200
+# How long a trigger in a triggerer waits between the job's last lines and its event (see run()); those
+# lines were seen to land some 20 ms after a lost event, on a host at load 25.
+LOG_SETTLE_S = 0.5
 
 
 class RayJobTrigger(WithRayHook, BaseTrigger):
@@ -109,13 +112,18 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
         # Only a triggerer (which sets task_instance) races the deferring worker's exit; `airflow dags
         # test` runs the trigger inline, in the worker itself.
         in_triggerer = self.task_instance is not None
-        if in_triggerer and self.not_before is not None and (early := self.not_before - time.time()) > 0:
+        early = self.not_before - time.time() if in_triggerer and self.not_before is not None else 0.0
+        if early > LOG_SETTLE_S:
             self.log.info(
                 "The job ended right after the task deferred: the task resumes in %.1f s, once Airflow "
                 "has seen its worker exit.",
                 early,
             )
             await asyncio.sleep(early)
+        elif in_triggerer:
+            # A triggerer closes the task's log file when the event reaches it, and the lines logged just
+            # before travel apart from the event: without a pause the job's last lines could miss the file.
+            await asyncio.sleep(LOG_SETTLE_S)
         yield TriggerEvent(event.to_dict())
 
     async def wait(self) -> JobEvent:

@@ -154,6 +154,25 @@ def test_a_job_ending_right_after_the_deferral_holds_its_event_until_not_before(
     assert time.time() - started < 1.5
 
 
+def test_in_a_triggerer_the_event_waits_for_the_jobs_last_lines_to_reach_the_log(run, monkeypatch):
+    # The triggerer closes the task's log file on the event; lines logged just before travel apart from it.
+    from airflow_provider_horovod.triggers import ray as trigger_module
+
+    ray = FakeRay({SID: [job("SUCCEEDED")]}, logs={SID: "the last line\n"})
+    trigger = with_task(RayJobTrigger(submission_id=SID, policy=FAST), monkeypatch, XComs())
+    written_at = []
+    write = trigger._write
+
+    async def noted(lines):
+        await write(lines)
+        written_at.append(time.monotonic())
+
+    monkeypatch.setattr(trigger, "_write", noted)
+    events = run(trigger, ray)
+    assert time.monotonic() - written_at[-1] >= trigger_module.LOG_SETTLE_S
+    assert JobEvent.from_dict(events[0].payload).succeeded
+
+
 def test_run_inline_without_a_triggerer_holds_nothing(run):
     # `airflow dags test` runs the trigger in the worker, which has already deferred: no race to guard.
     ray = FakeRay({SID: [job("RUNNING"), job("SUCCEEDED")]}, logs={SID: ["", "done\n"]})
