@@ -106,18 +106,20 @@ class RayHosts:
 
     # -- horovodrun --------------------------------------------------------------------------------------
 
-    def horovodrun(self, command: str, *, expect: str, cwd: str, env: dict | None = None) -> tuple[str, float, float]:
-        """``horovodrun -np N -H host1:1,...,hostN:1 --gloo PYTHON COMMAND`` run on host 1 from ``cwd``, its ssh
-        to the other hosts the stand-in above; (its output, when it started, when it ended). Raises unless
-        the output holds ``expect``."""
+    def horovodrun(
+        self, command: str, *, expect: str, cwd: str, env: dict | None = None, slots: int = 1
+    ) -> tuple[str, float, float]:
+        """``horovodrun -np N -H host1:SLOTS,...,hostN:SLOTS --gloo PYTHON COMMAND`` (N = SLOTS a host) run on
+        host 1 from ``cwd``, its ssh to the other hosts the stand-in above; (its output and error, when it
+        started, when it ended). Raises unless the output holds ``expect``."""
         hosts, python = self.hosts, cluster_python()
         bin_dir, ssh_dir = os.path.dirname(python), os.path.join(hosts.workdir, "bin")
         os.makedirs(ssh_dir, exist_ok=True)
         with open(os.path.join(ssh_dir, "ssh"), "w") as f:
             f.write(FAKE_SSH)
         os.chmod(os.path.join(ssh_dir, "ssh"), 0o755)
-        ranks = ",".join(f"{h.address}:1" for h in hosts.hosts)
-        launch = f"{bin_dir}/horovodrun -np {len(hosts.hosts)} -H {ranks} --gloo --start-timeout 60"
+        ranks = ",".join(f"{h.address}:{slots}" for h in hosts.hosts)
+        launch = f"{bin_dir}/horovodrun -np {slots * len(hosts.hosts)} -H {ranks} --gloo --start-timeout 60"
         line = f"cd {cwd} && {launch} {python} {command}"
         ssh_hosts = json.dumps({h.address: [h.netns, h.name] for h in hosts.hosts})
         path = f"{ssh_dir}:{bin_dir}:{os.environ.get('PATH', '')}"
@@ -128,4 +130,4 @@ class RayHosts:
         ended = time.time()
         if expect not in done.stdout:
             raise RuntimeError(f"horovodrun printed no {expect}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-        return done.stdout, started, ended
+        return done.stdout + done.stderr, started, ended

@@ -44,28 +44,6 @@ def cluster():
         yield running
 
 
-def horovodrun(cluster, command: str) -> str:
-    """``horovodrun -np 4 -H host1:2,host2:2 --gloo python COMMAND`` run on host 1 from the scripts' folder,
-    as a team runs it, its ssh to the hosts ``ray_hosts.FAKE_SSH``; its output. (``RayHosts.horovodrun``
-    places one rank per host.)"""
-    from harness.ray_hosts import FAKE_SSH
-
-    hosts, python = cluster.hosts, testhosts.cluster_python()
-    bin_dir, ssh_dir = os.path.dirname(python), os.path.join(hosts.workdir, "bin")
-    os.makedirs(ssh_dir, exist_ok=True)
-    with open(os.path.join(ssh_dir, "ssh"), "w") as f:
-        f.write(FAKE_SSH)
-    os.chmod(os.path.join(ssh_dir, "ssh"), 0o755)
-    placement = ",".join(f"{h.address}:{SLOTS}" for h in hosts.hosts)
-    launch = f"{bin_dir}/horovodrun -np {SLOTS * len(hosts.hosts)} -H {placement} --gloo --start-timeout 60"
-    env = hosts.env(
-        PATH=f"{ssh_dir}:{bin_dir}:{os.environ.get('PATH', '')}",
-        AHP_SSH_HOSTS=json.dumps({h.address: [h.netns, h.name] for h in hosts.hosts}),
-    )
-    done = hosts.run(hosts[0], ["sh", "-c", f"cd {SCRIPTS} && {launch} {python} {command}"], env=env, timeout=300)
-    return done.stdout + done.stderr
-
-
 def placements(output: str) -> dict[int, dict]:
     """Each rank's own PLACEMENT line, by the rank its line is marked with. (A line may come twice in a job's
     log here: the hosts share one file system, where each node's log monitor reads every worker's log.)"""
@@ -131,7 +109,7 @@ def runs(cluster) -> dict[str, str]:
     assert result["world_size"] == SLOTS * len(hosts.hosts), result
     return {
         "operator": RayHook(ray_conn_id=CONN_ID).get_job_logs(result["submission_id"]),
-        "horovodrun": horovodrun(cluster, SCRIPT),
+        "horovodrun": cluster.horovodrun(SCRIPT, expect="PLACEMENT", cwd=str(SCRIPTS), slots=SLOTS)[0],
     }
 
 
