@@ -23,8 +23,8 @@ from airflow_provider_horovod.storage import Storage
 
 # Lines written to the task log between yields to the event loop.
 WRITE_BATCH = 200
-# How long a trigger in a triggerer waits between the job's last lines and its event (see run()); those
-# lines were seen to land some 20 ms after a lost event, on a host at load 25.
+# How long a trigger in a triggerer waits between the job's last lines and its event (see run()): long
+# beside the lag seen between the two (docker/README.md).
 LOG_SETTLE_S = 0.5
 
 
