@@ -1,6 +1,5 @@
-"""Figure 5: checkpoint I/O to S3 (moto) through the operator's path, against boto3's TransferManager moving
-the same bytes in the same worker, up and down (``workload.checkpoint_io``).
-"""
+"""Figure 5: checkpoint I/O to S3 (moto) through the operator's path, against boto3's TransferManager moving the
+same bytes in the same worker, up and down (``workload.checkpoint_io``)."""
 
 from __future__ import annotations
 
@@ -8,7 +7,7 @@ import time
 import uuid
 
 from bench.cluster import BUCKET
-from bench.common import Figure, Row, Sample, env_int, fmt, log, ratio, repeats, save_raw, table, target
+from bench.common import Figure, Row, Sample, env_int, fmt, log, ratio, repeats, sample, save_raw, table, target
 from harness.airflow_cli import tagged_json
 
 TARGET = 0.9
@@ -24,7 +23,7 @@ def figure(cluster) -> Figure:
     from harness.tasks import FakeTI
 
     size_mb = env_int("BENCH_CKPT_MB", 300)
-    rounds = env_int("BENCH_CKPT_ROUNDS", repeats(3) + 1)
+    rounds = env_int("BENCH_CKPT_ROUNDS", repeats() + 1)
     op = HorovodTrainOperator(
         task_id="train",
         train_fn=checkpoint_io,
@@ -48,17 +47,14 @@ def figure(cluster) -> Figure:
     def rate(key: str) -> Sample:
         return Sample([m / t[key] for m, t in zip(mb, timings)])
 
-    def times(key: str) -> Sample:
-        return Sample([t[key] for t in timings])
-
     goal = f"target A/B >= {TARGET}"
     rows = [
         Row("upload throughput", UP, rate("ray_up_s"), BOTO3, rate("boto3_up_s"), "MiB/s", goal),
         Row("upload throughput", PYARROW, rate("pyarrow_up_s"), BOTO3, rate("boto3_up_s"), "MiB/s", UP_BEFORE),
         Row("download throughput", DOWN, rate("ray_down_s"), BOTO3, rate("boto3_down_s"), "MiB/s", goal),
         Row("download throughput", PYARROW, rate("pyarrow_down_s"), BOTO3, rate("boto3_down_s"), "MiB/s", DOWN_DIRECT),
-        Row("upload time", UP, times("ray_up_s"), BOTO3, times("boto3_up_s"), "s"),
-        Row("download time", DOWN, times("ray_down_s"), BOTO3, times("boto3_down_s"), "s"),
+        Row("upload time", UP, sample(timings, "ray_up_s"), BOTO3, sample(timings, "boto3_up_s"), "s"),
+        Row("download time", DOWN, sample(timings, "ray_down_s"), BOTO3, sample(timings, "boto3_down_s"), "s"),
     ]
     fig = Figure(5, tables=[table(rows)])
     pair_up = Sample([t["boto3_up_s"] / t["ray_up_s"] for t in timings])

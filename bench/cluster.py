@@ -15,9 +15,8 @@ BUCKET = "ahp-bench"
 
 @contextlib.contextmanager
 def moto_server():
-    """moto's S3 server in a process of its own (in this process it would share our GIL and skew
-    both sides of the checkpoint comparison). Its address goes into the environment before the Ray
-    head starts, so the cluster inherits it, as the test suite does."""
+    """moto's S3 server in a process of its own (in ours it would share our GIL and skew figure 5); its address
+    goes into the environment before the Ray head starts, so the cluster inherits it."""
     (OUT / "logs").mkdir(parents=True, exist_ok=True)
     with MotoServer(own_process=True, log=OUT / "logs" / "moto.log") as server:
         os.environ.update(server.env())

@@ -1,9 +1,5 @@
-"""What every benchmark shares: where things live, how many repeats, the statistics, the tables and the
-measured blocks of the results files.
-
-Import this before anything imports Airflow: it points ``AIRFLOW_HOME`` at the benchmarks' own
-home, so their Ray cluster and database never meet the test suite's or the demo's.
-"""
+"""What every benchmark shares. Import it before anything imports Airflow: it points ``AIRFLOW_HOME`` at the
+benchmarks' own home, so their Ray cluster and database never meet the test suite's or the demo's."""
 
 from __future__ import annotations
 
@@ -17,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.markdown import END, begin, measured, plain_table, put_measured  # noqa: F401 - the benchmarks' names
+from bench.markdown import measured, plain_table, put_measured  # noqa: F401 - the benchmarks' names
 from harness import airflow_cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,7 +22,6 @@ OUT = BENCH / "out"
 AIRFLOW_HOME = OUT / "airflow-home"
 BENCH_DAGS = BENCH / "dags"
 PY = sys.executable
-AIRFLOW_BIN = str(Path(sys.executable).with_name("airflow"))
 
 os.environ["AIRFLOW_HOME"] = str(AIRFLOW_HOME)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
@@ -35,8 +30,7 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(BENCH_DAGS)
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 # The bench module must be importable by `airflow dags test` and by scripts run from anywhere.
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-# Ray lets actors find the dashboard from this; with a second Ray cluster on the machine (the test
-# suite's) they could otherwise find the wrong one.
+# Where Ray Train's actors find their own cluster, not another on the machine (the test suite's).
 RAY_ADDRESS_ENV = "BENCH_RAY_ADDRESS"
 
 
@@ -44,12 +38,8 @@ def env_int(name: str, default: int) -> int:
     return int(os.environ.get(name) or default)
 
 
-def repeats(default: int = 3) -> int:
-    """``BENCH_REPEATS`` scales every figure's repeats."""
-    return env_int("BENCH_REPEATS", default)
-
-
-# --- statistics ---------------------------------------------------------------------------------
+def repeats() -> int:
+    return env_int("BENCH_REPEATS", 3)
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -69,8 +59,6 @@ def median(values: list[float]) -> float:
 
 @dataclass
 class Sample:
-    """Repeated measurements of one quantity."""
-
     values: list[float] = field(default_factory=list)
 
     @property
@@ -90,21 +78,24 @@ class Sample:
         return f"{fmt(min(self.values))}-{fmt(max(self.values))}"
 
 
-def fmt(value: float | None, digits: int = 3) -> str:
+def sample(runs: list[dict], value) -> Sample:
+    """``value`` of each run: a key, or a function of the run; a None is left out."""
+    values = (value(r) if callable(value) else r.get(value) for r in runs)
+    return Sample([v for v in values if v is not None])
+
+
+def fmt(value: float | None) -> str:
     if value is None or value != value:  # NaN
         return "-"
     if value == 0:
         return "0"
     if abs(value) >= 100:
         return f"{value:.0f}"
-    return f"{value:.{digits}g}"
+    return f"{value:.3g}"
 
 
 def ratio(ours: float, other: float) -> float:
     return ours / other if other else float("nan")
-
-
-# --- tables and figures ---------------------------------------------------------------------------
 
 
 @dataclass
@@ -145,14 +136,12 @@ class Target:
 
 
 def target(name: str, value: float, goal: float, detail: str, closing: str = "", *, at_most=True, unit="") -> Target:
-    """A target met when ``value`` is at most ``goal`` (or at least it): the detail then "met by x" or
-    "missed by x" (in ``unit``), and ``closing`` on a miss only."""
+    """Met when ``value`` is at most ``goal`` (``at_most=False``: at least); ``closing`` on a miss only."""
     if value != value:  # NaN: nothing to compare
         return Target(name, None, f"{detail}; not measured")
     met = value <= goal if at_most else value >= goal
-    return Target(
-        name, met, f"{detail}; {'met' if met else 'missed'} by {fmt(abs(goal - value))}{unit}", "" if met else closing
-    )
+    detail = f"{detail}; {'met' if met else 'missed'} by {fmt(abs(goal - value))}{unit}"
+    return Target(name, met, detail, "" if met else closing)
 
 
 def figure_key(number) -> tuple[int, str]:
@@ -180,8 +169,7 @@ TITLES = {
 
 @dataclass
 class Figure:
-    """A figure's measured part: its tables, notes from its data, its targets. How it is measured and what
-    it means are written by people around its block in results.md."""
+    """A figure's measured block: its tables, notes from its data, its targets; the prose around it is people's."""
 
     number: int | str
     title: str = ""  # "": its title in TITLES
@@ -203,15 +191,10 @@ class Figure:
         return "\n".join(parts)
 
 
-# --- raw data and processes ---------------------------------------------------------------------
-
-
-def save_raw(name: str, data) -> Path:
+def save_raw(name: str, data) -> None:
     """Every figure keeps its raw measurements in bench/out, so the tables can be checked."""
     OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / f"{name}.json"
-    path.write_text(json.dumps(data, indent=1, default=str))
-    return path
+    (OUT / f"{name}.json").write_text(json.dumps(data, indent=1, default=str))
 
 
 def log(message: str) -> None:
@@ -219,8 +202,7 @@ def log(message: str) -> None:
 
 
 def logged(call, log_name: str, check: bool) -> tuple[subprocess.CompletedProcess, float]:
-    """Run ``call`` (a command's run), timed, its output in bench/out/logs/<log_name>; (result, wall
-    seconds). Raises if it failed and ``check``."""
+    """Run ``call`` (a command's run), timed, its output in bench/out/logs/<log_name>; (result, wall seconds)."""
     started = time.monotonic()
     run = call()
     wall = time.monotonic() - started
@@ -237,13 +219,12 @@ def logged(call, log_name: str, check: bool) -> tuple[subprocess.CompletedProces
 
 
 def run_logged(
-    cmd: list[str], log_name: str, *, env: dict | None = None, timeout: float = 600, check: bool = True, cwd=REPO
+    cmd: list[str], log_name: str, *, env: dict | None = None, timeout: float = 600, cwd=REPO
 ) -> tuple[subprocess.CompletedProcess, float]:
-    """Run a command, its output logged (``logged``); (result, wall seconds). ``env`` is added to this
-    process's; a None value leaves that variable out."""
+    """A command, ``logged``; ``env`` is added to this process's (a None value leaves that variable out)."""
     env = {k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None}
     return logged(
-        lambda: subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd), log_name, check
+        lambda: subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd), log_name, True
     )
 
 
@@ -257,8 +238,7 @@ def dags_test(
 
 
 def epoch(stamp: str | None) -> float | None:
-    """Seconds since the epoch of an Airflow time: the REST API's ISO time, or the metadata database's naive
-    UTC one (sqlite)."""
+    """Seconds since the epoch of an Airflow time: the REST API's, or the metadata database's naive UTC one."""
     if not stamp:
         return None
     when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
@@ -275,23 +255,8 @@ def operator_times(path: Path, since: int, dag_id: str, run_id: str | None = Non
     notes = [json.loads(line) for line in path.read_text().splitlines()[since:]]
     notes = [n for n in notes if n["dag_id"] == dag_id and run_id in (None, n["run_id"])]
     run_id = notes[0]["run_id"]
-    notes = [n for n in notes if n["run_id"] == run_id]
-    return (
-        run_id,
-        min(n["t"] for n in notes if n["event"] == "start"),
-        max(n["t"] for n in notes if n["event"] == "done"),
-    )
-
-
-def job_of_run(hook, dag_id: str, run_id: str) -> dict:
-    """The one Ray job of a DAG run's training, by the metadata the provider gives it."""
-    (job,) = [
-        j
-        for j in hook.list_jobs()
-        if (j.get("metadata") or {}).get("airflow_run_id") == run_id
-        and (j.get("metadata") or {}).get("airflow_dag_id") == dag_id
-    ]
-    return job
+    starts, ends = ([n["t"] for n in notes if n["run_id"] == run_id and n["event"] == e] for e in ("start", "done"))
+    return run_id, min(starts), max(ends)
 
 
 def commit() -> str:

@@ -1,9 +1,5 @@
-"""Where a command's CPU goes, by kind of process: ``python -m bench.cpu_by_process OUT.json -- CMD ...``
-runs CMD (``make test``, say) and, once a second meanwhile, reads the CPU time of every process started
-since (Ray's daemons leave CMD's process tree) with ``harness/processes.py``, then writes and prints the
-CPU-seconds of each kind. An estimate for deciding what to cut, not a test: a process that lives under
-a second is missed, and the last second of each is lost (``lost_upper_s`` bounds it).
-"""
+"""Where a command's CPU goes, by kind of process (bench/README.md); ``lost_upper_s`` bounds what is missed.
+Usage: python -m bench.cpu_by_process OUT.json -- CMD ..."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Figure 10: the fixed cost of a training task. ``workload.fixed_work`` on figure 9's two hosts, from a cold
-start each time, as a ``HorovodTrainOperator`` task (DAG ``bench_fixedcost``) under ``airflow dags test`` and
-on a deployment, each against ``horovodrun``: wall time cut into stages, CPU by kind of process. Needs root
-(namespaces); otherwise the figure says why it was not measured.
-"""
+"""Figure 10: the fixed cost of a training task (DAG ``bench_fixedcost``) on figure 9's hosts, each way against
+``horovodrun``: wall time cut into stages, CPU by kind of process. Needs root; else the figure says why not."""
 
 from __future__ import annotations
 
@@ -21,19 +18,18 @@ from bench.common import (
     REPO,
     Figure,
     Row,
-    Sample,
     Target,
     commit,
     dags_test,
     epoch,
     fmt,
-    job_of_run,
     lines_in,
     log,
     median,
     operator_times,
     plain_table,
     repeats,
+    sample,
     save_raw,
     table,
     target,
@@ -41,6 +37,7 @@ from bench.common import (
 from bench.workload import STAMP
 from harness.airflow_cli import tagged_json
 from harness.processes import CpuSampler
+from harness.tasks import jobs_of
 
 TARGET_S = 10.0
 SUBNET = "10.80.0"  # apart from the tests' hosts and figure 9's
@@ -55,10 +52,8 @@ HVD = "horovodrun --gloo"
 WORK = {"features": 256, "hidden": 1024, "batch": 64, "steps": 200}
 TIMINGS_FILE = OUT / "fixedcost-operator-timings.jsonl"
 SAMPLE_S = 0.2
-# "cached" (default): Python's bytecode cached as a pip install leaves it. This machine's environment sets
-# PYTHONDONTWRITEBYTECODE=1 and the project's venvs are installed with --no-compile, so otherwise every
-# process compiles what it imports. The cache goes under bench/out, not into the shared venvs. "off": as
-# this machine has it.
+# "cached": bytecode cached under bench/out, as a pip install leaves it (this machine sets PYTHONDONTWRITEBYTECODE
+# and the venvs are installed --no-compile, so otherwise every process compiles what it imports); "off": as it is.
 BYTECODE = os.environ.get("BENCH_BYTECODE", "cached")
 WAYS = {
     "dagstest": "A, `airflow dags test`",
@@ -68,9 +63,6 @@ WAYS = {
 PROVIDER_IMPORTS = ("airflow_provider_horovod.plugins.training", "airflow_provider_horovod.operators.horovod")
 # Processes of other sessions' work, by kind: their tests and their (nice'd) compiles.
 OTHER_WORK = ("other work on the machine (pytest)", "cc1plus", "cc1", "ld", "as", "ninja", "cmake", "make")
-
-
-# --- the ways ------------------------------------------------------------------------------------------
 
 
 def through_horovodrun(bench) -> dict:
@@ -94,13 +86,11 @@ def rank_stages(s: dict) -> dict:
 
 
 def sampled(cpu: CpuSampler) -> dict:
-    """CPU seconds by kind of process, and the machine's, over a run."""
     return {"cpu": cpu.by_kind(), "machine_cpu_s": cpu.machine_s}
 
 
 def bench_env(bench, following: bool = False) -> dict[str, str]:
-    """What the bench DAG's task reads (``bench/dags/bench_dags.py``): the connection, storage, cluster,
-    work and where the timed operator notes its start and result."""
+    """What the task of ``bench_fixedcost`` reads (``bench/dags/bench_dags.py``)."""
     env = {
         "BENCH_TIMINGS_FILE": str(TIMINGS_FILE),
         "BENCH_FIXEDCOST_CONN": CONN_ID,
@@ -113,13 +103,14 @@ def bench_env(bench, following: bool = False) -> dict[str, str]:
     return env
 
 
-def job_stages(run_id: str, execute_at: float, result_at: float) -> tuple[dict, dict]:
-    """The stages from the operator's execute to its result, from the Ray job of the run (its start and
-    end), the runtime's record (``timings``) and rank 0's stamps; and what they came from."""
+def task_stages(before: int, run_id: str | None, start: float, end: float, names: tuple[str, str]) -> tuple[dict, dict]:
+    """A task's stages from ``start`` to ``end`` (``names``: the first's and the last's), from the timed operator's
+    notes after line ``before``, the run's Ray job, the runtime's record and rank 0's stamps; and their sources."""
     from airflow_provider_horovod.hooks.ray import RayHook
 
+    run_id, execute_at, result_at = operator_times(TIMINGS_FILE, before, DAG_ID, run_id)
     hook = RayHook(ray_conn_id=CONN_ID)
-    job = job_of_run(hook, DAG_ID, run_id)
+    (job,) = jobs_of(hook, run_id, DAG_ID)
     logs = hook.get_job_logs(job["submission_id"])
     s, record = tagged_json(logs, STAMP)[-1], tagged_json(logs, "AHP_RESULT")[-1]
     t = record["timings"]
@@ -128,6 +119,7 @@ def job_stages(run_id: str, execute_at: float, result_at: float) -> tuple[dict, 
     fit_at = t.get("fit_started_at") or t["started_at"]
     fit_end = fit_at + t["fit_s"] if t.get("fit_started_at") else t["finished_at"]
     stages = {
+        names[0]: execute_at - start,
         "submit: plan, checks, package upload": job_start - execute_at,
         "Ray job: supervisor, runtime env, driver process": driver_at - job_start,
         "driver: imports, payload, trainer": fit_at - driver_at,
@@ -136,6 +128,7 @@ def job_stages(run_id: str, execute_at: float, result_at: float) -> tuple[dict, 
         "Train's end: workers done to fit() returned": fit_end - s["work_done"],
         "driver's end: record, exit, job ended": job_end - fit_end,
         STAGE_RESULT: result_at - job_end,
+        names[1]: end - result_at,
     }
     return stages, {"submission_id": job["submission_id"], "timings": t, "job_end": job_end}
 
@@ -146,21 +139,15 @@ def through_dags_test(bench) -> dict:
         started = time.time()
         run, _ = dags_test(DAG_ID, f"fixedcost-{uuid.uuid4().hex[:6]}.log", env=bench_env(bench))
         ended = time.time()
-    run_id, execute_at, result_at = operator_times(TIMINGS_FILE, before, DAG_ID)
-    inner, facts = job_stages(run_id, execute_at, result_at)
-    stages = {
-        STAGE_DAGS_TEST_START: execute_at - started,
-        **inner,
-        "Airflow: task end, dags test exit": ended - result_at,
-    }
+    names = (STAGE_DAGS_TEST_START, "Airflow: task end, dags test exit")
+    stages, facts = task_stages(before, None, started, ended, names)
     deferred = "new_state=deferred" in run.stdout + run.stderr
     return {"total_s": ended - started, "stages": stages, **sampled(cpu), "deferred": deferred, **facts}
 
 
 def through_deployment(stack) -> dict:
-    """The task run by a running deployment, triggered through the REST API: from the task's start to its
-    end as Airflow records them (``start_date``, ``end_date``), and from its first queuing (``queued_when``,
-    read while the run starts: a resume queues the task again)."""
+    """The task on a deployment: its start to its end as Airflow records them, and from its first queuing (read
+    while the run starts: a resume queues the task again)."""
     before = lines_in(TIMINGS_FILE)
     with CpuSampler(SAMPLE_S) as cpu:
         triggered = time.time()
@@ -177,13 +164,8 @@ def through_deployment(stack) -> dict:
     if ti["state"] != "success":
         raise RuntimeError(f"{DAG_ID} {run_id}: train {ti['state']}: {stack.log_tail('scheduler')}")
     start, end = epoch(ti["start_date"]), epoch(ti["end_date"])
-    _, execute_at, result_at = operator_times(TIMINGS_FILE, before, DAG_ID, run_id)
-    inner, facts = job_stages(run_id, execute_at, result_at)
-    stages = {
-        "Airflow: task start to the operator's execute": execute_at - start,
-        **inner,
-        "Airflow: the operator's result to the task's end": end - result_at,
-    }
+    names = ("Airflow: task start to the operator's execute", "Airflow: the operator's result to the task's end")
+    stages, facts = task_stages(before, run_id, start, end, names)
     deferred = any("defer" in str(r.get("event", "")).lower() for r in stack.task_log(DAG_ID, run_id, "train"))
     found = {"total_s": end - start, "from_queued_s": end - queued_at if queued_at else None, "stages": stages}
     found.update(from_trigger_s=end - triggered, queued_to_start_s=start - queued_at if queued_at else None)
@@ -191,8 +173,7 @@ def through_deployment(stack) -> dict:
 
 
 def floor(stack) -> dict:
-    """A task of Airflow's own that does nothing, the same way: ``airflow dags test`` start to exit, or on
-    the deployment its start to its end and from its first queuing."""
+    """Airflow's floor, the same way: ``airflow dags test`` start to exit, or the deployment's task times."""
     if stack is None:
         _, wall = dags_test(FLOOR_DAG_ID, f"fixedcost-floor-{uuid.uuid4().hex[:6]}.log")
         return {"total_s": wall}
@@ -202,13 +183,12 @@ def floor(stack) -> dict:
     return {"total_s": end - start, "from_queued_s": end - epoch(ti["queued_when"])}
 
 
-def provider_import_s(repeats_: int = 3) -> dict[str, float]:
-    """Seconds the provider's own imports add to an Airflow process that has Airflow loaded (its plugin,
-    which every process that loads plugins imports, and the operator a DAG file imports), from Python's
-    ``-X importtime``; medians of ``repeats_`` fresh processes."""
+def provider_import_s() -> dict[str, float]:
+    """Seconds the provider's plugin and operator add to an Airflow process that has Airflow loaded (``-X
+    importtime``, medians of 3 fresh processes)."""
     code = "import airflow.plugins_manager, airflow.sdk\n" + "".join(f"import {m}\n" for m in PROVIDER_IMPORTS)
     found: dict[str, list[float]] = {m: [] for m in PROVIDER_IMPORTS}
-    for _ in range(repeats_):
+    for _ in range(3):
         cmd = [sys.executable, "-X", "importtime", "-c", code]
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
         for line in done.stderr.splitlines():
@@ -218,12 +198,8 @@ def provider_import_s(repeats_: int = 3) -> dict[str, float]:
     return {m: median(v) for m, v in found.items() if v}
 
 
-# --- the runs ------------------------------------------------------------------------------------------
-
-
 def selected_ways() -> list[str]:
-    """``BENCH_FIXEDCOST_WAYS``: the ways measured now (each against horovodrun; ``none``: none); the figure
-    shows every way last measured (``bench/out/fixedcost-<way>.json``)."""
+    """``BENCH_FIXEDCOST_WAYS``: the ways measured now; the figure shows every way last measured."""
     given = os.environ.get("BENCH_FIXEDCOST_WAYS") or "dagstest,deployment"
     wanted = [w.strip() for w in given.split(",") if w.strip() and given != "none"]
     if unknown := set(wanted) - set(WAYS):
@@ -254,9 +230,7 @@ def measure_way(way: str, n: int) -> dict:
                 raw["floor"].append(floor(stack))
                 b, a = raw["horovodrun"][-1]["total_s"], raw["a"][-1]["total_s"]
                 log(f"  {way} {i + 1}/{n}: horovodrun {b:.1f} s, A {a:.1f} s")
-    raw["ended_at"], raw["load_end"] = time.time(), os.getloadavg()
-    raw["provider_import_s"] = provider_import_s()
-    raw["commit"] = commit()
+    raw.update(ended_at=time.time(), load_end=os.getloadavg(), provider_import_s=provider_import_s(), commit=commit())
     save_raw(f"fixedcost-{way}", raw)
     return raw
 
@@ -280,62 +254,24 @@ def figure() -> Figure:
         if way != "dagstest" and (reason := postgres.unavailable_reason()):
             fig.notes.append(f"The deployment way was not measured: {reason}.")
             continue
-        measure_way(way, repeats(3))
+        measure_way(way, repeats())
     before = os.environ.get("BENCH_FIXEDCOST_BEFORE")
     return figure_of(fig, load_raws(), load_raws(Path(before)) if before else {})
 
 
-# --- the figure ----------------------------------------------------------------------------------------
+def work(run: dict) -> float:
+    return run["stages"]["work"]
 
 
-def totals(runs: list[dict]) -> Sample:
-    return Sample([r["total_s"] for r in runs])
-
-
-def steps(runs: list[dict]) -> Sample:
-    return Sample([r["stages"]["work"] for r in runs])
-
-
-def machine(runs: list[dict]) -> Sample:
-    return Sample([r["machine_cpu_s"] for r in runs])
-
-
-def outside_work(runs: list[dict]) -> Sample:
-    """Each run's wall time less its own steps (``work``): the launch, the start and the end."""
-    return Sample([r["total_s"] - r["stages"]["work"] for r in runs])
+def outside_work(run: dict) -> float:
+    """A run's wall time less its own steps: the launch, the start and the end."""
+    return run["total_s"] - work(run)
 
 
 def figure_of(fig: Figure, raws: dict[str, dict], earlier: dict[str, dict]) -> Figure:
     """The tables and targets from the raw data of each way (and of an earlier code's, to compare)."""
     for way, raw in raws.items():
-        a, b, name = raw["a"], raw["horovodrun"], WAYS[way]
-        label = "training task (airflow dags test)" if way == "dagstest" else "training task on a deployment"
-        when = f"measured {time.strftime('%H:%M', time.gmtime(raw['ended_at']))} UTC, code {raw['commit']}"
-        outside = f"{name}: outside the work (wall less the steps)"
-        rows = [
-            Row(f"{name}: wall", label, totals(a), HVD, totals(b), "s", when),
-            Row(f"{name}: the work itself", label, steps(a), HVD, steps(b), "s", "same steps"),
-            Row(f"{name}: machine CPU over the run", label, machine(a), HVD, machine(b), "CPU-s", "2 cores"),
-            Row(outside, label, outside_work(a), HVD, outside_work(b), "s", "the fixed cost"),
-        ]
-        queued = [r["from_queued_s"] for r in a if r.get("from_queued_s") is not None]
-        if way != "dagstest":
-            rows.append(Row(f"{name}: from the first queuing to the end", label, Sample(queued), HVD, totals(b), "s"))
-        fig.tables.append(table(rows))
-        what = "`airflow dags test`, start to exit" if way == "dagstest" else f"{name[3:]}, the task's start to its end"
-        closing = "see the stages: Ray Train's processes and Ray's job starting on 2 shared cores"
-        if way == "dagstest":
-            floor_s = median([f["total_s"] for f in raw.get("floor", [])])
-            closing = f"`airflow dags test` of a task of Airflow's own that does nothing takes {fmt(floor_s)} s here"
-        for goal, row in (
-            (f"a training task's excess over horovodrun on the same hosts, same work ({what})", rows[0]),
-            (f"the same, outside the work itself (each way's wall less its own steps; {what})", rows[3]),
-        ):
-            excess = row.a.median - row.b.median
-            detail = f"{fmt(excess)} s ({fmt(row.a.median)} s against {fmt(row.b.median)} s, medians of {row.a.n})"
-            if way != "dagstest" and queued and row is rows[0]:
-                detail += f"; from the first queuing {fmt(median(queued) - row.b.median)} s"
-            fig.targets.append(target(f"10. {goal}: at most 10 s", excess, TARGET_S, detail, closing, unit=" s"))
+        way_of(fig, way, raw)
     fig.tables += [stage_table(raws), cpu_table(raws)] + ([before_after(earlier, raws)] if earlier else [])
     fig.tables.append(conditions_table(raws))
     if imports := next(iter(raws.values()), {}).get("provider_import_s"):
@@ -346,6 +282,41 @@ def figure_of(fig: Figure, raws: dict[str, dict], earlier: dict[str, dict]) -> F
         )
     fig.seconds = sum(raw["ended_at"] - raw["started_at"] for raw in raws.values())  # its runs
     return fig
+
+
+def way_of(fig: Figure, way: str, raw: dict) -> None:
+    """One way's table of A against horovodrun, and its targets."""
+    a, b, name, dagstest = raw["a"], raw["horovodrun"], WAYS[way], way == "dagstest"
+    label = "training task (airflow dags test)" if dagstest else "training task on a deployment"
+    when = f"measured {time.strftime('%H:%M', time.gmtime(raw['ended_at']))} UTC, code {raw['commit']}"
+
+    def vs(what: str, value, unit: str = "s", note: str = "", b_value=None) -> Row:
+        return Row(f"{name}: {what}", label, sample(a, value), HVD, sample(b, b_value or value), unit, note)
+
+    rows = [
+        vs("wall", "total_s", note=when),
+        vs("the work itself", work, note="same steps"),
+        vs("machine CPU over the run", "machine_cpu_s", "CPU-s", "2 cores"),
+        vs("outside the work (wall less the steps)", outside_work, note="the fixed cost"),
+    ]
+    queued = sample(a, "from_queued_s").values
+    if not dagstest:
+        rows.append(vs("from the first queuing to the end", "from_queued_s", b_value="total_s"))
+    fig.tables.append(table(rows))
+    what = "`airflow dags test`, start to exit" if dagstest else f"{name[3:]}, the task's start to its end"
+    closing = "see the stages: Ray Train's processes and Ray's job starting on 2 shared cores"
+    if dagstest:
+        floor_s = median([f["total_s"] for f in raw.get("floor", [])])
+        closing = f"`airflow dags test` of a task of Airflow's own that does nothing takes {fmt(floor_s)} s here"
+    for goal, row in (
+        (f"a training task's excess over horovodrun on the same hosts, same work ({what})", rows[0]),
+        (f"the same, outside the work itself (each way's wall less its own steps; {what})", rows[3]),
+    ):
+        excess = row.a.median - row.b.median
+        detail = f"{fmt(excess)} s ({fmt(row.a.median)} s against {fmt(row.b.median)} s, medians of {row.a.n})"
+        if queued and row is rows[0]:
+            detail += f"; from the first queuing {fmt(median(queued) - row.b.median)} s"
+        fig.targets.append(target(f"10. {goal}: at most 10 s", excess, TARGET_S, detail, closing, unit=" s"))
 
 
 def stage_table(raws: dict[str, dict]) -> str:
@@ -372,13 +343,13 @@ def before_after(before: dict[str, dict], after: dict[str, dict]) -> str:
     def medians(raw: dict) -> dict[str, float]:
         a, b = raw["a"], raw["horovodrun"]
         found = {name: median([r["stages"][name] for r in a if name in r["stages"]]) for name in a[0]["stages"]}
-        totals = (median([r["total_s"] for r in a]), median([r["total_s"] for r in b]))
+        totals = (sample(a, "total_s").median, sample(b, "total_s").median)
         return {
             **found,
             "**total A**": totals[0],
             "B (horovodrun)": totals[1],
             "**excess**": totals[0] - totals[1],
-            "**excess outside the work**": outside_work(a).median - outside_work(b).median,
+            "**excess outside the work**": sample(a, outside_work).median - sample(b, outside_work).median,
         }
 
     rows = []
@@ -393,13 +364,13 @@ def before_after(before: dict[str, dict], after: dict[str, dict]) -> str:
     return plain_table(["way", "stage (medians, s)", f"before ({code(before)})", f"after ({code(after)})"], rows)
 
 
-def cpu_table(raws: dict[str, dict], top: int = 16) -> str:
+def cpu_table(raws: dict[str, dict]) -> str:
     columns = []
     for way, raw in raws.items():
         columns += [(f"{WAYS[way]}: CPU-s", raw["a"]), ("B beside it: CPU-s", raw["horovodrun"])]
     kinds = {kind for _, runs in columns for r in runs for kind in r["cpu"]}
     cells = {kind: [median([r["cpu"].get(kind, 0.0) for r in runs]) for _, runs in columns] for kind in kinds}
-    order = sorted(kinds, key=lambda k: -sum(cells[k]))[:top]
+    order = sorted(kinds, key=lambda k: -sum(cells[k]))[:16]
     header = ["process (by kind), medians"] + [c for c, _ in columns]
     return plain_table(header, [[k] + [fmt(c) for c in cells[k]] for k in order])
 

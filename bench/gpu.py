@@ -1,6 +1,5 @@
-"""The GPU path, on a machine with NVIDIA GPUs: a check, and figure 6 (training path) on the GPU, through the
-provider's job entrypoint (no Airflow, as on a Ray node) against Ray's own paths; writes the measured blocks
-of bench/results-gpu.md.
+"""The GPU path on a machine with NVIDIA GPUs: a check, and figure 6 (training path) on the GPU through the
+provider's job entrypoint (no Airflow, as on a Ray node) against Ray's own paths, into bench/results-gpu.md.
 
     python -m bench.gpu          # BENCH_REPEATS=3 by default; Horovod built with HOROVOD_GPU_OPERATIONS=NCCL
 """
@@ -16,6 +15,7 @@ import sys
 import tempfile
 import time
 import uuid
+from importlib.metadata import version
 
 from airflow_provider_horovod.local import end_cluster
 from bench.common import (
@@ -83,12 +83,6 @@ def gpu_probe(config: dict) -> None:
         ray.train.report(metrics)
 
 
-def gpu_count() -> int:
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
 def start_head(temp_dir: str, gpus: int) -> str:
     """A local Ray head with the machine's GPUs; NCCL_DEBUG reaches the workers through it."""
     port = free_port()
@@ -108,7 +102,6 @@ def run_entrypoint(
     from airflow_provider_horovod.documents import ResultRecord
     from airflow_provider_horovod.plan import training_plan
 
-    # HorovodTrainOperator's parameters as its plan gets them, each checked (no Airflow on the GPU machine).
     given = {**OPERATOR_DEFAULTS, "train_fn": train_fn, "train_loop_config": config, "num_workers": num_workers}
     given.update(use_gpu=True, trainer_api=trainer_api, storage_path=storage)
     plan = training_plan(
@@ -148,6 +141,7 @@ def check(address: str, gpus: int, storage: str) -> list[dict]:
         metrics = record["metrics"]
         ranks = json.loads(metrics["ranks"])
         expected = gpus * (gpus + 1) / 2
+        checkpoint = record["checkpoint_uri"]
         problems = []
         if metrics["sum"] != expected:
             problems.append(f"allreduced sum {metrics['sum']} != {expected}")
@@ -158,11 +152,11 @@ def check(address: str, gpus: int, storage: str) -> list[dict]:
         # Horovod's rule needs every local rank to see all the node's GPUs it uses.
         if any(len((r["visible_devices"] or "").split(",")) < r["local_size"] for r in ranks):
             problems.append(f"a rank does not see its node's GPUs: {ranks}")
-        if not record["checkpoint_uri"] or not os.path.isfile(os.path.join(record["checkpoint_uri"], "probe.pt")):
-            problems.append(f"no checkpoint at {record['checkpoint_uri']}")
+        if not checkpoint or not os.path.isfile(os.path.join(checkpoint, "probe.pt")):
+            problems.append(f"no checkpoint at {checkpoint}")
         nccl_lines = [line for line in output.splitlines() if "NCCL INFO" in line]
         found = {"trainer_api": api, "world_size": record["world_size"], "sum": metrics["sum"], "expected": expected}
-        found.update(ranks=ranks, checkpoint_uri=record["checkpoint_uri"], nccl_info_lines=len(nccl_lines), wall_s=wall)
+        found.update(ranks=ranks, checkpoint_uri=checkpoint, nccl_info_lines=len(nccl_lines), wall_s=wall)
         found.update(nccl_sample=nccl_lines[:8], versions={k: metrics[k] for k in ("torch", "cuda", "nccl")})
         checks.append({**found, "problems": problems})
         log(
@@ -215,7 +209,7 @@ def write(gpus: int, checks: list[dict], records: list[dict], n: int, seconds: f
     ]
     versions = checks[0]["versions"] if checks else {}
     stack = f"Python {platform.python_version()}, torch {versions.get('torch')} (CUDA {versions.get('cuda')}, NCCL "
-    stack += f"{versions.get('nccl')}), ray {_version('ray')}, horovod {_version('horovod')}"
+    stack += f"{versions.get('nccl')}), ray {version('ray')}, horovod {version('horovod')}"
     conditions = [
         ["date (UTC)", time.strftime("%Y-%m-%d %H:%M", time.gmtime())],
         ["took", f"{seconds / 60:.1f} min"],
@@ -237,22 +231,14 @@ def write(gpus: int, checks: list[dict], records: list[dict], n: int, seconds: f
     RESULTS.write_text(put_measured(text, "gpu figure 6", figure, "## 6. Training path on the GPU"))
 
 
-def _version(name: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return "?"
-
-
 def main() -> int:
-    gpus = gpu_count()
-    if not gpus:
+    import torch
+
+    if not (gpus := torch.cuda.device_count() if torch.cuda.is_available() else 0):
         print("bench.gpu needs a machine with NVIDIA GPUs and torch with CUDA.", file=sys.stderr)
         return 2
     started = time.monotonic()
-    n = repeats(3)
+    n = repeats()
     temp_dir = tempfile.mkdtemp(prefix="ahp-gpu-")
     storage = str(OUT / "gpu-storage")
     shutil.rmtree(storage, ignore_errors=True)

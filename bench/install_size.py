@@ -1,6 +1,5 @@
 """Figure 7: install size of the Airflow side: stock Airflow, then the provider's wheel, then its ``[amazon]``
-extra, and ``ray[default]`` (the previous packaging) for contrast, in fresh venvs under bench/out.
-"""
+extra, and ``ray[default]`` (the previous packaging) for contrast, in fresh venvs under bench/out."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ def top_level(venv: Path) -> dict[str, int]:
     return out
 
 
-# Without the benchmarks' PYTHONPATH: with the checkout on the path, pip would take the provider for
-# installed already.
+# Without the benchmarks' PYTHONPATH: with the checkout on it, pip would take the provider for installed.
 CLEAN = {"PYTHONPATH": None, "PYTHONHOME": None, "VIRTUAL_ENV": None}
 
 
@@ -50,13 +48,15 @@ def freeze(venv: Path) -> set[str]:
     return {line.split("==")[0].lower() for line in run.stdout.splitlines() if "==" in line}
 
 
-def pip_install(venv: Path, args: list[str], log_name: str, expect: str | None = None) -> float:
+def install(name: str, venv: Path, args: list[str], log_name: str, before: dict, expect: str | None = None) -> dict:
+    """``pip install`` of ``args`` into ``venv``: the step's record, against the one ``before``."""
+    log(f"{name}: pip install {' '.join(args)}")
     cmd = [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", *args]
-    run, wall = run_logged(cmd, log_name, env=CLEAN, timeout=1200, cwd=venv)
+    run, wall = run_logged(cmd, f"install-size-{log_name}.log", env=CLEAN, timeout=1200, cwd=venv)
     installed = [line for line in run.stdout.splitlines() if line.startswith("Successfully installed")]
     if expect and not any(expect in line for line in installed):
         raise RuntimeError(f"pip did not install {expect} (found installed already: a path leaking into the venv?)")
-    return wall
+    return step(name, venv, before, wall)
 
 
 def base_python() -> str:
@@ -103,21 +103,13 @@ def figure() -> Figure:
     ).stdout.strip()
     fig = Figure(7)
     try:
-        log(f"fresh venv ({python}) + {AIRFLOW}")
+        log(f"fresh venv ({python})")
         subprocess.run([python, "-m", "venv", str(stock)], check=True)
-        empty = step("empty venv", stock, None, 0.0)
-        wall = pip_install(stock, [AIRFLOW], "install-size-airflow.log")
-        records.append(step(f"stock {AIRFLOW}", stock, empty, wall))
+        records.append(install(f"stock {AIRFLOW}", stock, [AIRFLOW], "airflow", step("empty venv", stock, None, 0.0)))
         shutil.copytree(stock, contrast, symlinks=True)
-        log(f"+ provider core ({whl.name})")
-        wall = pip_install(stock, [str(whl)], "install-size-core.log", expect="airflow-provider-horovod")
-        records.append(step("+ provider (core)", stock, records[0], wall))
-        log("+ [amazon]")
-        wall = pip_install(stock, [f"{whl}[amazon]"], "install-size-amazon.log")
-        records.append(step("+ [amazon]", stock, records[1], wall))
-        log(f"contrast: stock + {RAY}")
-        wall = pip_install(contrast, [RAY], "install-size-ray.log")
-        records.append(step(f"stock + {RAY} (previous packaging)", contrast, records[0], wall))
+        records.append(install("+ provider (core)", stock, [str(whl)], "core", records[0], "airflow-provider-horovod"))
+        records.append(install("+ [amazon]", stock, [f"{whl}[amazon]"], "amazon", records[1]))
+        records.append(install(f"stock + {RAY} (previous packaging)", contrast, [RAY], "ray", records[0]))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     save_raw("install_size", [{k: v for k, v in r.items() if k != "entries"} for r in records])

@@ -42,8 +42,6 @@ FLAT = 1.5  # "flat": the per-poll cost at the longest log within this factor of
 OURS, WHOLE = "RayJobTrigger (log windows)", "whole log every poll"
 ALONE, BESIDE = "A's window, A alone", "B's window, minus A's"
 
-# --- the children -------------------------------------------------------------------------------
-
 
 class LineFile(logging.Handler):
     """Writes the streamed lines to a file (what the triggerer does with the task log), counting them."""
@@ -65,7 +63,6 @@ class LineFile(logging.Handler):
 
 
 def lines_logger(name: str, handler: LineFile) -> logging.Logger:
-    """A logger that writes only to ``handler``."""
     out = logging.getLogger(name)
     out.addHandler(handler)
     out.setLevel(logging.INFO)
@@ -99,8 +96,7 @@ async def follow(sid: str, prefix: str) -> None:
     RayHook._a_request = noted
     policy = {"poll_interval_s": POLL_S, "pending_timeout_s": None, "stall_timeout_s": None}
     trigger = RayJobTrigger(submission_id=sid, policy=policy)
-    # The lines go to a file through a plain logging handler (the same writer as B's), in place of the
-    # triggerer's routing of a trigger's log into the task log.
+    # Into a file through the same writer as B's, in place of the triggerer's routing into the task log.
     trigger._log = lines_logger("bench.follow", handler)
     started = time.process_time()
     async for event in trigger.run():
@@ -143,9 +139,6 @@ async def whole(sid: str, prefix: str) -> None:
             print(TAG + " " + json.dumps(polls), flush=True)
 
 
-# --- the parent ---------------------------------------------------------------------------------
-
-
 def job_code(lines: int, rate: int) -> str:
     batch = max(1, rate // 10)
     return (
@@ -176,18 +169,16 @@ def figure(cluster) -> Figure:
     rate = env_int("BENCH_LOGSTREAM_RATE", 300)
     window = env_int("BENCH_LOGSTREAM_WINDOW", 5)
     targets = [t for t in (1_000, 10_000, 50_000, 100_000) if t <= total]
-    fig = Figure("4b")
     hook = RayHook()
     prefix = str(OUT / "logstream")
     for suffix in ("-progress.jsonl", "-summary.json", "-lines.txt", "-whole-lines.txt"):
         Path(prefix + suffix).unlink(missing_ok=True)
     sid = f"bench-logstream-{os.getpid()}-{int(time.time())}"
-    code = job_code(total, rate)
-    hook.submit_job(entrypoint=f"python -c {shlex.quote(code)}", submission_id=sid, metadata={"bench": "logstream"})
+    code = shlex.quote(job_code(total, rate))
+    hook.submit_job(entrypoint=f"python -c {code}", submission_id=sid, metadata={"bench": "logstream"})
     groups = {k: v for k, v in process_groups(cluster.temp_dir).items() if k in ("dashboard", "dashboard agent")}
-    logs = OUT / "logs"
+    logs, progress_file = OUT / "logs", Path(prefix + "-progress.jsonl")
     logs.mkdir(parents=True, exist_ok=True)
-    progress_file = OUT / "logstream-progress.jsonl"
     head0, wall0 = cluster_cpu(groups), time.time()
     a_out = open(logs / "logstream-follow.log", "w")
     a = subprocess.Popen([PY, "-m", "bench.logstream", "follow", sid, prefix], stdout=a_out, stderr=subprocess.STDOUT)
@@ -205,7 +196,7 @@ def figure(cluster) -> Figure:
                     raise RuntimeError(
                         f"the following trigger ended early (rc {a.returncode}); see {logs / 'logstream-follow.log'}"
                     )
-                if len(samples) >= 3 and samples[-1][4] > 0 and samples[-1][4] >= start_at:
+                if len(samples) >= 3 and samples[-1][4] >= max(1, start_at):
                     break
                 time.sleep(0.2)
             log(f"log at {samples[-1][4]} lines: windows for ~{target}")
@@ -221,8 +212,7 @@ def figure(cluster) -> Figure:
             h2, t2 = cluster_cpu(groups), time.time()
             found = {"target": target, "a_only": [t0, t1], "a_b": [t1, t2], "b_polls": polls}
             found["head_a"] = {k: (h1[k] - h0[k]) / (t1 - t0) for k in h0}
-            found["head_ab"] = {k: (h2[k] - h1[k]) / (t2 - t1) for k in h0}
-            windows.append(found)
+            windows.append({**found, "head_ab": {k: (h2[k] - h1[k]) / (t2 - t1) for k in h0}})
         a.wait(timeout=total / rate + 600)
         head1, wall1 = cluster_cpu(groups), time.time()
     finally:
@@ -243,7 +233,7 @@ def figure(cluster) -> Figure:
     raw.update(head_run={k: (head1[k] - head0[k]) / (wall1 - wall0) for k in head0}, run_s=wall1 - wall0)
     raw["job_log_bytes"] = len(job_log)
     save_raw("logstream", raw)
-    return build(fig, raw, job_log)
+    return build(Figure("4b"), raw, job_log)
 
 
 def check_lines(job_log: str) -> tuple[bool, str]:
@@ -267,8 +257,7 @@ def check_lines(job_log: str) -> tuple[bool, str]:
 
 def build(fig: Figure, raw: dict, job_log: str) -> Figure:
     samples = raw["samples"]
-    # Per poll of A: (start time, CPU to the next poll's start, log bytes fetched, log requests, lines before it,
-    # lines it brought).
+    # Per poll of A: start time, CPU to the next poll, log bytes, log requests, lines before it, lines it brought.
     polls = [(s[0], n[1] - s[1], n[2] - s[2], n[3] - s[3], s[4], n[4] - s[4]) for s, n in zip(samples, samples[1:])]
     rows, details, lengths = [], [], []
     for w in raw["windows"]:
@@ -285,14 +274,12 @@ def build(fig: Figure, raw: dict, job_log: str) -> Figure:
             Row(f"{label}: log bytes fetched per poll", OURS, a_bytes, WHOLE, b_bytes, "KiB"),
             Row(f"{label}: head CPU (dashboard + agent)", ALONE, alone, BESIDE, beside, "% of a core"),
         ]
-        percents = {
-            k: " / ".join(fmt(w[k][g] * 100) for g in ("dashboard", "dashboard agent")) for k in ("head_a", "head_ab")
-        }
         details.append(
             [f"~{w['target']:,}", f"{fmt(min(length.values or [0]))}-{fmt(max(length.values or [0]))}", str(len(mine))]
             + [fmt(median([p[5] for p in mine])), fmt(median([p[3] for p in mine]))]
             + [fmt(a_cpu.median), fmt(a_bytes.median)]
-            + [percents["head_a"], percents["head_ab"], str(len(b)), fmt(b_cpu.median), fmt(b_bytes.median)]
+            + [" / ".join(fmt(w[k][g] * 100) for g in ("dashboard", "dashboard agent")) for k in ("head_a", "head_ab")]
+            + [str(len(b)), fmt(b_cpu.median), fmt(b_bytes.median)]
             + [fmt(median([p["wall_s"] * 1000 for p in b])), str(sum(1 for p in mine if p[0] < w["a_only"][1]))]
         )
         lengths.append((a_cpu, a_bytes, length))
@@ -302,30 +289,29 @@ def build(fig: Figure, raw: dict, job_log: str) -> Figure:
     header += ["head, A + B: dashboard / agent %"]
     header += ["B polls", "B CPU / poll (ms)", "B KiB / poll", "B poll wall (ms)", "A polls in the A-only window"]
     fig.tables.append(plain_table(header, details))
-    summary, run_s, head = raw["summary"], raw["run_s"], raw["head_run"]
+    summary, run_s, head, log_bytes = raw["summary"], raw["run_s"], raw["head_run"], raw["job_log_bytes"]
+    fetched, cpu_s, ended = summary["log_bytes"], summary["cpu_s"], summary["event"]
     ok, lines = check_lines(job_log)
     fig.notes.append(
-        f"Whole run ({run_s:.0f} s, the job's {raw['total']:,} lines = {raw['job_log_bytes'] / (1 << 20):.1f} MiB): "
-        f"A made {len(samples)} polls and {summary['log_requests']} log-window requests, fetched "
-        f"{summary['log_bytes'] / (1 << 20):.1f} MiB of log "
-        f"({summary['log_bytes'] / max(1, raw['job_log_bytes']):.2f}x the log) and used {summary['cpu_s']:.1f} s of "
-        f"CPU ({summary['cpu_s'] / run_s * 100:.1f}% of a core); the "
-        f"head's dashboard used {head['dashboard'] * 100:.1f}% and its agent {head['dashboard agent'] * 100:.1f}% of a "
-        f"core over the run (B's windows included). The job ended "
-        f"{summary['event'].get('job_status') or summary['event'].get('outcome')}."
+        f"Whole run ({run_s:.0f} s, the job's {raw['total']:,} lines = {log_bytes / (1 << 20):.1f} MiB): A made "
+        f"{len(samples)} polls and {summary['log_requests']} log-window requests, fetched {fetched / (1 << 20):.1f} "
+        f"MiB of log ({fetched / max(1, log_bytes):.2f}x the log) and used {cpu_s:.1f} s of CPU "
+        f"({cpu_s / run_s * 100:.1f}% of a core); the head's dashboard used {head['dashboard'] * 100:.1f}% and its "
+        f"agent {head['dashboard agent'] * 100:.1f}% of a core over the run (B's windows included). The job ended "
+        f"{ended.get('job_status') or ended.get('outcome')}."
     )
     fig.notes.append(f"Streamed lines against the job's log: {lines}.")
     name = "4b. per-poll cost flat as the log grows (longest log within 1.5x of the shortest)"
     if len(lengths) > 1:
         (cpu0, bytes0, length0), (cpu1, bytes1, length1) = lengths[0], lengths[-1]
-        grew = max(ratio(cpu1.median, cpu0.median), ratio(bytes1.median, bytes0.median))
+        cpu_x, bytes_x = ratio(cpu1.median, cpu0.median), ratio(bytes1.median, bytes0.median)
         detail = (
             f"at {fmt(length1.median)} lines against {fmt(length0.median)}: CPU per poll {fmt(cpu1.median)} against "
-            f"{fmt(cpu0.median)} ms ({fmt(ratio(cpu1.median, cpu0.median))}x), bytes per poll {fmt(bytes1.median)} "
-            f"against {fmt(bytes0.median)} KiB ({fmt(ratio(bytes1.median, bytes0.median))}x)"
+            f"{fmt(cpu0.median)} ms ({fmt(cpu_x)}x), bytes per poll {fmt(bytes1.median)} against {fmt(bytes0.median)} "
+            f"KiB ({fmt(bytes_x)}x)"
         )
         closing = "see the log requests per poll: a window that cannot be placed is asked for again, longer"
-        fig.targets.append(target(name, grew, FLAT, detail, closing, unit="x"))
+        fig.targets.append(target(name, max(cpu_x, bytes_x), FLAT, detail, closing, unit="x"))
     else:
         fig.targets.append(Target(name, None, "fewer than two log lengths measured"))
     closing = "" if ok else "see bench/out/logstream-lines.txt against the job's log"

@@ -1,6 +1,5 @@
-"""The results files' markdown: plain tables, and the measured blocks among people's prose. No side
-effect on import (``bench.common`` sets the benchmarks' environment; ``make chaos`` writes its figure
-with these and has no use for that)."""
+"""The results files' markdown: plain tables, and the measured blocks among people's prose. No side effect on
+import, unlike ``bench.common``: ``make chaos`` and ``bench.setup_time`` write with these too."""
 
 from __future__ import annotations
 

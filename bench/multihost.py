@@ -1,7 +1,6 @@
-"""Figure 9: across hosts (network namespaces, one Horovod rank per host): steps/s through the operator and
-a benchmark script through ``train_script``, each against ``horovodrun``; an elastic run losing a host and
-getting it back. ``Bench`` is figure 10's too. Needs root; otherwise the figure says why it was not measured.
-"""
+"""Figure 9: across hosts (network namespaces, one Horovod rank per host): steps/s through the operator and a
+script through ``train_script``, each against ``horovodrun``; an elastic run losing a host and getting it back.
+``Bench`` is figure 10's too. Needs root; otherwise the figure says why it was not measured."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import os
 import time
 import uuid
 
-from bench.common import REPO, Figure, Row, Sample, Target, fmt, log, repeats, save_raw, table, target
+from bench.common import REPO, Figure, Row, Target, fmt, log, repeats, sample, save_raw, table, target
 from bench.workload import STAMP, fixed_work
 from harness.airflow_cli import tagged_json
 from harness.hosts import DEBIAN, Hosts
@@ -21,7 +20,6 @@ SUBNET = "10.79.0"  # apart from the tests' hosts (10.77.0, 10.78.0)
 BUCKET = "bench-multihost"
 CONN_ID = "ray_bench_multihost"
 MONITOR_S = 5.0
-# workload.fixed_work: steps/s of 200 steps after 20, and the host of each rank.
 WORKLOAD = {"features": 256, "hidden": 1024, "batch": 64, "warmup": 20, "steps": 200, "hosts": True}
 # Script mode: a benchmark script of the usual shape, run unchanged both ways (issue 49's targets).
 SCRIPTS = str(REPO / "bench" / "scripts")
@@ -29,9 +27,6 @@ SCRIPT = "synthetic_benchmark.py"
 SCRIPT_ARGS = ("--num-batches-per-iter", "50", "--num-iters", "10")
 SCRIPT_IMG_TARGET = 0.97
 SCRIPT_WALL_EXCESS_S = 10.0
-
-
-# --- what the ranks run (pickled by value for the operator; run as a script under horovodrun) -------
 
 
 def elastic_workload(config):
@@ -61,12 +56,8 @@ def elastic_workload(config):
     return {"steps": step, "size": hvd.size()}
 
 
-# --- the runs ------------------------------------------------------------------------------------------
-
-
 class Bench(RayHosts):
-    """Two namespaced hosts (Debian's /etc/hosts, eth0 on each) with a Ray node of 2 CPUs each, S3 and a
-    Ray connection (``harness.ray_hosts``); the ways of running on them."""
+    """``harness.ray_hosts`` on two hosts with Debian's /etc/hosts and eth0 each; the ways of running on them."""
 
     def __init__(self, subnet: str = SUBNET, bucket: str = BUCKET, conn_id: str = CONN_ID):
         hosts = Hosts(2, ifaces=("eth0", "eth0"), etc_hosts=DEBIAN, subnet=subnet)
@@ -169,7 +160,7 @@ def _ti(what: str):
 def figure() -> Figure:
     from harness.hosts import unavailable_reason
 
-    n = repeats(3)
+    n = repeats()
     fig = Figure(9)
     if reason := unavailable_reason():
         fig.targets.append(Target("9. steps/s across hosts through the operator >= 0.95 of horovodrun", None, reason))
@@ -191,27 +182,17 @@ def figure() -> Figure:
     return figure_of(fig, raw)
 
 
-LABELS = {
-    "operator": "operator (Train V2)",
-    "horovodrun": "horovodrun --gloo",
-    "script_operator": "operator (train_script)",
-    "script_horovodrun": "horovodrun --gloo",
-}
-
-
 def figure_of(fig: Figure, raw: dict) -> Figure:
-    def row(what: str, a: str, b: str, key: str, unit: str, note: str) -> Row:
-        return Row(
-            what, LABELS[a], Sample([r[key] for r in raw[a]]), LABELS[b], Sample([r[key] for r in raw[b]]), unit, note
-        )
+    def row(what: str, a: str, a_label: str, key: str, unit: str, note: str, b_label="horovodrun --gloo") -> Row:
+        b = a.replace("operator", "horovodrun")
+        return Row(what, a_label, sample(raw[a], key), b_label, sample(raw[b], key), unit, note)
 
     what, goal = "training steps, 1 rank per host", f"target A/B >= {TARGET}"
-    steps = row(what, "operator", "horovodrun", "steps_per_s", "steps/s", goal)
+    steps = row(what, "operator", "operator (Train V2)", "steps_per_s", "steps/s", goal)
     what, goal = "a benchmark script, unchanged, 1 rank per host", f"target A/B >= {SCRIPT_IMG_TARGET}"
-    img = row(what, "script_operator", "script_horovodrun", "img_per_sec", "img/sec per rank", goal)
-    walls = [Sample([r["wall_s"] for r in raw[way]]) for way in ("script_operator", "script_horovodrun")]
-    at_most = f"target A - B <= {SCRIPT_WALL_EXCESS_S:g} s"
-    wall = Row("the same runs, start to end", "operator.execute", walls[0], "horovodrun", walls[1], "s", at_most)
+    img = row(what, "script_operator", "operator (train_script)", "img_per_sec", "img/sec per rank", goal)
+    what, at_most = "the same runs, start to end", f"target A - B <= {SCRIPT_WALL_EXCESS_S:g} s"
+    wall = row(what, "script_operator", "operator.execute", "wall_s", "s", at_most, "horovodrun")
     fig.tables.append(table([steps, img, wall]))
     elastic = raw["elastic"]
     segments = ", ".join(f"{s['world_size']} ({s['reason']})" for s in elastic["segments"])

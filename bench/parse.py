@@ -1,8 +1,5 @@
-"""Figure 3: DAG parse cost. ``dags/horovod_retraining.py`` against the same DAG of Airflow's own operators
-(``bench/parse_dags/retraining_builtin.py``), each parsed in a fresh interpreter as the DAG processor does.
-
-    python -m bench.parse FILE    # one parse, prints one AHP_BENCH_PARSE {json} line
-"""
+"""Figure 3: DAG parse cost, ours against the same DAG of Airflow's own operators, in fresh interpreters.
+``python -m bench.parse FILE``: one parse, printed as one ``AHP_BENCH_PARSE {json}`` line."""
 
 from __future__ import annotations
 
@@ -16,13 +13,13 @@ from bench.common import (
     REPO,
     Figure,
     Row,
-    Sample,
     Target,
     fmt,
     log,
     plain_table,
     repeats,
     run_logged,
+    sample,
     table,
     target,
 )
@@ -65,7 +62,7 @@ def parse_once(path: str) -> dict:
 
 
 def figure() -> Figure:
-    n = repeats(3) * 2
+    n = repeats() * 2
     results = {"ours": [], "builtin": []}
     log(f"parsing each DAG file {n} times, alternately, each in a fresh interpreter")
     for i in range(n):
@@ -78,7 +75,7 @@ def figure() -> Figure:
             results[name].append(result)
 
     def row(what: str, key: str, unit: str, note: str = "") -> Row:
-        ours, builtin = (Sample([r[key] for r in results[name]]) for name in ("ours", "builtin"))
+        ours, builtin = sample(results["ours"], key), sample(results["builtin"], key)
         return Row(what, "horovod_retraining.py", ours, "built-in operators only", builtin, unit, note)
 
     rows = [
@@ -90,14 +87,11 @@ def figure() -> Figure:
     heavy = {name: sorted({m for r in results[name] for m in r["heavy"]}) for name in results}
     header = ["file", "torch / horovod / ray.train imported", "ray imported", "top-level packages it imports"]
     files = (("horovod_retraining.py", "ours", ours), ("built-in baseline", "builtin", builtin))
-    imports = plain_table(
-        header,
-        [
-            [label, ", ".join(heavy[name]) or "none", str(last["ray_imported"]), ", ".join(last["new_top_level"])]
-            for label, name, last in files
-        ],
-    )
-    fig = Figure(3, tables=[table(rows), imports])
+    body = [
+        [label, ", ".join(heavy[name]) or "none", str(last["ray_imported"]), ", ".join(last["new_top_level"])]
+        for label, name, last in files
+    ]
+    fig = Figure(3, tables=[table(rows), plain_table(header, body)])
     extra = sorted(set(ours["new_top_level"]) - set(builtin["new_top_level"]))
     extra_modules = sorted(set(ours["new_names"]) - set(builtin["new_names"]))
     a, b = rows[0].a.median, rows[0].b.median
@@ -106,12 +100,9 @@ def figure() -> Figure:
     closing += f"modules here: {', '.join(m for m in extra_modules if not m.startswith('airflow_provider'))})"
     name = "3. DAG parse within 50 ms of the built-in equivalent"
     fig.targets.append(target(name, a - b, TARGET_MS, detail, closing, unit=" ms"))
-    name = "3. no torch, horovod or ray.train imported by the DAG file"
-    if heavy["ours"]:
-        closing = "move those imports into the functions that run on the cluster"
-        fig.targets.append(Target(name, False, f"imported: {', '.join(heavy['ours'])}", closing))
-    else:
-        fig.targets.append(Target(name, True, "none imported"))
+    name, imported = "3. no torch, horovod or ray.train imported by the DAG file", ", ".join(heavy["ours"])
+    closing = "move those imports into the functions that run on the cluster" if imported else ""
+    fig.targets.append(Target(name, not imported, f"imported: {imported}" if imported else "none imported", closing))
     after_ours, after_builtin = rows[0].a.median - rows[1].a.median, rows[0].b.median - rows[1].b.median
     fig.notes.append(
         f"Serialization alone takes {fmt(after_ours)} ms after our file's parse and {fmt(after_builtin)} ms after the "

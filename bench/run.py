@@ -1,13 +1,6 @@
-"""`make bench`: runs the figures and writes what they measured into bench/results.md, each figure's
-tables and targets in its block; the text around the blocks is people's, and stays.
-
-    python -m bench.run                      # every figure
-    BENCH_ONLY=3,4b,5 python -m bench.run    # some: the others' blocks stay as last measured
-    BENCH_ASSEMBLE=1 python -m bench.run     # none: the blocks again from bench/out/figures/
-
-A moto S3 server and the embedded local Ray cluster (under bench/out/airflow-home) are started for
-the run and stopped at its end, also when a figure fails. A figure that fails says so in its block;
-the others still run.
+"""`make bench`: runs the figures (``BENCH_ONLY``: some) and writes each one's block of bench/results.md, or
+writes the blocks again from bench/out/figures/ (``BENCH_ASSEMBLE=1``). A figure that fails says so in its
+block; the others still run.
 """
 
 from __future__ import annotations
@@ -25,7 +18,6 @@ import traceback
 from importlib.metadata import version
 
 from bench.common import (
-    AIRFLOW_BIN,
     BENCH,
     OUT,
     RAY_ADDRESS_ENV,
@@ -41,6 +33,7 @@ from bench.common import (
     run_logged,
     save_raw,
 )
+from harness.stack import airflow_bin
 
 RESULTS = BENCH / "results.md"
 FIGURES = OUT / "figures"
@@ -55,10 +48,9 @@ def selected() -> set[str]:
 
 
 def failed(number: str, err: BaseException, seconds: float) -> Figure:
-    fig = Figure(number, notes=[f"**This figure failed:** `{type(err).__name__}: {err}`"[:2000]])
-    fig.targets.append(Target(f"{number}. {TITLES[number]}", None, "not measured: the figure failed"))
-    fig.seconds = seconds
-    return fig
+    note = f"**This figure failed:** `{type(err).__name__}: {err}`"[:2000]
+    missed = Target(f"{number}. {TITLES[number]}", None, "not measured: the figure failed")
+    return Figure(number, targets=[missed], notes=[note], seconds=seconds)
 
 
 def timed(number: str, make) -> Figure:
@@ -87,7 +79,6 @@ def assemble(want: set[str]) -> list[Figure]:
             continue
         data = json.loads(path.read_text())
         data.pop("how", None)  # written by earlier code: how a figure is measured is people's text now
-        data["measured_at"] = data.get("measured_at", 0.0)
         data["targets"] = [Target(**t) for t in data["targets"]]
         figures.append(Figure(**data))
     return figures
@@ -120,7 +111,7 @@ def conditions(want: set[str], started_wall: float, seconds: float, load_start: 
         ["load average (1, 5, 15 min) at start / at end", f"{load_start} / {load()}"],
         ["other work at start / end", f"{activity_start} / {other_activity()}"],
         ["stack", stack],
-        ["settings", ", ".join([f"BENCH_REPEATS={repeats(3)}"] + [f"{k}={v}" for k, v in others])],
+        ["settings", ", ".join([f"BENCH_REPEATS={repeats()}"] + [f"{k}={v}" for k, v in others])],
     ]
     return plain_table(["", ""], rows)
 
@@ -165,11 +156,10 @@ def main() -> int:
         figures = assemble(want)
         write(figures, None)
         return 0 if all(t.met is not None for f in figures for t in f.targets) else 1
-    run_logged([AIRFLOW_BIN, "db", "migrate"], "airflow-db-migrate.log")
+    run_logged([airflow_bin(), "db", "migrate"], "airflow-db-migrate.log")
     figures: list[Figure] = []
-    # Without a cluster first: figure 3 parses while the machine is as quiet as it gets; 8 reads the metadata
-    # database and local storage; 11 starts the provider's embedded cluster itself, with 2 CPUs as a CI
-    # runner has; 9 and 10 make hosts of their own (network namespaces) with their own Ray cluster and S3.
+    # Without a cluster first (3 while the machine is as quiet as it gets); 11 starts the embedded cluster itself,
+    # 9 and 10 make hosts of their own with their own Ray cluster and S3.
     for number, name in (("3", "parse"), ("8", "ui"), ("11", "smoke"), ("9", "multihost"), ("10", "fixedcost")):
         if number in want:
             figures.append(timed(number, importlib.import_module(f"bench.{name}").figure))
@@ -198,8 +188,8 @@ def training_figures(want: set[str], cluster) -> list[Figure]:
     from bench.workload import DEFAULT_CONFIG
 
     config = {**DEFAULT_CONFIG, **json.loads(os.environ.get("BENCH_TRAIN_CONFIG") or "{}")}
-    # Single-machine mode as the embedded cluster runs: a driver left to translate 127.0.0.1 into the
-    # machine's address waits for a GCS that listens on loopback only.
+    # Single-machine mode, as the embedded cluster runs: a driver translating 127.0.0.1 into the machine's
+    # address would wait for a GCS that listens on loopback only.
     ray_env = {
         "RAY_ADDRESS": cluster.gcs_address,
         "RAY_AUTH_MODE": "token",
@@ -208,7 +198,7 @@ def training_figures(want: set[str], cluster) -> list[Figure]:
     }
     started = time.monotonic()
     try:
-        records = runs.training_runs(repeats(3), config, ray_env)
+        records = runs.training_runs(repeats(), config, ray_env)
     except Exception as err:
         traceback.print_exc()
         return [failed(n, err, time.monotonic() - started) for n in sorted(want & {"1", "2", "6"})]
@@ -216,7 +206,7 @@ def training_figures(want: set[str], cluster) -> list[Figure]:
     runs_s = time.monotonic() - started
     makers = {
         "1": lambda: runs.overhead_figure(records, runs_s),
-        "2": lambda: runs.latency_figure(records, runs.handwritten_runs([1.0, 10.0], max(5, repeats(3) + 2))),
+        "2": lambda: runs.latency_figure(records, runs.handwritten_runs([1.0, 10.0], max(5, repeats() + 2))),
         "6": lambda: runs.training_figure(records),
     }
     return [timed(number, make) for number, make in makers.items() if number in want]

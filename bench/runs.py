@@ -1,7 +1,5 @@
-"""Figures 1 (orchestration overhead), 2 (completion latency) and 6 (training path), from one set of
-training runs: ``bench.workload.train_mlp`` on 2 workers of the local cluster, each way of ``WAYS`` in turn
-within each repeat (the order rotating), so the machine's drifting load falls on all of them alike.
-"""
+"""Figures 1, 2 and 6 from one set of training runs: every way of ``WAYS`` once per repeat, in a rotating order,
+so the machine's drifting load falls on all of them alike."""
 
 from __future__ import annotations
 
@@ -19,11 +17,11 @@ from bench.common import (
     dags_test,
     epoch,
     fmt,
-    job_of_run,
     lines_in,
     log,
     operator_times,
     run_logged,
+    sample,
     save_raw,
     table,
     target,
@@ -31,10 +29,10 @@ from bench.common import (
 from bench.submit_script import SUBMIT_TAG
 from bench.train_script import RESULT_TAG
 from harness.airflow_cli import tagged_json
+from harness.tasks import jobs_of
 
-# direct: bench.train_script as a driver on the cluster; plain_job: bench.submit_script, the same as a Ray job;
-# operator_*: the operator under `airflow dags test` (legacy: Ray's HorovodTrainer, as the two before; v2: its
-# default); ddp_direct: bench.train_script with Ray's TorchTrainer.
+# direct, ddp_direct: bench.train_script as a driver on the cluster (HorovodTrainer, TorchTrainer); plain_job: the
+# same as a Ray job (bench.submit_script); operator_*: under `airflow dags test` (legacy: HorovodTrainer).
 WAYS = ("direct", "plain_job", "operator_sync", "operator_deferred", "operator_deferred_v2", "ddp_direct")
 DAG_IDS = {
     "operator_sync": "bench_train_sync_legacy",
@@ -45,12 +43,10 @@ TIMINGS_FILE = OUT / "operator-timings.jsonl"
 
 
 def task_times(dag_id: str, run_id: str) -> tuple[float | None, float | None]:
+    query = "select start_date, end_date from task_instance where dag_id=? and run_id=? and task_id='train'"
     with sqlite3.connect(AIRFLOW_HOME / "airflow.db") as db:
-        row = db.execute(
-            "select start_date, end_date from task_instance where dag_id=? and run_id=? and task_id='train'",
-            (dag_id, run_id),
-        ).fetchone()
-    return (epoch(row[0]), epoch(row[1])) if row else (None, None)
+        start, end = db.execute(query, (dag_id, run_id)).fetchone()
+    return epoch(start), epoch(end)
 
 
 def job_info(hook, submission_id: str, tag: str) -> tuple[dict, dict]:
@@ -61,25 +57,24 @@ def job_info(hook, submission_id: str, tag: str) -> tuple[dict, dict]:
     return {"job_start": start, "job_end": end, "job_status": info.get("status")}, result
 
 
+def script(module: str, trainer: str, name: str, config: str, *extra: str, env=None):
+    cmd = [PY, "-m", module, "--trainer", trainer, "--storage", str(OUT / "storage"), "--name", name]
+    return run_logged([*cmd, "--config", config, *extra], f"{name}.log", env=env)
+
+
 def run_direct(trainer: str, name: str, config: str, ray_env: dict) -> dict:
-    cmd = [PY, "-m", "bench.train_script", "--trainer", trainer, "--storage", str(OUT / "storage"), "--name", name]
-    run, wall = run_logged([*cmd, "--config", config, "--direct"], f"{name}.log", env=ray_env)
+    run, wall = script("bench.train_script", trainer, name, config, "--direct", env=ray_env)
     (result,) = tagged_json(run.stdout, RESULT_TAG)
     return {"process_wall_s": wall, "wall_s": wall, "steps_per_s": result["metrics"].get("steps_per_s")}
 
 
 def run_plain_job(hook, name: str, config: str) -> dict:
-    cmd = [PY, "-m", "bench.submit_script", "--trainer", "horovod", "--storage", str(OUT / "storage"), "--name", name]
-    run, wall = run_logged([*cmd, "--config", config], f"{name}.log")
+    run, wall = script("bench.submit_script", "horovod", name, config)
     (submit,) = tagged_json(run.stdout, SUBMIT_TAG)
     info, result = job_info(hook, submit["submission_id"], RESULT_TAG)
-    return {
-        "process_wall_s": wall,
-        "wall_s": submit["submit_to_done_s"],
-        **info,
-        "latency_s": submit["done_at"] - info["job_end"],
-        "steps_per_s": result["metrics"].get("steps_per_s"),
-    }
+    found = {"process_wall_s": wall, "wall_s": submit["submit_to_done_s"], **info}
+    found["latency_s"] = submit["done_at"] - info["job_end"]
+    return {**found, "steps_per_s": result["metrics"].get("steps_per_s")}
 
 
 def run_operator(hook, way: str, name: str, config: str) -> dict:
@@ -89,18 +84,11 @@ def run_operator(hook, way: str, name: str, config: str) -> dict:
     _, wall = dags_test(dag_id, f"{name}.log", env=env)
     run_id, start, done = operator_times(TIMINGS_FILE, before, dag_id)
     task_start, task_end = task_times(dag_id, run_id)
-    job = job_of_run(hook, dag_id, run_id)
+    (job,) = jobs_of(hook, run_id, dag_id)
     info, record = job_info(hook, job["submission_id"], "AHP_RESULT")
-    return {
-        "process_wall_s": wall,
-        "wall_s": done - start,
-        "task_s": task_end - task_start,
-        **info,
-        "latency_s": task_end - info["job_end"],
-        "result_latency_s": done - info["job_end"],
-        "steps_per_s": record["metrics"].get("steps_per_s"),
-        "submission_id": job["submission_id"],
-    }
+    found = {"process_wall_s": wall, "wall_s": done - start, "task_s": task_end - task_start, **info}
+    found.update(latency_s=task_end - info["job_end"], result_latency_s=done - info["job_end"])
+    return {**found, "steps_per_s": record["metrics"].get("steps_per_s"), "submission_id": job["submission_id"]}
 
 
 def training_runs(repeats: int, config: dict, ray_env: dict) -> list[dict]:
@@ -109,27 +97,19 @@ def training_runs(repeats: int, config: dict, ray_env: dict) -> list[dict]:
 
     hook = RayHook()
     text = json.dumps(config)
-    ways = list(WAYS)
     records = []
     for rep in range(repeats):
-        order = ways[rep % len(ways) :] + ways[: rep % len(ways)]
-        for way in order:
+        for way in WAYS[rep % len(WAYS) :] + WAYS[: rep % len(WAYS)]:
             name = f"{way}-{rep}-{int(time.time())}"
             log(f"training run {way} (repeat {rep + 1}/{repeats})")
-            if way == "direct":
-                record = run_direct("horovod", name, text, ray_env)
-            elif way == "ddp_direct":
-                record = run_direct("torch", name, text, ray_env)
-            elif way == "plain_job":
-                record = run_plain_job(hook, name, text)
+            if way in ("direct", "ddp_direct"):
+                record = run_direct("horovod" if way == "direct" else "torch", name, text, ray_env)
             else:
-                record = run_operator(hook, way, name, text)
+                record = run_plain_job(hook, name, text) if way == "plain_job" else run_operator(hook, way, name, text)
             records.append({"way": way, "repeat": rep, **record})
             log(f"  {way}: wall {record['wall_s']:.1f} s, steps/s {record.get('steps_per_s')}")
     return records
 
-
-# --- the figures -----------------------------------------------------------------------------------
 
 OVERHEAD_TARGET = 1.05
 # Issue 27: the time outside the job, deferred too, no more than a hand-written script's.
@@ -141,12 +121,7 @@ DIRECT = "direct HorovodTrainer"
 
 
 def of(records: list[dict], value, *ways: str) -> Sample:
-    """``value(run)`` of each run of ``ways``; a run it gives None for is left out."""
-    return Sample([v for r in records if r["way"] in ways and (v := value(r)) is not None])
-
-
-def key(name: str):
-    return lambda r: r.get(name)
+    return sample([r for r in records if r["way"] in ways], value)
 
 
 def job_s(r: dict) -> float | None:
@@ -159,28 +134,24 @@ def outside_s(r: dict) -> float | None:
 
 
 def overhead_figure(records: list[dict], runs_s: float) -> Figure:
-    """Figure 1: how much longer our operator takes than a plain Ray job from a script, and how much time
-    it spends outside the job. ``runs_s``: how long the runs of figures 1, 2 and 6 took, the figure's time."""
-    deferred, sync, v2, plain = "operator deferred", "operator sync", "operator deferred v2", "plain job"
-    wall, outside, job, process = (
-        {way: of(records, value, way) for way in WAYS}
-        for value in (key("wall_s"), outside_s, job_s, key("process_wall_s"))
-    )
-    task = of(records, key("task_s"), "operator_deferred")
+    """Figure 1; ``runs_s``: how long the runs of figures 1, 2 and 6 took, the figure's time."""
+
+    def vs(what: str, a: str, value, note: str, b: str = "plain_job", b_value=None) -> Row:
+        a_sample, b_sample = of(records, value, a), of(records, b_value or value, b)
+        return Row(what, a.replace("_", " "), a_sample, b.replace("_", " "), b_sample, "s", note)
+
     what, ok, out = "operator wall vs plain job wall", "target A/B <= 1.05", "wall - job runtime"
-    v2_note, job_note = "default trainer: Train V2 starts more actors", "the job alone, as Ray records it"
-    process_note = "`airflow dags test` vs `python submit_script`"
-    jobs_api_note = "what the Jobs API costs against a driver on the cluster"
+    deferred, jobs_api = "operator_deferred", "what the Jobs API costs against a driver on the cluster"
     rows = [
-        Row(what, deferred, wall["operator_deferred"], plain, wall["plain_job"], "s", ok),
-        Row(what, sync, wall["operator_sync"], plain, wall["plain_job"], "s", ok),
-        Row(what, v2, wall["operator_deferred_v2"], plain, wall["plain_job"], "s", v2_note),
-        Row("outside the Ray job", deferred, outside["operator_deferred"], plain, outside["plain_job"], "s", out),
-        Row("outside the Ray job", sync, outside["operator_sync"], plain, outside["plain_job"], "s", out),
-        Row("Ray job runtime", deferred, job["operator_deferred"], plain, job["plain_job"], "s", job_note),
-        Row("task vs plain job wall", deferred, task, plain, wall["plain_job"], "s", "Airflow task start-up included"),
-        Row("process", deferred, process["operator_deferred"], plain, process["plain_job"], "s", process_note),
-        Row("process", plain, process["plain_job"], "direct", process["direct"], "s", jobs_api_note),
+        vs(what, deferred, "wall_s", ok),
+        vs(what, "operator_sync", "wall_s", ok),
+        vs(what, "operator_deferred_v2", "wall_s", "default trainer: Train V2 starts more actors"),
+        vs("outside the Ray job", deferred, outside_s, out),
+        vs("outside the Ray job", "operator_sync", outside_s, out),
+        vs("Ray job runtime", deferred, job_s, "the job alone, as Ray records it"),
+        vs("task vs plain job wall", deferred, "task_s", "Airflow task start-up included", b_value="wall_s"),
+        vs("process", deferred, "process_wall_s", "`airflow dags test` vs `python submit_script`"),
+        vs("process", "plain_job", "process_wall_s", jobs_api, "direct"),
     ]
     fig = Figure(1, tables=[table(rows)], seconds=runs_s)
     fig.notes.append(f"The training runs behind figures 1, 2 and 6 took {runs_s / 60:.1f} min together.")
@@ -202,8 +173,7 @@ def overhead_figure(records: list[dict], runs_s: float) -> Figure:
 
 
 def handwritten_runs(intervals: list[float], repeats: int) -> list[dict]:
-    """Figure 2's other side: ``bench_handwritten_poll`` under ``airflow dags test``, ``repeats`` jobs at
-    each interval; one record per job."""
+    """Figure 2's other side: ``bench_handwritten_poll``, ``repeats`` jobs at each interval; a record per job."""
     from airflow_provider_horovod.hooks.ray import RayHook
 
     env = {"BENCH_LATENCY_REPEATS": str(repeats), "BENCH_LATENCY_INTERVALS": ",".join(f"{i:g}" for i in intervals)}
@@ -231,12 +201,12 @@ def latency_figure(records: list[dict], handwritten: list[dict]) -> Figure:
     """Figure 2: from the Ray job's end to the Airflow task's, ours against the hand-written poller."""
 
     def hand(interval: float) -> Sample:
-        return Sample([r["latency_s"] for r in handwritten if r["interval_s"] == interval])
+        return sample([r for r in handwritten if r["interval_s"] == interval], "latency_s")
 
-    latency = key("latency_s")
+    latency = "latency_s"
     deferred, sync = of(records, latency, "operator_deferred"), of(records, latency, "operator_sync")
     v2, plain = of(records, latency, "operator_deferred_v2"), of(records, latency, "plain_job")
-    result = of(records, key("result_latency_s"), "operator_deferred")
+    result = of(records, "result_latency_s", "operator_deferred")
     intervals = sorted({r["interval_s"] for r in handwritten})
     first, what, expected = intervals[0], "job end -> task end", "expected for fixed polling: ~interval/2 + task finish"
     ours, sleep = "operator deferred (poll 1 s)", f"PythonOperator, sleep {first:g} s"
@@ -250,34 +220,27 @@ def latency_figure(records: list[dict], handwritten: list[dict]) -> Figure:
     fig = Figure(2, tables=[table(rows)])
     pooled = of(records, latency, "operator_sync", "operator_deferred", "operator_deferred_v2")
     resume_s = deferred.median - sync.median
-    for label, sample in (("deferred", deferred), ("synchronous", sync), ("all operator runs", pooled)):
+    for label, got in (("deferred", deferred), ("synchronous", sync), ("all operator runs", pooled)):
         closing = "the poll interval's half plus reading the result record: poll faster near the end"
         if label != "synchronous" and resume_s > 0:
             closing = f"deferred minus sync is {fmt(resume_s)} s: resuming a deferred task starts a new task process"
         name = f"2. completion latency, {label}: median at most {LATENCY_TARGET_S:g} s at the default poll interval"
-        detail = f"median {fmt(sample.median)} s over {sample.n} runs"
-        fig.targets.append(target(name, sample.median, LATENCY_TARGET_S, detail, closing, unit=" s"))
+        detail = f"median {fmt(got.median)} s over {got.n} runs"
+        fig.targets.append(target(name, got.median, LATENCY_TARGET_S, detail, closing, unit=" s"))
     return fig
 
 
 def training_figure(records: list[dict]) -> Figure:
-    """Figure 6: steps/s through our operator against Ray's own Horovod path run directly, and Horovod
-    against DDP (Ray's TorchTrainer, Gloo)."""
-
-    def steps_per_s(r: dict) -> float | None:
-        return r.get("steps_per_s") or None
+    """Figure 6: steps/s through our operator against Ray's own Horovod path, and Horovod against DDP."""
 
     def steps(*ways: str) -> Sample:
-        return of(records, steps_per_s, *ways)
+        return of(records, lambda r: r.get("steps_per_s") or None, *ways)
 
     def paired(a: str, b: str) -> Sample:
         """A/B within each repeat: the two runs were close in time, so the load they met was similar."""
-        out = []
-        for rep in sorted({r["repeat"] for r in records}):
-            ra, rb = (of([r for r in records if r["repeat"] == rep], steps_per_s, w).values for w in (a, b))
-            if ra and rb:
-                out.append(ra[0] / rb[0])
-        return Sample(out)
+        got = {(r["way"], r["repeat"]): r.get("steps_per_s") for r in records}
+        reps = sorted({r["repeat"] for r in records})
+        return Sample([got[a, i] / got[b, i] for i in reps if got.get((a, i)) and got.get((b, i))])
 
     v2, direct, ddp = steps("operator_deferred_v2"), steps("direct"), steps("ddp_direct")
     legacy, plain = steps("operator_sync", "operator_deferred"), steps("plain_job")

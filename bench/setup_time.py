@@ -1,9 +1,5 @@
-"""The wait of a new user (issue 52): `make demo` in fresh clones of HEAD with every cache empty, BENCH_RUNS
-times (3), then again in the last clone, and `make setup-test` on top; its block of bench/results.md, logs in
-bench/out/setup-time/.
-
-    python3 -m bench.setup_time      # standard library only; BENCH_SETUP_DIR: where the clones go
-"""
+"""The wait of a new user (issue 52, bench/README.md): its block of bench/results.md, logs in bench/out/setup-time/.
+Standard library only: ``python3 -m bench.setup_time`` (``BENCH_SETUP_DIR``: where the clones go)."""
 
 from __future__ import annotations
 
@@ -17,12 +13,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.markdown import plain_table
+
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 RESULTS = BENCH / "results.md"
 LOGS = BENCH / "out" / "setup-time"
-# This figure's block of results.md lies between these lines, before the chaos figure (bench/run.py leaves it as
-# it is); the text around it is people's.
+# This figure's block of results.md (bench/run.py leaves it as it is); the text around it is people's.
 BEGIN, END = "<!-- setup: written by python3 -m bench.setup_time -->", "<!-- /setup -->"
 HEADING = "Set-up time: a first `make demo` from nothing"
 # The targets of issue 52, in seconds.
@@ -107,17 +104,14 @@ def section(rows: list[dict], warm_s: float, noop_s: float, setup_test_s: float)
     cold = statistics.median(r["demo_s"] for r in rows)
     compile_s = statistics.median(r["compile_to"] - r["compile_from"] for r in rows)
     dag_s = statistics.median(r["demo_s"] - r["setup_s"] for r in rows)
-    table = [
-        "| run | `make demo` | set-up | .venv's packages (uv) | Horovod compiled | Horovod in .venv | UI built "
-        "| the DAG (`airflow dags test`) | downloaded | load average, start / end |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+    header = ["run", "`make demo`", "set-up", ".venv's packages (uv)", "Horovod compiled", "Horovod in .venv"]
+    header += ["UI built", "the DAG (`airflow dags test`)", "downloaded", "load average, start / end"]
+    body = [
+        [str(i), f"**{fmt(r['demo_s'])}**", fmt(r["setup_s"]), fmt(r["venv_s"])]
+        + [f"{fmt(r['compile_from'])} to {fmt(r['compile_to'])}", fmt(r["horovod_s"]), fmt(r["ui_s"])]
+        + [fmt(r["demo_s"] - r["setup_s"]), mb(r["downloaded"]), f"{r['load_start']} / {r['load_end']}"]
+        for i, r in enumerate(rows, 1)
     ]
-    for i, r in enumerate(rows, 1):
-        table.append(
-            f"| {i} | **{fmt(r['demo_s'])}** | {fmt(r['setup_s'])} | {fmt(r['venv_s'])} "
-            f"| {fmt(r['compile_from'])} to {fmt(r['compile_to'])} | {fmt(r['horovod_s'])} | {fmt(r['ui_s'])} "
-            f"| {fmt(r['demo_s'] - r['setup_s'])} | {mb(r['downloaded'])} | {r['load_start']} / {r['load_end']} |"
-        )
     caches = rows[-1]["caches"]
 
     def verdict(value: float, target: float) -> str:
@@ -125,7 +119,7 @@ def section(rows: list[dict], warm_s: float, noop_s: float, setup_test_s: float)
 
     return "\n".join(
         [
-            *table,
+            plain_table(header, body),
             "",
             f"- A first `make demo` within {COLD_S} s, median of {len(rows)}: {verdict(cold, COLD_S)}. Of it "
             f"(medians): Horovod's compile (CMake's configure, make, the wheel) {compile_s:.0f} s, on the set-up's "

@@ -1,11 +1,6 @@
-"""The other script a user writes without the operator: submit ``bench.train_script`` (its arguments
-handed on) as a plain Ray job with ``JobSubmissionClient`` and poll it every second.
-
-    python -m bench.submit_script --trainer horovod --storage PATH --name NAME
-
-Prints one ``AHP_BENCH_SUBMIT {json}`` line: the submission id and the wall time from just before
-the submission to the poll that saw the job end.
-"""
+"""The other script a user writes without the operator: ``bench.train_script`` (its arguments handed on) as a
+plain Ray job, polled every second. Prints one ``AHP_BENCH_SUBMIT {json}`` line: the submission id, and the wall
+time from just before the submission to the poll that saw the job end."""
 
 from __future__ import annotations
 
@@ -21,8 +16,8 @@ SUBMIT_TAG = "AHP_BENCH_SUBMIT"
 POLL_S = 1.0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def main() -> int:
+    argv = sys.argv[1:]
     name = parser().parse_args(argv).name
     from ray.job_submission import JobStatus, JobSubmissionClient
 

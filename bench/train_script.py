@@ -1,13 +1,7 @@
-"""The script a user writes without the operator: Ray's own trainer around ``bench.workload``.
-
-    python -m bench.train_script --trainer horovod|torch --storage PATH --name NAME [--direct] [--use-gpu]
-
-``horovod``: Ray's ``HorovodTrainer`` (Train V1: Ray 2.60 refuses it under V2), the quickstart's
-path. ``torch``: Ray's ``TorchTrainer`` (Train V2, Ray's default) with DDP over Gloo.
-``--direct``: run on the cluster as a plain driver (``ray.init`` to its address), not as a Ray job.
-``--use-gpu``: one GPU per worker; DDP then runs over NCCL.
-Prints one ``AHP_BENCH_RESULT {json}`` line.
-"""
+"""The script a user writes without the operator: Ray's own trainer around ``bench.workload``, as a Ray job or,
+``--direct``, as a driver on the cluster. Prints one ``AHP_BENCH_RESULT {json}`` line. ``horovod``: Ray's
+``HorovodTrainer`` (Train V1: Ray 2.60 refuses it under V2); ``torch``: ``TorchTrainer`` with DDP (Gloo; NCCL
+with ``--use-gpu``)."""
 
 from __future__ import annotations
 
@@ -33,8 +27,8 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+def main() -> int:
+    args = parser().parse_args()
     started = time.monotonic()
     if args.trainer == "horovod":
         os.environ["RAY_TRAIN_V2_ENABLED"] = "0"  # before ray.train is imported
@@ -49,32 +43,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.direct:
         address = os.environ["RAY_ADDRESS"]
         ray.init(address=address, runtime_env={"env_vars": {"RAY_ADDRESS": address}}, log_to_driver=True)
-    config = {
-        **json.loads(args.config),
-        "framework": "horovod" if args.trainer == "horovod" else "ddp",
-        "use_gpu": args.use_gpu,
-    }
+    framework = "horovod" if args.trainer == "horovod" else "ddp"
+    config = {**json.loads(args.config), "framework": framework, "use_gpu": args.use_gpu}
     scaling = {"num_workers": args.num_workers, "use_gpu": args.use_gpu}
     run_config = RunConfig(storage_path=args.storage, name=args.name, checkpoint_config=CheckpointConfig(num_to_keep=2))
+    given = {"train_loop_config": config, "run_config": run_config}
     if args.trainer == "horovod":
         from ray.train.horovod import HorovodTrainer
 
-        trainer = HorovodTrainer(
-            bench.workload.train_mlp,
-            train_loop_config=config,
-            run_config=run_config,
-            # as the operator's legacy path: the coordinator takes no worker's CPU
-            scaling_config=ScalingConfig(**scaling, trainer_resources={"CPU": 0}),
-        )
+        # As the operator's legacy path: the coordinator takes no worker's CPU.
+        scaling_config = ScalingConfig(**scaling, trainer_resources={"CPU": 0})
+        trainer = HorovodTrainer(bench.workload.train_mlp, scaling_config=scaling_config, **given)
     else:
         from ray.train.torch import TorchConfig, TorchTrainer
 
+        backend = TorchConfig(backend="nccl" if args.use_gpu else "gloo")
         trainer = TorchTrainer(
-            bench.workload.train_mlp,
-            train_loop_config=config,
-            run_config=run_config,
-            torch_config=TorchConfig(backend="nccl" if args.use_gpu else "gloo"),
-            scaling_config=ScalingConfig(**scaling),
+            bench.workload.train_mlp, torch_config=backend, scaling_config=ScalingConfig(**scaling), **given
         )
     fit_started = time.monotonic()
     result = trainer.fit()

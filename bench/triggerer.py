@@ -1,5 +1,5 @@
-"""Figure 4: triggerer load. One asyncio loop (as one triggerer) running N ``RayJobTrigger``s over a few
-dozen long-running jobs of the local cluster, against a minimal poller that only asks each job's status.
+"""Figure 4: triggerer load. One asyncio loop (as one triggerer) running N ``RayJobTrigger``s over a few dozen
+long-running jobs of the local cluster, against a minimal poller that only asks each job's status.
 
     python -m bench.triggerer VARIANT N INTERVAL WINDOW SETUP_FILE OUT_FILE   # one measurement
 """
@@ -31,14 +31,12 @@ from bench.common import (
     target,
 )
 from harness.processes import cmdline, cpu_s, kind_of
+from harness.tasks import wait_for_status
 
-VARIANTS = ("ours", "minimal")
 OURS, MINIMAL = "RayJobTrigger", "minimal poller"
-# At the largest N only: our trigger without log streaming, to tell the log's share of the cost.
-NO_LOGS = "ours_nologs"
+NO_LOGS = "ours_nologs"  # at the largest N only: our trigger without log streaming, the log's share of the cost
 LAG_TICK_S = 0.05
-TARGET_CPU = 0.10
-TARGET_LAG_MS = 50.0
+TARGET_CPU, TARGET_LAG_MS = 0.10, 50.0
 STAMP = "bench-line-at "
 STAMPED = re.compile(re.escape(STAMP) + r"(\d+\.\d+)")
 QUIET_S = (15, 45)  # a job's quiet spells between its stamped lines, seconds (longer than the interval)
@@ -46,9 +44,6 @@ QUIET_S = (15, 45)  # a job's quiet spells between its stamped lines, seconds (l
 ROLES = {"dashboard": ("dashboard", "dashboard module"), "dashboard agent": ("dashboard agent",)}
 ROLES.update(gcs=("gcs_server",), raylet=("raylet",))
 HEAD = ("dashboard", "dashboard agent", "gcs")
-
-
-# --- the child: one loop, N pollers -------------------------------------------------------------
 
 
 class Requests:
@@ -86,9 +81,8 @@ async def lag_monitor(samples: list[tuple[float, float]]) -> None:
 
 
 class StreamedLog:
-    """A trigger's logger that notes, in ``streamed``, the triggers that have written a line of
-    their job's log (the first poll writes the whole log at once), and in ``latencies`` (written at,
-    seconds late) how long after the job printed it each stamped line was written."""
+    """A trigger's logger noting the triggers that have written a line of their job's log (``streamed``), and
+    how late each stamped line was written (``latencies``: written at, seconds late)."""
 
     streamed: set[int] = set()
     latencies: list[tuple[float, float]] = []
@@ -223,11 +217,7 @@ async def measure(variant: str, n: int, interval: float, window: float, setup: d
     return {**found, "new_connections": sum(1 for t in connects if t0 <= t <= t1)}
 
 
-# --- the parent: jobs, probe, table -------------------------------------------------------------
-
-
 def process_groups(temp_dir: str) -> dict[str, list[int]]:
-    """The cluster's processes that answer the triggers, by role."""
     from airflow_provider_horovod.local import _cluster_pids
 
     kinds = {pid: kind_of(cmdline(pid)) for pid in _cluster_pids(temp_dir)}
@@ -251,20 +241,15 @@ def start_jobs(count: int, lines: int) -> list[str]:
         )
         for i in range(count)
     ]
-    deadline = time.monotonic() + 300
-    while True:
-        states = [hook.get_job_status(s) for s in sids]
-        if all(s == "RUNNING" for s in states):
-            return sids
-        if time.monotonic() > deadline or any(s in ("FAILED", "STOPPED", "SUCCEEDED") for s in states):
-            raise RuntimeError(f"sleep jobs did not all start: {states}")
-        time.sleep(1)
+    for sid in sids:
+        if (status := wait_for_status(hook, sid, {"RUNNING", "FAILED", "STOPPED", "SUCCEEDED"}, 300)) != "RUNNING":
+            raise RuntimeError(f"sleep job {sid} did not start: {status}")
+    return sids
 
 
 def list_cost_ms(count: int) -> float:
-    """CPU milliseconds one status list of ``count`` unended jobs costs the triggerer, beyond the
-    request: this figure's list holds only its few jobs, where a triggerer waiting for ``count``
-    trainings gets theirs. The real list's entries, repeated to ``count``, parsed as the board does."""
+    """CPU milliseconds of parsing a status list of ``count`` unended jobs (the real list's entries repeated):
+    this figure's list holds only its few jobs, a triggerer waiting for ``count`` trainings gets theirs."""
     from airflow_provider_horovod.hooks.ray import RayHook
 
     async def listed() -> list[dict]:
@@ -316,8 +301,6 @@ class Probe(threading.Thread):
 def figure(cluster) -> Figure:
     ns = [int(x) for x in (os.environ.get("BENCH_TRIGGER_N") or "10,100,1000").split(",")]
     interval = float(os.environ.get("BENCH_TRIGGER_INTERVAL") or 10)
-    # Settled once every trigger has streamed its job's first lines and polled a few times; the window
-    # spans several quiet spells of every job.
     window = float(os.environ.get("BENCH_TRIGGER_WINDOW") or 60)
     settle = float(os.environ.get("BENCH_TRIGGER_SETTLE") or 3 * interval)
     job_count = env_int("BENCH_TRIGGER_JOBS", 24)
@@ -327,10 +310,9 @@ def figure(cluster) -> Figure:
     try:
         parse_ms = list_cost_ms(max(ns))
         setup = OUT / "triggerer-setup.json"
-        groups = process_groups(cluster.temp_dir)
-        setup.write_text(json.dumps({"jobs": sids, "groups": groups, "settle": settle}))
+        setup.write_text(json.dumps({"jobs": sids, "groups": process_groups(cluster.temp_dir), "settle": settle}))
         for n in ns:
-            for variant in VARIANTS + ((NO_LOGS,) if n == max(ns) else ()):
+            for variant in ("ours", "minimal") + ((NO_LOGS,) if n == max(ns) else ()):
                 probe = Probe(cluster.dashboard_url, cluster.token, sids[0])
                 probe.start()
                 out = OUT / f"triggerer-{variant}-{n}.json"
@@ -360,28 +342,24 @@ def build(fig: Figure, results: list[dict], interval: float) -> Figure:
     def head(r: dict) -> float:
         return sum(r["cluster_cpu_s"].get(k, 0) for k in HEAD) / r["window_s"] * 100
 
-    measures = (
-        ("CPU per poll", lambda r: r["cpu_s"] / r["polls"] * 1000 if r["polls"] else float("nan"), "ms"),
-        ("CPU share of one core", cpu_share, "%"),
-        ("loop lag p99", lambda r: quantile(r["lag_ms"], 0.99), "ms"),
-        ("head CPU (dashboard + agent + GCS)", head, "% of a core"),
+    def per_poll(r: dict) -> float:
+        return r["cpu_s"] / r["polls"] * 1000 if r["polls"] else float("nan")
+
+    measures = (  # what, value, unit, note, note at N=1000 only
+        ("CPU per poll", per_poll, "ms", "ours: status (shared list) + log window; B: status", ""),
+        ("CPU share of one core", cpu_share, "%", "", "target < 10% at N=1000"),
+        ("loop lag p99", lambda r: quantile(r["lag_ms"], 0.99), "ms", "", "target < 50 ms at N=1000"),
+        ("head CPU (dashboard + agent + GCS)", head, "% of a core", "what the polling costs the head", ""),
     )
-    notes = {
-        ("CPU per poll", None): "ours: status (shared list) + log window; B: status",
-        ("CPU share of one core", 1000): "target < 10% at N=1000",
-        ("loop lag p99", 1000): "target < 50 ms at N=1000",
-        ("head CPU (dashboard + agent + GCS)", None): "what the polling costs the head",
-    }
     rows = []
     for n in sorted({r["n"] for r in results}):
         a, b = by[("ours", n)], by[("minimal", n)]
-        for what, value, unit in measures:
-            note = notes.get((what, None)) or notes.get((what, n), "")
+        for what, value, unit, note, at_1000 in measures:
+            note = note or (at_1000 if n == 1000 else "")
             rows.append(Row(f"N={n}: {what}", OURS, Sample([value(a)]), MINIMAL, Sample([value(b)]), unit, note))
     fig.tables.append(table(rows))
     fig.tables.append(details(results))
     for cost in extra:
-        # Our status list holds this figure's few jobs; a triggerer waiting for N trainings lists N.
         added = cost["parse_ms"] / 1000 / (interval / 2) * 100
         fig.notes.append(
             f"The status list here holds the figure's few jobs; waiting for {cost['n']} trainings, it would hold "
@@ -413,8 +391,6 @@ def build(fig: Figure, results: list[dict], interval: float) -> Figure:
 
 
 def details(results: list[dict]) -> str:
-    """Every window's measurements, one row each."""
-
     def p(values: list[float], *qs: float) -> str:
         return " / ".join(fmt(quantile(values, q)) for q in qs)
 
@@ -424,23 +400,13 @@ def details(results: list[dict]) -> str:
         late = r.get("line_latency_s")
         polls = r["polls"] or float("nan")
         body.append(
-            [
-                r["variant"],
-                str(r["n"]),
-                f"{r['polls']} / {r['expected_polls']:.0f}",
-                fmt(cpu_share(r)),
-                p(r["lag_ms"], 0.5, 0.99, 1),
-                p(r["request_ms"], 0.5, 0.99),
-                p(r["probe_ms"], 0.5, 0.99),
-                cpu.get("dashboard", "-"),
-                cpu.get("dashboard agent", "-"),
-                cpu.get("gcs", "-"),
-                fmt(r.get("log_bytes", 0) / polls) if r["variant"] == "ours" else "-",
-                fmt(r.get("status_requests", r["polls"]) / polls),
-                f"{p(late, 0.5, 0.99, 1)} ({len(late)} lines)" if late else "-",
-                fmt(r["new_connections"] / polls) if "new_connections" in r else "-",
-                str(r["failed_requests"]),
-            ]
+            [r["variant"], str(r["n"]), f"{r['polls']} / {r['expected_polls']:.0f}", fmt(cpu_share(r))]
+            + [p(r["lag_ms"], 0.5, 0.99, 1), p(r["request_ms"], 0.5, 0.99), p(r["probe_ms"], 0.5, 0.99)]
+            + [cpu.get(k, "-") for k in ("dashboard", "dashboard agent", "gcs")]
+            + [fmt(r.get("log_bytes", 0) / polls) if r["variant"] == "ours" else "-"]
+            + [fmt(r.get("status_requests", r["polls"]) / polls)]
+            + [f"{p(late, 0.5, 0.99, 1)} ({len(late)} lines)" if late else "-"]
+            + [fmt(r["new_connections"] / polls) if "new_connections" in r else "-", str(r["failed_requests"])]
         )
     header = ["variant", "N", "polls done / asked", "CPU %", "lag p50 / p99 / max (ms)", "own requests p50 / p99 (ms)"]
     header += ["probe answer p50 / p99 (ms)", "dashboard CPU %", "agent CPU %", "GCS CPU %", "log window bytes / poll"]
@@ -455,14 +421,9 @@ def cpu_share(r: dict | None) -> float:
 
 def closing(by: dict, n: int) -> str:
     """What the measurements say of our trigger's cost: the log windows' share, the hook's share."""
-
-    def share(variant):
-        return cpu_share(by.get((variant, n)))
-
-    text = (
-        f"at N={n}: {fmt(share('ours'))}% with log streaming, {fmt(share(NO_LOGS))}% without it, "
-        f"{fmt(share('minimal'))}% for the minimal poller (status only, one shared session)"
-    )
+    share = {variant: fmt(cpu_share(by.get((variant, n)))) for variant in ("ours", NO_LOGS, "minimal")}
+    text = f"at N={n}: {share['ours']}% with log streaming, {share[NO_LOGS]}% without it, {share['minimal']}% for "
+    text += "the minimal poller (status only, one shared session)"
     ours = by.get(("ours", n)) or {}
     if ours.get("polls") and ours.get("new_connections", 0) / ours["polls"] > 0.5:
         text += f"; ours opened {fmt(ours['new_connections'] / ours['polls'])} new TCP connection(s) per poll"

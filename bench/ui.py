@@ -1,6 +1,5 @@
 """Figure 8: answer time of the plugin's views through a real ``airflow api-server``, on runs and histories
-written straight into the benchmarks' metadata database and storage (no cluster).
-"""
+written straight into the benchmarks' metadata database and storage (no cluster)."""
 
 from __future__ import annotations
 
@@ -103,7 +102,6 @@ def report_history(reports: int) -> tuple[list[dict], list[str]]:
 
 
 def populate() -> None:
-    """The benchmark's runs, written anew."""
     import shutil
 
     from airflow.models.dag import DagModel
@@ -177,8 +175,7 @@ def rest_history(server: Stack, dag_id: str):
             if offset >= page["total_entries"]:
                 return found
 
-    # Across all DAGs, filtered by the DAG id: the written runs have no serialized DAG, which the
-    # per-DAG listings look up first; the rows read are the same.
+    # Across all DAGs, filtered by the DAG id: the per-DAG listings look up the serialized DAG, which these lack.
     every("/api/v2/dags/~/dagRuns", "dag_runs", dag_id_pattern=dag_id)
     tis = every("/api/v2/dags/~/dagRuns/~/taskInstances", "task_instances", dag_id_pattern=dag_id)
     last = None
@@ -196,7 +193,7 @@ def figure() -> Figure:
     started = time.monotonic()
     populate()
     fig.notes.append(f"Writing {sum(RUNS)} runs and {len(REPORTS)} histories took {time.monotonic() - started:.0f} s.")
-    n = repeats(3) * 7
+    n = repeats() * 7
     rows, raw = [], {}
     database = f"sqlite:///{AIRFLOW_HOME / 'airflow.db'}"
     server = Stack(OUT / "ui-api-server", BENCH_DAGS, free_port(), database, env={"AIRFLOW__API__WORKERS": "1"})
@@ -211,7 +208,7 @@ def figure() -> Figure:
             # B makes thousands of requests a time: measured on the largest DAG only, after one warm-up.
             rest = Sample()
             if count == max(RUNS):
-                rest, _ = timed(lambda d=dag_id: rest_history(server, d), max(2, repeats(3) - 1), warmup=1)
+                rest, _ = timed(lambda d=dag_id: rest_history(server, d), max(2, repeats() - 1), warmup=1)
             what, note = f"history, {count} runs", f"answer {size / 1000:.0f} kB"
             rows.append(Row(what, "plugin, one query", ours, "REST API calls" if rest.n else "-", rest, "s", note))
             raw[f"history_{count}"] = {"ours": ours.values, "rest": rest.values, "bytes": size}

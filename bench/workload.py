@@ -1,7 +1,5 @@
-"""What the benchmark jobs run on the cluster; heavy imports stay inside the functions. ``train_mlp``: the
-same training under Horovod or DDP, timing its own steps (figures 1, 2, 6); ``checkpoint_io``: figure 5's
-transfers; ``fixed_work``: figures 9 and 10's short work, also run as ``python -m bench.workload '<config>'``.
-"""
+"""What the benchmark jobs run on the cluster (figures 1, 2, 6: ``train_mlp``; 5: ``checkpoint_io``; 9 and 10:
+``fixed_work``, also ``python -m bench.workload '<config>'``); heavy imports stay inside the functions."""
 
 from __future__ import annotations
 
@@ -108,8 +106,7 @@ def train_mlp(config: dict) -> None:
 
 
 CHUNK = 64 * 1024 * 1024  # Ray Train's chunk size for pyarrow's copies
-# How a checkpoint of figure 5 is split into files (shares of its size): weight shards of unequal
-# sizes and optimizer state, as sharded model checkpoints are; plus a small JSON file.
+# Figure 5's checkpoint files (shares of its size), as a sharded model checkpoint has them; plus a small JSON file.
 CHECKPOINT_SHARES = (
     ("model-00001.bin", 0.40),
     ("model-00002.bin", 0.25),
@@ -134,11 +131,8 @@ def write_checkpoint_folder(folder: str, size_mb: int) -> int:
 
 
 def checkpoint_io(config: dict) -> None:
-    """Figure 5, in one training worker launched by the operator (so the provider's checkpoint_io is
-    installed here, as in every worker): the same multi-file checkpoint folder up and down, each way
-    (``ray.train.report`` and ``Checkpoint.as_directory``; boto3's ``TransferManager``; pyarrow with Ray
-    Train's settings), round after round, back to back in this process, so all of them meet the same
-    conditions on a noisy machine. The first round warms every path up and is not counted."""
+    """Figure 5, in a training worker of the operator (the provider's checkpoint_io installed): every way up and
+    down, back to back, round after round, so all meet the same conditions; the first round is not counted."""
     import shutil
 
     import boto3
@@ -234,9 +228,8 @@ def checkpoint_io(config: dict) -> None:
 
 
 def fixed_work(config: dict) -> dict:
-    """Rank 0's stamps: the function's start, torch and Horovod imported, ``hvd.init()`` done, the steps
-    done; and the steps per second of the steps after ``warmup`` ones (none by default); with ``hosts``,
-    the host of each rank. The same steps under every launcher (figures 9 and 10)."""
+    """The same steps under every launcher: rank 0's stamps of each stage, the steps/s after ``warmup`` steps,
+    and with ``hosts`` the host of each rank."""
     started = time.time()
     import horovod.torch as hvd
     import torch

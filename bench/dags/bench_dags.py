@@ -1,11 +1,11 @@
-"""DAGs the benchmarks run through `airflow dags test` and on a deployment, as users and their CI do:
-the operator timed (figures 1, 2, 6 and 10), Airflow's floor, and a hand-written poller (figure 2).
-"""
+"""DAGs the benchmarks run through `airflow dags test` and on a deployment, as users and their CI do: the
+operator timed (figures 1, 2, 6 and 10), Airflow's floor, and a hand-written poller (figure 2)."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import time
 
 import pendulum
@@ -25,9 +25,8 @@ TIMINGS_FILE = os.environ.get("BENCH_TIMINGS_FILE")
 
 
 class TimedHorovodTrainOperator(HorovodTrainOperator):
-    """The operator as it is, noting the wall-clock time when it starts and when it returns the
-    result: Airflow's own task start-up (the same for any operator) stays out of the measurement.
-    Deferred, ``execute_complete`` runs on a new instance, so the notes go to a file."""
+    """The operator as it is, noting when it starts and when it returns the result, so Airflow's own task start-up
+    stays out of the measurement; to a file, as a deferred task's ``execute_complete`` runs on a new instance."""
 
     def _note(self, context, event: str) -> None:
         note = {"dag_id": self.dag_id, "run_id": context["ti"].run_id, "event": event, "t": time.time()}
@@ -74,9 +73,8 @@ def _train_dag(deferrable: bool, trainer_api: str):
     return build()
 
 
-for _deferrable in (True, False):
-    for _api in ("legacy", "v2"):
-        _train_dag(_deferrable, _api)
+for _deferrable, _api in ((False, "legacy"), (True, "legacy"), (True, "v2")):  # the ways of bench/runs.py
+    _train_dag(_deferrable, _api)
 
 
 class FixedCostOperator(TimedHorovodTrainOperator):
@@ -118,8 +116,6 @@ bench_fixedcost_floor()
 
 def handwritten_wait(interval_s: float, job_s: float, tag: str, ti=None) -> str:
     """A hand-written wait: submit, then sleep `interval_s` between status checks."""
-    import time
-
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     from airflow_provider_horovod.local import ensure_running
@@ -138,8 +134,6 @@ def handwritten_wait(interval_s: float, job_s: float, tag: str, ti=None) -> str:
 def _latency_plan() -> list[dict]:
     """(interval, job length) per mapped task: the job's length gets a random phase against the
     poll interval, as real jobs have; fixed seed, so every run measures the same plan."""
-    import random
-
     rng = random.Random(7)
     plan = []
     repeats = int(os.environ.get("BENCH_LATENCY_REPEATS") or 5)

@@ -1,14 +1,6 @@
-"""``dags/horovod_retraining.py`` as a user would write it with Airflow's own operators only: the
-same tasks (prepare_data -> train -> evaluate -> promote -> publish_champion, with
-champion_checkpoint beside), schedule, Asset, templates and ``max_active_tis_per_dag``; what runs on
-the cluster (``@task.ray`` and the operator there) is submitted here by ``PythonOperator``s /
-``@task`` functions through Ray's ``JobSubmissionClient``, and the champion's compare-and-swap is a
-lock file beside the record. Figure 3 parses both; this one is the baseline.
-
-Like the original, it imports no model code at parse time (the model's module is imported by the
-jobs on the cluster, by import path), so the comparison isolates what the provider costs at parse
-time.
-"""
+"""Figure 3's baseline: ``dags/horovod_retraining.py`` as a user would write it with Airflow's own operators only
+(the same tasks, schedule, Asset and templates; Ray jobs submitted by hand, a lock file for the compare-and-swap).
+Like the original, it imports no model code at parse time, so the comparison isolates what the provider costs."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""A Horovod benchmark script of the usual shape, run unchanged by figure 9 through `horovodrun` and through
-the operator's ``train_script``: argparse, ``hvd.init()`` at module level, a model of its own (PyPI's
-torchvision does not load beside the CPU torch), ``DistributedOptimizer``, parameters broadcast from rank 0,
-a timed loop printing img/sec as Horovod's own synthetic benchmark does, and its figure as a METRICS line.
-"""
+"""A Horovod benchmark script of the usual shape (as Horovod's own synthetic benchmark, with a model of its own:
+PyPI's torchvision does not load beside the CPU torch), run unchanged by figure 9 both ways."""
 
 import argparse
 import socket
