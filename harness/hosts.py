@@ -431,6 +431,10 @@ class Hosts:
         self._ray(
             host,
             f"--address={self.gcs_address}",
+            # A folder of its own, as another machine has: in the head's, the nodes would share one session
+            # folder on this one disk, and a node's runtime env agent deletes a working_dir another node's
+            # workers still run in (Ray before 2.60 ignores the option and warns).
+            f"--temp-dir={self.workdir}/ray-{host.index}",
             num_cpus=num_cpus,
             num_gpus=num_gpus,
             resources=resources,
