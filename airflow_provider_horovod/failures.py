@@ -229,8 +229,9 @@ def user_failure(error: BaseException, rank: int | None = None) -> Failure:
     summary = f"{type(error).__name__}: {first_line(error)}"
     configuration = isinstance(error, ImportError) or type(error).__name__ in CONFIGURATION
     failure_class = FailureClass.CONFIGURATION if configuration else FailureClass.USER_CODE
-    # A full disk or quota under a write (a checkpoint's, through ray.train.report) is no bug of the code.
-    if any(out_of_space(e) for e in error_chain(error)):
+    # A full disk or quota, or an S3 that refuses (pyarrow's "AWS Error ...", as under a checkpoint's upload
+    # through ray.train.report), is no bug of the code: the next attempt may go through.
+    if any(out_of_space(e) or refused_by_s3(e) for e in error_chain(error)):
         failure_class = FailureClass.STORAGE
     return Failure(
         failure_class,
@@ -275,6 +276,11 @@ def out_of_space(error: BaseException) -> bool:
     return isinstance(error, OSError) and (
         error.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(error)
     )
+
+
+def refused_by_s3(error: BaseException) -> bool:
+    """An OSError of pyarrow's S3 filesystem (SlowDown, access denied, no connection): its text says so."""
+    return isinstance(error, OSError) and "AWS Error" in str(error)
 
 
 def error_chain(error: BaseException | None) -> list[BaseException]:

@@ -129,9 +129,14 @@ def test_a_workers_error_marked_in_the_worker_keeps_its_rank_after_a_pickle():
         OSError(122, "Disk quota exceeded"),
         # pyarrow's, from ray.train.report persisting a checkpoint: the errno only in its text.
         OSError("Error writing bytes to file. Detail: [errno 28] No space left on device"),
+        # pyarrow's S3 refusing a checkpoint's upload (the chaos soak's storage_refusal found it classed user_code).
+        OSError(
+            "When creating key 'runs/' in bucket 'chaos': AWS Error SLOW_DOWN during PutObject operation: "
+            "Please reduce your request rate."
+        ),
     ],
 )
-def test_a_full_volume_under_the_users_function_is_storage_on_its_rank_not_the_users_bug(full):
+def test_a_full_volume_or_a_refusing_s3_under_the_users_function_is_storage_on_its_rank_not_the_users_bug(full):
     failures.mark_user_error(full, rank=0)
     peer = RuntimeError("Horovod has been shut down. This was caused by an exception on one of the ranks")
 
