@@ -35,6 +35,9 @@ CLASS_ERRORS = {
     "StorageError": "storage",
     # The provider's storage reads of a plain @task (the champion's log) fail as storage, too.
     "StorageUnavailableError": "storage",
+    # A user's error or a wrong configuration, failing the task without retries (airflow_compat).
+    "UserCodeFailed": "user_code",
+    "ConfigurationFailed": "configuration",
 }
 CLASSES = {"user_code", "configuration", "infrastructure", "preemption", "capacity", "storage"}
 TERMINAL_RUN = {"success", "failed"}

@@ -110,6 +110,17 @@ def test_runs_that_failed_need_a_failure_class_unless_the_injector_failed_them()
     assert "r4" in found[1]
 
 
+def test_a_users_error_failing_without_retries_has_its_class():
+    """``UserCodeFailed`` (and ``ConfigurationFailed``) is how a user's error fails the task for good."""
+    runs = [{"dag_id": "chaos_retraining", "dag_run_id": f"r{i}", "state": "failed"} for i in (1, 2)]
+    tis = [ti(run="r1", state="failed"), ti(run="r2", state="failed")]
+    logs = {
+        "chaos_retraining/train/r1/-1": failed_log("UserCodeFailed"),
+        "chaos_retraining/train/r2/-1": failed_log("ConfigurationFailed"),
+    }
+    assert checks.runs_ended(runs, tis, logs, marked=set()) == []
+
+
 def test_a_task_failed_from_outside_needs_no_failure_class():
     """Marked failed by someone else than the injector (a person, the drain cut short): Airflow stops the
     task, whose code only stops its job (the chaos run: a bare "Task killed" error, or none in a deferred
