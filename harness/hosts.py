@@ -432,8 +432,8 @@ class Hosts:
             host,
             f"--address={self.gcs_address}",
             # A folder of its own, as another machine has: in the head's, the nodes would share one session
-            # folder on this one disk, and a node's runtime env agent deletes a working_dir another node's
-            # workers still run in (Ray before 2.60 ignores the option and warns).
+            # folder on this one disk, where a script's legacy job across hosts lost its working_dir (likely one
+            # node's runtime env agent removing it) and failed at start (Ray before 2.60 ignores the option).
             f"--temp-dir={self.workdir}/ray-{host.index}",
             num_cpus=num_cpus,
             num_gpus=num_gpus,
