@@ -361,6 +361,12 @@ def stopped_by_request(failure: dict) -> bool:
     )
 
 
+def kept_by_stopper(record: dict) -> bool:
+    """Whether an attempt's record is the one the side that stopped its job kept (``jobs.stop``): a stop
+    request's failure and none of the driver's timings. The driver replaces it with its own."""
+    return not record.get("timings") and stopped_by_request(record.get("failure") or {})
+
+
 def of_job(info: dict | None, runtime: Failure | None, *, provider_job: bool = True) -> Failure:
     """The attempt's class: the runtime's verdict when it gave one; else what Ray's job info says (a
     driver killed by a signal, a runtime_env that could not be set up, a supervisor lost). A job not

@@ -258,13 +258,14 @@ def stop_signalled() -> bool:
 
 def report_stop(spec: JobSpec, started_at: float) -> None:
     """Keep the record of an attempt that Ray stopped, with the class the Airflow side gives a STOPPED job
-    (``failures.of_job``), unless the attempt has one already (its result; the Airflow side's post-mortem, or
-    the record its stopper kept when the job was PENDING).
-    No verdict line: the Airflow side decides as it does for a STOPPED job."""
-    from airflow_provider_horovod.runtime.records import exists
+    (``failures.of_job``), unless the attempt has one already (its result, its failure, the Airflow side's
+    post-mortem); the one its stopper kept (``failures.kept_by_stopper``) is replaced, this one holding
+    the timings and the metric history. No verdict line: the Airflow side decides as for a STOPPED job."""
+    from airflow_provider_horovod.runtime.records import read_json
 
     try:
-        if exists(spec.result_uri):
+        there = read_json(spec.result_uri)
+        if there is not None and not (isinstance(there, dict) and failures.kept_by_stopper(there)):
             return
     except Exception:  # the write below says what is wrong with the storage
         pass

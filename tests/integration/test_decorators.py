@@ -65,7 +65,7 @@ def test_killing_a_ray_task_stops_its_job_and_its_driver_keeps_the_attempts_reco
     thread.join(30)
     assert isinstance(outcome.get("error"), RayJobError)
     # The killed task's wait ends without a finish step: the record is the driver's own, kept on Ray's SIGTERM
-    # before Ray marked the job STOPPED (as when Airflow's process is SIGKILLed and the job stopped otherwise).
+    # before Ray marked the job STOPPED, in place of the one on_kill kept at the stop.
     record_uri = ray_hook.get_job_info(sid)["metadata"]["ahp_result_uri"]
     record = json.loads(open(record_uri).read())
     assert record["submission_id"] == sid, record

@@ -1,7 +1,6 @@
-"""A killed task's job stopped, and the record of an attempt stopped before its driver started: Ray
-starts such a driver only to send it SIGTERM before the entrypoint runs, so the side that stops the job
-keeps the record (the job's info at the stop says PENDING), and only then (``unit.fakes.FakeRay`` as
-the hook, a local folder as the storage)."""
+"""A killed task's job stopped, and the record of its attempt kept by the side that stops it, since the
+driver may not: one stopped while PENDING gets SIGTERM before the entrypoint runs, a running one may not
+write within Ray's grace (``unit.fakes.FakeRay`` as the hook, a local folder as the storage)."""
 
 import asyncio
 import json
@@ -12,7 +11,7 @@ import pytest
 from airflow_provider_horovod.attempts import read_attempt
 from airflow_provider_horovod.contract import META_ATTEMPT, META_RESULT_URI, META_STORAGE_URI, TaskRun, result_uri
 from airflow_provider_horovod.documents import TaskRecord
-from airflow_provider_horovod.failures import stopped_by_request
+from airflow_provider_horovod.failures import kept_by_stopper, stopped_by_request
 from airflow_provider_horovod.jobs.stop import a_stop_killed, stop_killed
 from airflow_provider_horovod.storage import Storage
 from unit.fakes import FakeRay
@@ -58,13 +57,25 @@ def test_the_record_reads_back_as_the_attempts_for_its_tasks_next_try(tmp_path):
     assert files.record["failure"]["failure_class"] == "infrastructure"
 
 
-@pytest.mark.parametrize("status", ["RUNNING", "STOPPED", "SUCCEEDED"])
-def test_a_job_whose_driver_started_keeps_its_own_record(tmp_path, status):
+def test_a_running_job_gets_the_record_of_its_attempt_in_case_its_driver_cannot(tmp_path):
+    # Its driver may not unwind and write within Ray's SIGKILL grace (a busy node, storage refusing):
+    # without this the attempt has no record.
+    info = job("RUNNING", tmp_path)
+    stop_killed(FakeRay({SID: info}), Storage(), SID)
+    record = record_of(info)
+    assert TaskRecord.from_dict(record).attempt == 2
+    assert stopped_by_request(record["failure"])
+    assert "while its driver ran" in record["failure"]["summary"]
+    assert kept_by_stopper(record)  # what the driver's own record replaces
+
+
+@pytest.mark.parametrize("status", ["STOPPED", "SUCCEEDED", "FAILED"])
+def test_a_job_that_had_ended_keeps_its_own_record(tmp_path, status):
     info = job(status, tmp_path)
     ray = FakeRay({SID: info})
     stop_killed(ray, Storage(), SID)
     assert ray.stopped == [SID]
-    assert record_of(info) is None  # the driver's to write: it handles SIGTERM once started
+    assert record_of(info) is None  # its driver wrote it, or its post-mortem is the Airflow side's
 
 
 def test_a_record_already_there_is_kept(tmp_path):

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from airflow_provider_horovod import failures
-from airflow_provider_horovod.contract import TaskRun
+from airflow_provider_horovod.contract import META_ATTEMPT, META_RESULT_URI, META_STORAGE_URI, TaskRun
 from airflow_provider_horovod.documents import ResultRecord, TaskRecord, TaskSpec, TrainingSpec
 from airflow_provider_horovod.failures import FailureClass
 from airflow_provider_horovod.plan import task_plan
@@ -377,3 +377,23 @@ def test_a_stopped_training_keeps_the_reports_it_made_and_an_existing_record_sta
         f.write('{"kept": true}')
     entrypoint.report_stop(spec, started_at=1.0)
     assert json.loads(open(spec.result_uri).read()) == {"kept": True}
+
+
+def test_a_stopped_driver_replaces_the_record_its_stopper_kept(tmp_path):
+    from airflow_provider_horovod.jobs.stop import keep_stopped
+    from airflow_provider_horovod.storage import Storage
+
+    spec = TrainingSpec(
+        submission_id="ahp-d-t-x-a2",
+        attempt=2,
+        train_fn={"import": "m:f"},
+        storage_uri=str(tmp_path),
+        python_version=HERE,
+    )
+    meta = {META_RESULT_URI: spec.result_uri, META_STORAGE_URI: spec.storage_uri, META_ATTEMPT: "2"}
+    keep_stopped(Storage(), spec.submission_id, {"status": "RUNNING", "metadata": meta})
+    assert "while its driver ran" in json.loads(open(spec.result_uri).read())["failure"]["summary"]
+    entrypoint.report_stop(spec, started_at=1.0)
+    record = ResultRecord.from_json(open(spec.result_uri).read())
+    assert record.timings["started_at"] == 1.0  # the driver's own, with what it knows
+    assert "SIGTERM" in record.failure["summary"]
