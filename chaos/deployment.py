@@ -99,9 +99,14 @@ class Deployment:
         self.hosts.join(self.hosts[1], num_cpus=CPUS_PER_HOST)
         self.hosts.wait_for_nodes(2, timeout=120)
 
+    def pools(self) -> dict[str, int]:
+        """The workload's Airflow pools and their slots (chaos/dags/chaos_dags.py names them)."""
+        return {POOL: POOL_SLOTS}
+
     def create_pool(self) -> None:
         assert self.stack is not None
-        self.stack.api("POST", "/pools", json={"name": POOL, "slots": POOL_SLOTS, "include_deferred": True})
+        for name, slots in self.pools().items():
+            self.stack.api("POST", "/pools", json={"name": name, "slots": slots, "include_deferred": True})
 
     def down(self) -> None:
         """Every part, whatever state it is in (safe after a failed ``up``)."""

@@ -85,7 +85,7 @@ def main() -> int:
         raise SystemExit(f"CHAOS_DEPLOYMENT={kind!r}: one of {sorted(schedule.DEPLOYMENTS)}")
     say(f"seed {seed} (CHAOS_SEED={seed} repeats this schedule), {minutes:g} minutes, the {kind} deployment")
     faults = schedule.fault_schedule(seed, minutes, kinds=schedule.DEPLOYMENTS[kind])
-    workload = schedule.workload_schedule(seed, minutes)
+    workload = schedule.workload_schedule(seed, minutes, pace=schedule.PACE[kind])
     out = fresh_folder(OUT / "chaos")
     (out / "schedule.json").write_text(
         json.dumps({"faults": [f.to_dict() for f in faults], "workload": [r.to_dict() for r in workload]}, indent=1)

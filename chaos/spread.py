@@ -48,6 +48,8 @@ PLACEMENT = {
 WORKER_CONCURRENCY = 6
 # Airflow's own recovery of a task left queued (a message the broker lost): re-queued after this long.
 TASK_QUEUED_TIMEOUT_S = 300
+# The elastic trainings' own pool (chaos/dags/chaos_dags.py reads its name from CHAOS_ELASTIC_POOL).
+ELASTIC_POOL = "chaos_elastic"
 # The service manager's look at Airflow's components, and its wait before starting an ended one again
 # (systemd's RestartSec; Airflow's scheduler, triggerer and dag-processor exit when PostgreSQL goes away).
 SUPERVISE_S, RESTART_AFTER_S = 2.0, 5.0
@@ -259,10 +261,16 @@ class SpreadDeployment(Deployment):
                 print(f"[chaos] cleaning up: {type(err).__name__}: {err}", flush=True)
         super().down()
 
+    def pools(self) -> dict[str, int]:
+        # An elastic training takes 2 slots: in the shared pool the 1-slot tasks always took the slot
+        # that freed first, and every elastic run of the first spread soak starved.
+        return {**super().pools(), ELASTIC_POOL: 2}
+
     def airflow_env(self) -> dict[str, str]:
         assert self.redis is not None
         return {
             **super().airflow_env(),
+            "CHAOS_ELASTIC_POOL": ELASTIC_POOL,
             "AIRFLOW__CELERY__BROKER_URL": self.redis.url,
             "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(WORKER_CONCURRENCY),
             "AIRFLOW__CORE__PARALLELISM": str(WORKER_CONCURRENCY * len(WORKERS)),

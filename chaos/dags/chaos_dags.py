@@ -10,8 +10,9 @@ PostgreSQL, two Ray nodes and S3:
 - ``chaos_elastic``: an elastic training, ``num_workers=(2, 4)`` of one CPU each across the two hosts,
   deferred.
 
-Trainings are retried (each retry resumes from the last checkpoint) and share one Airflow pool, so the
-cluster is kept busy without drowning the machine. Storage is S3 (``CHAOS_STORAGE``), read by Airflow
+Trainings are retried (each retry resumes from the last checkpoint) and share one Airflow pool (the
+spread deployment gives the elastic ones a pool of their own), so the cluster is kept busy without
+drowning the machine. Storage is S3 (``CHAOS_STORAGE``), read by Airflow
 through the ``aws_default`` connection; the Ray cluster is ``ray_default``.
 """
 
@@ -29,6 +30,8 @@ STORAGE = os.environ.get("CHAOS_STORAGE", "s3://chaos/runs")
 ROOT = f"{STORAGE.rstrip('/')}/chaos_retraining"
 CHAMPION = f"{ROOT}/champion.json"
 POOL = "chaos_training"
+# The spread deployment gives the elastic trainings (2 slots each) a pool of their own.
+ELASTIC_POOL = os.environ.get("CHAOS_ELASTIC_POOL", POOL)
 AWS = "aws_default"
 DAY = "{{ (dag_run.logical_date or dag_run.run_after) | ds }}"
 # Each training task: retried after a lost worker, host, head or task process, resuming from its last
@@ -198,7 +201,7 @@ def chaos_elastic():
         elastic_resize_monitor_interval_s=10,
         max_failures=3,
         pool_slots=2,
-        **TRAINING,
+        **{**TRAINING, "pool": ELASTIC_POOL},
     )
 
 

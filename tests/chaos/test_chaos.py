@@ -67,6 +67,14 @@ def test_the_workload_has_daily_runs_day_after_day_a_backfill_sweeps_and_elastic
     assert all(r.at_s <= 20 * 60 - 60 for r in requests)
 
 
+def test_the_spread_deployment_asks_for_runs_at_half_the_pace():
+    single = schedule.workload_schedule(9, 60, pace=schedule.PACE["single"])
+    spread = schedule.workload_schedule(9, 60, pace=schedule.PACE["spread"])
+    assert single == schedule.workload_schedule(9, 60)  # the single deployment's schedules are as they were
+    assert len(spread) < 0.7 * len(single)
+    assert {r.dag_id for r in spread} == set(schedule.WORKLOAD_DAGS)
+
+
 def test_a_fault_picks_among_the_candidates_by_its_fraction():
     assert schedule.pick([], 0.5) is None
     assert [schedule.pick(["a", "b", "c"], f) for f in (0.0, 0.34, 0.99)] == ["a", "b", "c"]
