@@ -25,6 +25,7 @@ import shutil
 import signal
 import socket
 import threading
+import time
 from pathlib import Path
 
 from harness import hosts as hostlib
@@ -258,10 +259,12 @@ class Deployment:
 
 class Gate:
     """A TCP gate in front of a server: while open it passes connections to ``target``; ``close()``
-    refuses new ones (nothing listens) and cuts those open, as a server that went away."""
+    refuses new ones (nothing listens) and cuts those open, as a server that went away. ``delay_s``
+    holds back what it passes, each way, as a slow network does."""
 
     def __init__(self, listen: tuple[str, int], target: tuple[str, int]) -> None:
         self.listen, self.target = listen, target
+        self.delay_s = 0.0
         self._server: socket.socket | None = None
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
@@ -315,6 +318,8 @@ class Gate:
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
+                if self.delay_s:
+                    time.sleep(self.delay_s)
                 sink.sendall(data)
         except OSError:
             pass

@@ -168,6 +168,22 @@ class Injector:
             "healed_s": self.observer.now(),
         }
 
+    def slow_link(self, fault: schedule.Fault) -> dict:
+        spread = self.spread()
+        link = schedule.pick(list(schedule.SLOW_LINKS), fault.pick)
+        what = spread.slow_link(link, fault.amount)
+        since = self.observer.now()
+        try:
+            time.sleep(fault.duration_s)
+        finally:
+            spread.slow_link(link, 0.0)
+        return {
+            "target": f"{what} delayed {fault.amount:.2f} s",
+            "link": link,
+            "slow_s": since,
+            "healed_s": self.observer.now(),
+        }
+
     def postgres_restart(self, fault: schedule.Fault) -> dict:
         spread = self.spread()
         spread.postgres_down()

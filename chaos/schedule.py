@@ -41,7 +41,16 @@ LOSSY_LINK = "lossy_link"  # a host drops a share (``amount``) of its packets, b
 POSTGRES_RESTART = "postgres_restart"  # PostgreSQL stopped (immediate), down for a while, started again
 BROKER_RESTART = "broker_restart"  # Redis, the Celery broker, stopped, down for a while, started again
 STORAGE_REFUSAL = "storage_refusal"  # S3 answers every write 503 SlowDown for a while
-SPREAD_FAULT_KINDS = (*FAULT_KINDS, PARTITION, LOSSY_LINK, POSTGRES_RESTART, BROKER_RESTART, STORAGE_REFUSAL)
+SLOW_LINK = "slow_link"  # every exchange with PostgreSQL or S3 delayed (``amount`` seconds) for a while
+SPREAD_FAULT_KINDS = (
+    *FAULT_KINDS,
+    PARTITION,
+    LOSSY_LINK,
+    POSTGRES_RESTART,
+    BROKER_RESTART,
+    STORAGE_REFUSAL,
+    SLOW_LINK,
+)
 # How long a fault lasts, drawn between these (seconds): host 2 away, S3 down, the head down, ...
 DURATIONS_S = {
     LOSE_HOST: (20.0, 60.0),
@@ -52,9 +61,15 @@ DURATIONS_S = {
     POSTGRES_RESTART: (10.0, 30.0),
     BROKER_RESTART: (5.0, 20.0),
     STORAGE_REFUSAL: (10.0, 40.0),
+    SLOW_LINK: (20.0, 60.0),
 }
 # The share of packets a lossy link drops, drawn between these.
 LOSS_SHARE = (0.05, 0.3)
+# The delay a slow link adds to each exchange (seconds), drawn between these; and the links it slows
+# (user-space proxies in the root namespace: this kernel has no netem).
+DELAY_S = (0.05, 0.5)
+SLOW_LINKS = ("postgres", "storage")
+AMOUNTS = {LOSSY_LINK: LOSS_SHARE, SLOW_LINK: DELAY_S}
 # The links a partition cuts, one picked by the fault's fraction (the spread deployment names the hosts).
 LINKS = ("worker-ray_head", "triggerer-ray_head", "ray_host-ray_host", "worker-postgres")
 # The deployments: Airflow's components on one host (LocalExecutor), or spread over hosts (CeleryExecutor).
@@ -79,7 +94,7 @@ class Fault:
     kind: str
     duration_s: float  # how long it lasts (0: a single blow)
     pick: float  # in [0, 1): which of the candidates running then it hits
-    amount: float = 0.0  # a lossy link's share of packets dropped (0 for the other kinds)
+    amount: float = 0.0  # a lossy link's share of packets dropped, a slow link's delay (0 for the other kinds)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -127,8 +142,8 @@ def fault_schedule(
         kind = bag.pop()
         low, high = DURATIONS_S.get(kind, (0.0, 0.0))
         fault = Fault(round(at_s, 1), kind, round(rng.uniform(low, high), 1), round(rng.random(), 4))
-        if kind == LOSSY_LINK:  # drawn only for its kind: the other kinds' draws stay as they were
-            fault = dataclasses.replace(fault, amount=round(rng.uniform(*LOSS_SHARE), 3))
+        if kind in (LOSSY_LINK, SLOW_LINK):  # drawn only for these: the other kinds' draws stay as they were
+            fault = dataclasses.replace(fault, amount=round(rng.uniform(*AMOUNTS[kind]), 3))
         faults.append(fault)
     return faults
 

@@ -151,7 +151,7 @@ class Redis:
 
 class SlowDown:
     """A WSGI middleware in front of moto: while ``refusing``, every write (PUT, POST, DELETE) is answered
-    ``503 SlowDown`` as S3 answers a client it throttles; reads pass."""
+    ``503 SlowDown`` as S3 answers a client it throttles; reads pass. ``delay_s`` holds back every answer."""
 
     BODY = (
         b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
@@ -162,8 +162,11 @@ class SlowDown:
         self.app = app
         self.refusing = False
         self.refused = 0
+        self.delay_s = 0.0
 
     def __call__(self, environ, start_response):
+        if self.delay_s:
+            time.sleep(self.delay_s)
         if self.refusing and environ.get("REQUEST_METHOD") in ("PUT", "POST", "DELETE"):
             self.refused += 1
             start_response(
@@ -336,6 +339,17 @@ class SpreadDeployment(Deployment):
     def refuse_writes(self, refusing: bool) -> None:
         assert self.slow_down is not None
         self.slow_down.refusing = refusing
+
+    def slow_link(self, link: str, delay_s: float) -> str:
+        """Every exchange on ``link`` (one of ``schedule.SLOW_LINKS``) held back ``delay_s`` (0: as it was);
+        what is slowed, in words."""
+        if link == "postgres":
+            assert self.postgres_gate is not None
+            self.postgres_gate.delay_s = delay_s
+            return "PostgreSQL's link (every host's)"
+        assert self.slow_down is not None
+        self.slow_down.delay_s = delay_s
+        return "S3's answers"
 
     def ray_node_back(self, timeout: float = 60) -> bool:
         """Host 2's Ray node alive again after its link to the head came back; started again (as its
