@@ -9,6 +9,7 @@ import json
 import re
 from collections import defaultdict
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from airflow_provider_horovod.contract import attempt_of
@@ -99,10 +100,30 @@ def error_types(records: Iterable[dict]) -> list[str]:
 # --- the invariants --------------------------------------------------------------------------------
 
 
-def runs_ended(runs: list[dict], tis: list[dict], logs: dict[str, list[list[dict]]], marked: set[str]) -> list[str]:
+def timed_out(run: dict, timeout_s: float | None) -> bool:
+    """Whether Airflow failed the run at its DAG's ``dagrun_timeout`` (its reason ``timed_out``): failed after
+    at least that long, its unfinished tasks skipped rather than failed."""
+    start, end = run.get("start_date"), run.get("end_date")
+    if run.get("state") != "failed" or timeout_s is None or not start or not end:
+        return False
+    return (when(end) - when(start)).total_seconds() >= timeout_s
+
+
+def when(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def runs_ended(
+    runs: list[dict],
+    tis: list[dict],
+    logs: dict[str, list[list[dict]]],
+    marked: set[str],
+    timeouts_s: dict[str, float],
+) -> list[str]:
     """Every DAG run ended: succeeded, or failed with a reason, which is one of the six classes (or the
     injector's own mark, or another mark from outside that the task's log shows: a person, the drain cut
-    short); none still running."""
+    short), or Airflow's ``timed_out`` at the DAG's ``dagrun_timeout`` (``timeouts_s``), the bound that
+    keeps a run from hanging (what that timeout stops, the other invariants check); none still running."""
     found = []
     by_run = defaultdict(list)
     for ti in tis:
@@ -115,8 +136,8 @@ def runs_ended(runs: list[dict], tis: list[dict], logs: dict[str, list[list[dict
         if run["state"] == "success":
             continue
         failed = [ti for ti in by_run[(run["dag_id"], run["dag_run_id"])] if ti.get("state") == "failed"]
-        if not failed:
-            found.append(f"{where} failed, and none of its tasks did (dag run timeout?)")
+        if not failed and not timed_out(run, timeouts_s.get(run["dag_id"])):
+            found.append(f"{where} failed before its dagrun_timeout, and none of its tasks did")
         for ti in failed:
             key = ti_key(ti)
             if key in marked:

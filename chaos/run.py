@@ -200,7 +200,7 @@ def drain(deployment: Deployment) -> dict:
                 runs = [{"state": "unknown", "start_date": None, "dag_run_id": "?"}]
             unended += [(dag_id, run) for run in runs if run.get("state") not in checks.TERMINAL_RUN]
         if not unended:
-            return {"drain_s": round(time.monotonic() - started, 1), "stuck": []}
+            return {"drain_s": round(time.monotonic() - started, 1), "stuck": [], "timeouts_s": timeouts}
         now = datetime.now(timezone.utc)
         overdue = [
             (dag_id, run)
@@ -210,7 +210,8 @@ def drain(deployment: Deployment) -> dict:
             > timedelta(seconds=timeouts[dag_id] + DRAIN_MARGIN_S)
         ]
         if len(overdue) == len(unended):
-            return {"drain_s": round(time.monotonic() - started, 1), "stuck": [r["dag_run_id"] for _, r in overdue]}
+            stuck = [r["dag_run_id"] for _, r in overdue]
+            return {"drain_s": round(time.monotonic() - started, 1), "stuck": stuck, "timeouts_s": timeouts}
         time.sleep(10)
 
 
@@ -315,7 +316,7 @@ def assess(seed, minutes, deployment, observer, injector, collected, loads, aske
     violations = {
         "unstuck_after_heal": stuck,
         "partition_costs_no_retry": partition_retries,
-        "runs_ended": checks.runs_ended(collected["runs"], tis, logs, injector.marked_failed)
+        "runs_ended": checks.runs_ended(collected["runs"], tis, logs, injector.marked_failed, drained["timeouts_s"])
         + [f"{run} still running past its timeout" for run in drained["stuck"]],
         "checkpoints_load": checks.checkpoints_load(tis, xcoms, loads),
         "no_orphan_jobs": checks.no_orphan_jobs(jobs, observer.job_polls, observer.ti_polls, collected["jobs_now"]),
@@ -340,6 +341,9 @@ def assess(seed, minutes, deployment, observer, injector, collected, loads, aske
             "by_dag_and_state": dict(sorted(runs.items())),
             "asked": len(asked),
             "refused": sum(1 for a in asked if "refused" in a),
+            "timed_out": sum(
+                1 for run in collected["runs"] if checks.timed_out(run, drained["timeouts_s"].get(run["dag_id"]))
+            ),
             "trainings": len(trainings),
             "trainings_succeeded": sum(1 for ti in trainings if ti.get("state") == "success"),
             "ray_jobs": len(jobs),
@@ -409,7 +413,8 @@ def figure_markdown(report: dict) -> str:
         "",
         f"**{total} violation(s)** of the invariants. {runs['total']} DAG runs "
         f"({', '.join(f'{k}: {v}' for k, v in runs['by_dag_and_state'].items())}); {runs['trainings']} training "
-        f"tasks, {runs['trainings_succeeded']} succeeded; {runs['ray_jobs']} Ray jobs.",
+        f"tasks, {runs['trainings_succeeded']} succeeded; {runs['ray_jobs']} Ray jobs. "
+        f"{runs.get('timed_out', 0)} of the runs failed at their `dagrun_timeout` (Airflow's `timed_out`).",
         "",
         plain_table(["fault", "done", "nothing to hit", "could not be done"], fault_rows),
         "",

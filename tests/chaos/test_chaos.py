@@ -111,11 +111,29 @@ def test_runs_that_failed_need_a_failure_class_unless_the_injector_failed_them()
         "chaos_retraining/train/r2/-1": failed_log("KeyError"),
         "chaos_retraining/train/r3/-1": failed_log("KeyError"),
     }
-    found = checks.runs_ended(runs, tis, logs, marked={"chaos_retraining/train/r3/-1"})
+    found = checks.runs_ended(runs, tis, logs, marked={"chaos_retraining/train/r3/-1"}, timeouts_s={})
     assert len(found) == 2
     assert "r2" in found[0]
     assert "KeyError" in found[0]
     assert "r4" in found[1]
+
+
+def test_a_run_failed_at_its_dagrun_timeout_ended_and_one_failed_sooner_without_a_failed_task_did_not():
+    def run(run_id, end):
+        return {
+            "dag_id": "chaos_sweep",
+            "dag_run_id": run_id,
+            "state": "failed",
+            "start_date": "2026-11-30T00:00:00Z",
+            "end_date": f"2026-11-30T00:{end}Z",
+        }
+
+    runs = [run("r1", "25:01"), run("r2", "12:00")]
+    tis = [ti(dag="chaos_sweep", run=r, state="skipped") for r in ("r1", "r2")]
+    found = checks.runs_ended(runs, tis, {}, marked=set(), timeouts_s={"chaos_sweep": 25 * 60})
+    assert [line.split()[1] for line in found] == ["r2"]
+    assert checks.timed_out(runs[0], 25 * 60)
+    assert not checks.timed_out(runs[0], None)  # a DAG without a dagrun_timeout
 
 
 def test_a_users_error_failing_without_retries_has_its_class():
@@ -126,7 +144,7 @@ def test_a_users_error_failing_without_retries_has_its_class():
         "chaos_retraining/train/r1/-1": failed_log("UserCodeFailed"),
         "chaos_retraining/train/r2/-1": failed_log("ConfigurationFailed"),
     }
-    assert checks.runs_ended(runs, tis, logs, marked=set()) == []
+    assert checks.runs_ended(runs, tis, logs, marked=set(), timeouts_s={}) == []
 
 
 def test_a_task_failed_from_outside_needs_no_failure_class():
@@ -146,7 +164,7 @@ def test_a_task_failed_from_outside_needs_no_failure_class():
         "chaos_retraining/train/r3/-1": [[{**supervisor, "detail": {"current_state": "skipped"}}, killed]],
         "chaos_retraining/train/r4/-1": [[supervisor], [killed]],  # an earlier try's sign excuses nothing
     }
-    found = checks.runs_ended(runs, tis, logs, marked=set())
+    found = checks.runs_ended(runs, tis, logs, marked=set(), timeouts_s={})
     assert [line.split("/")[2] for line in found] == ["r3", "r4"]
 
 
@@ -372,7 +390,9 @@ def test_a_spread_runs_report_names_its_deployment_and_counts_what_happened_afte
         "head_epoch": 0,
         "recovery_s": {"queued": 300.0, "running": 300.0, "deferred": 300.0},
     }
-    report = run.assess(7, 5, deployment, observer, injector, collected, {}, [], {"drain_s": 1, "stuck": []}, 9)
+    report = run.assess(
+        7, 5, deployment, observer, injector, collected, {}, [], {"drain_s": 1, "stuck": [], "timeouts_s": {}}, 9
+    )
     assert (report["deployment"], report["executor"]) == ("spread", "CeleryExecutor")
     assert report["hosts"] == {"airflow-worker1": "Airflow Celery worker"}
     assert set(report["faults"]) == set(schedule.SPREAD_FAULT_KINDS)
