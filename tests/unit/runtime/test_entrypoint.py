@@ -353,14 +353,18 @@ def test_another_exit_of_the_function_keeps_no_stop_record(tmp_path, monkeypatch
     assert not list((tmp_path / "storage").rglob("result.json"))
 
 
-def test_a_stopped_training_keeps_the_reports_it_made_and_an_existing_record_stays(tmp_path):
-    spec = TrainingSpec(
+def second_attempt(storage_uri) -> TrainingSpec:
+    return TrainingSpec(
         submission_id="ahp-d-t-x-a2",
         attempt=2,
         train_fn={"import": "m:f"},
-        storage_uri=str(tmp_path),
+        storage_uri=str(storage_uri),
         python_version=HERE,
     )
+
+
+def test_a_stopped_training_keeps_the_reports_it_made_and_an_existing_record_stays(tmp_path):
+    spec = second_attempt(tmp_path)
     os.makedirs(os.path.dirname(spec.history_uri), exist_ok=True)
     reports = [{"metrics": {"loss": 0.5, "epoch": 0}}, {"metrics": {"loss": 0.4, "epoch": 1}}]
     with open(spec.history_uri, "w") as f:
@@ -383,13 +387,7 @@ def test_a_stopped_driver_replaces_the_record_its_stopper_kept(tmp_path):
     from airflow_provider_horovod.jobs.stop import keep_stopped
     from airflow_provider_horovod.storage import Storage
 
-    spec = TrainingSpec(
-        submission_id="ahp-d-t-x-a2",
-        attempt=2,
-        train_fn={"import": "m:f"},
-        storage_uri=str(tmp_path),
-        python_version=HERE,
-    )
+    spec = second_attempt(tmp_path)
     meta = {META_RESULT_URI: spec.result_uri, META_STORAGE_URI: spec.storage_uri, META_ATTEMPT: "2"}
     keep_stopped(Storage(), spec.submission_id, {"status": "RUNNING", "metadata": meta})
     assert "while its driver ran" in json.loads(open(spec.result_uri).read())["failure"]["summary"]
