@@ -101,8 +101,8 @@ def error_types(records: Iterable[dict]) -> list[str]:
 
 
 def timed_out(run: dict, timeout_s: float | None) -> bool:
-    """Whether Airflow failed the run at its DAG's ``dagrun_timeout`` (its reason ``timed_out``): failed after
-    at least that long, its unfinished tasks skipped rather than failed."""
+    """Whether Airflow failed the run at its DAG's ``dagrun_timeout`` (its reason ``timed_out``, its unfinished
+    tasks skipped): failed, and at least that long after its start."""
     start, end = run.get("start_date"), run.get("end_date")
     if run.get("state") != "failed" or timeout_s is None or not start or not end:
         return False
