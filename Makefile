@@ -52,8 +52,9 @@ docs:
 	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
 
 # The development loop, in under a minute: the checks above, the documentation site, and the unit tests of
-# both sides (no Ray head, no training) side by side, the Airflow side's in two workers. `make test` runs
-# everything.
+# both sides (no Ray head, no training) side by side, the Airflow side's in two workers, its property tests
+# on a quarter of their cases (tests/unit/properties/conftest.py). `make test` runs everything, in full.
+check: export AHP_HYPOTHESIS_PROFILE := check
 check: lint docs
 	@scripts/run_parallel.sh "$(AIRFLOW_VENV)/bin/pytest -p no:cacheprovider -q -n 2 tests/unit --ignore=tests/unit/runtime" \
 	  "$(CLUSTER_VENV)/bin/python -m pytest -p no:cacheprovider -q tests/unit/runtime"

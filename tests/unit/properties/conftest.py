@@ -2,7 +2,10 @@
 reproduces and the suite's time stays the same), a bounded number of cases per property, no deadline
 (the machines differ by 2x; a time bound is no property of the code), no example database, and
 Hypothesis's own files (a failure's patch) outside the checkout. The run ends with the count of the
-properties and of the cases they tried (without ``-n``: workers' counts stay in the workers)."""
+properties and of the cases they tried (without ``-n``: workers' counts stay in the workers).
+
+``make test`` runs the full count. ``make check``, the development loop, sets ``AHP_HYPOTHESIS_PROFILE=check``:
+the same properties, derandomised too, on a quarter of the cases."""
 
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ settings.register_profile(
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-settings.load_profile("ahp")
+settings.register_profile("check", settings.get_profile("ahp"), max_examples=25)
+settings.load_profile(os.environ.get("AHP_HYPOTHESIS_PROFILE", "ahp"))
 
 # Hypothesis's statistics of a test (its pytest plugin keeps them on the item), a line per phase.
 _RAN = re.compile(r"(\d+) passing, (\d+) failing")

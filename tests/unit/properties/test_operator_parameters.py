@@ -22,8 +22,9 @@ from airflow_provider_horovod.operators.ray import RayTaskOperator
 from airflow_provider_horovod.plan import JobPlan
 from unit.properties.values import anything
 
-# Cases per parameter: a plan takes milliseconds, and there are some sixty parameters.
-PER_PARAMETER = 20
+# Cases per parameter, a fifth of the profile's (conftest.py): a plan takes milliseconds, and there are
+# some sixty parameters.
+PER_PARAMETER = max(1, settings.default.max_examples // 5)
 TASK_RUN = TaskRun("dag", "task", "manual__2026-01-01T00:00:00+00:00")
 
 
