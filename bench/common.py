@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.markdown import measured, plain_table, put_measured  # noqa: F401 - the benchmarks' names
+from bench.markdown import plain_table
 from harness import airflow_cli
 
 REPO = Path(__file__).resolve().parents[1]

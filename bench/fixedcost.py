@@ -27,13 +27,13 @@ from bench.common import (
     log,
     median,
     operator_times,
-    plain_table,
     repeats,
     sample,
     save_raw,
     table,
     target,
 )
+from bench.markdown import plain_table
 from bench.workload import STAMP
 from harness.airflow_cli import tagged_json
 from harness.processes import CpuSampler
@@ -52,8 +52,7 @@ HVD = "horovodrun --gloo"
 WORK = {"features": 256, "hidden": 1024, "batch": 64, "steps": 200}
 TIMINGS_FILE = OUT / "fixedcost-operator-timings.jsonl"
 SAMPLE_S = 0.2
-# "cached": bytecode cached under bench/out, as a pip install leaves it (this machine sets PYTHONDONTWRITEBYTECODE
-# and the venvs are installed --no-compile, so otherwise every process compiles what it imports); "off": as it is.
+# "cached": bytecode cached under bench/out, as a pip install leaves it (else every process compiles its imports).
 BYTECODE = os.environ.get("BENCH_BYTECODE", "cached")
 WAYS = {
     "dagstest": "A, `airflow dags test`",
@@ -104,8 +103,7 @@ def bench_env(bench, following: bool = False) -> dict[str, str]:
 
 
 def task_stages(before: int, run_id: str | None, start: float, end: float, names: tuple[str, str]) -> tuple[dict, dict]:
-    """A task's stages from ``start`` to ``end`` (``names``: the first's and the last's), from the timed operator's
-    notes after line ``before``, the run's Ray job, the runtime's record and rank 0's stamps; and their sources."""
+    """A task's stages from ``start`` to ``end`` (``names``: the first's and the last's), and their sources."""
     from airflow_provider_horovod.hooks.ray import RayHook
 
     run_id, execute_at, result_at = operator_times(TIMINGS_FILE, before, DAG_ID, run_id)
@@ -184,8 +182,7 @@ def floor(stack) -> dict:
 
 
 def provider_import_s() -> dict[str, float]:
-    """Seconds the provider's plugin and operator add to an Airflow process that has Airflow loaded (``-X
-    importtime``, medians of 3 fresh processes)."""
+    """Seconds the provider's plugin and operator add to a process with Airflow loaded (``-X importtime``)."""
     code = "import airflow.plugins_manager, airflow.sdk\n" + "".join(f"import {m}\n" for m in PROVIDER_IMPORTS)
     found: dict[str, list[float]] = {m: [] for m in PROVIDER_IMPORTS}
     for _ in range(3):
@@ -379,7 +376,7 @@ def conditions_table(raws: dict[str, dict]) -> str:
     """The machine while each way ran: when, which code, the load, what else ran, how noisy B's steps were."""
     rows = []
     for way, raw in raws.items():
-        work_b = [r["stages"]["work"] for r in raw["horovodrun"]]
+        work_b = [work(r) for r in raw["horovodrun"]]
         others = [sum(r["cpu"].get(k, 0.0) for k in OTHER_WORK) for r in raw["a"] + raw["horovodrun"]]
         began, ended = (time.strftime("%Y-%m-%d %H:%M", time.gmtime(raw[k])) for k in ("started_at", "ended_at"))
         load = " / ".join(", ".join(f"{x:.1f}" for x in raw[k]) for k in ("load_start", "load_end"))

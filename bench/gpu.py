@@ -1,8 +1,6 @@
 """The GPU path on a machine with NVIDIA GPUs: a check, and figure 6 (training path) on the GPU through the
-provider's job entrypoint (no Airflow, as on a Ray node) against Ray's own paths, into bench/results-gpu.md.
-
-    python -m bench.gpu          # BENCH_REPEATS=3 by default; Horovod built with HOROVOD_GPU_OPERATIONS=NCCL
-"""
+provider's job entrypoint (no Airflow, as on a Ray node) against Ray's own paths, into bench/results-gpu.md:
+``python -m bench.gpu``, with Horovod built with HOROVOD_GPU_OPERATIONS=NCCL."""
 
 from __future__ import annotations
 
@@ -18,22 +16,8 @@ import uuid
 from importlib.metadata import version
 
 from airflow_provider_horovod.local import end_cluster
-from bench.common import (
-    BENCH,
-    OUT,
-    PY,
-    REPO,
-    Row,
-    Sample,
-    fmt,
-    log,
-    plain_table,
-    put_measured,
-    repeats,
-    run_logged,
-    save_raw,
-    table,
-)
+from bench.common import BENCH, OUT, PY, REPO, Row, Sample, fmt, log, repeats, run_logged, save_raw, table
+from bench.markdown import plain_table, put_measured
 from bench.train_script import RESULT_TAG
 from harness.airflow_cli import tagged_json
 from harness.ports import free_port

@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.common import OUT, REPO, Figure, fmt, log, plain_table, run_logged, save_raw, target
+from bench.common import OUT, REPO, Figure, fmt, log, run_logged, save_raw, target
+from bench.markdown import plain_table
 
 AIRFLOW = os.environ.get("BENCH_INSTALL_AIRFLOW") or "apache-airflow==3.3.2"
 RAY = os.environ.get("BENCH_INSTALL_RAY") or "ray[default]==2.60.0"
@@ -32,10 +33,9 @@ def size(path: Path) -> int:
 def top_level(venv: Path) -> dict[str, int]:
     """Bytes per top-level entry of the venv's site-packages."""
     (site,) = glob.glob(str(venv / "lib" / "python*" / "site-packages"))
-    out = {}
-    for entry in os.scandir(site):
-        out[entry.name] = size(Path(entry.path)) if entry.is_dir(follow_symlinks=False) else entry.stat().st_size
-    return out
+    return {
+        e.name: size(Path(e.path)) if e.is_dir(follow_symlinks=False) else e.stat().st_size for e in os.scandir(site)
+    }
 
 
 # Without the benchmarks' PYTHONPATH: with the checkout on it, pip would take the provider for installed.

@@ -18,23 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import (
-    OUT,
-    PY,
-    Figure,
-    Row,
-    Sample,
-    Target,
-    env_int,
-    fmt,
-    log,
-    median,
-    plain_table,
-    ratio,
-    save_raw,
-    table,
-    target,
-)
+from bench.common import OUT, PY, Figure, Row, Sample, Target, env_int, fmt, log, median, ratio, save_raw, table, target
+from bench.markdown import plain_table
 
 POLL_S = 1.0
 TAG = "AHP_BENCH_WHOLE"
@@ -61,13 +46,12 @@ class LineFile(logging.Handler):
         self.file.close()
         super().close()
 
-
-def lines_logger(name: str, handler: LineFile) -> logging.Logger:
-    out = logging.getLogger(name)
-    out.addHandler(handler)
-    out.setLevel(logging.INFO)
-    out.propagate = False
-    return out
+    def logger(self, name: str) -> logging.Logger:
+        out = logging.getLogger(name)
+        out.addHandler(self)
+        out.setLevel(logging.INFO)
+        out.propagate = False
+        return out
 
 
 async def follow(sid: str, prefix: str) -> None:
@@ -97,7 +81,7 @@ async def follow(sid: str, prefix: str) -> None:
     policy = {"poll_interval_s": POLL_S, "pending_timeout_s": None, "stall_timeout_s": None}
     trigger = RayJobTrigger(submission_id=sid, policy=policy)
     # Into a file through the same writer as B's, in place of the triggerer's routing into the task log.
-    trigger._log = lines_logger("bench.follow", handler)
+    trigger._log = handler.logger("bench.follow")
     started = time.process_time()
     async for event in trigger.run():
         payload = event.payload
@@ -115,7 +99,7 @@ async def whole(sid: str, prefix: str) -> None:
     from airflow_provider_horovod.hooks.ray import RayHook
     from airflow_provider_horovod.hooks.ray_routes import JOB_LOGS
 
-    out = lines_logger("bench.whole", LineFile(prefix + "-whole-lines.txt"))
+    out = LineFile(prefix + "-whole-lines.txt").logger("bench.whole")
     written = 0
     async with RayHook() as hook:
         while line := await asyncio.to_thread(sys.stdin.readline):

@@ -1,7 +1,5 @@
 """`make bench`: runs the figures (``BENCH_ONLY``: some) and writes each one's block of bench/results.md, or
-writes the blocks again from bench/out/figures/ (``BENCH_ASSEMBLE=1``). A figure that fails says so in its
-block; the others still run.
-"""
+writes the blocks again from bench/out/figures/ (``BENCH_ASSEMBLE=1``); a figure that fails says so, the others run."""
 
 from __future__ import annotations
 
@@ -17,22 +15,8 @@ import time
 import traceback
 from importlib.metadata import version
 
-from bench.common import (
-    BENCH,
-    OUT,
-    RAY_ADDRESS_ENV,
-    TITLES,
-    Figure,
-    Target,
-    figure_key,
-    log,
-    measured,
-    plain_table,
-    put_measured,
-    repeats,
-    run_logged,
-    save_raw,
-)
+from bench.common import BENCH, OUT, RAY_ADDRESS_ENV, TITLES, Figure, Target, figure_key, log, repeats, run_logged
+from bench.markdown import measured, plain_table, put_measured
 from harness.stack import airflow_bin
 
 RESULTS = BENCH / "results.md"
@@ -202,7 +186,6 @@ def training_figures(want: set[str], cluster) -> list[Figure]:
     except Exception as err:
         traceback.print_exc()
         return [failed(n, err, time.monotonic() - started) for n in sorted(want & {"1", "2", "6"})]
-    save_raw("training_runs", records)
     runs_s = time.monotonic() - started
     makers = {
         "1": lambda: runs.overhead_figure(records, runs_s),

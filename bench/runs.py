@@ -92,7 +92,7 @@ def run_operator(hook, way: str, name: str, config: str) -> dict:
 
 
 def training_runs(repeats: int, config: dict, ray_env: dict) -> list[dict]:
-    """Run every way ``repeats`` times; one record per run (bench/out/runs.json keeps them)."""
+    """Run every way ``repeats`` times; one record per run, kept in bench/out/training_runs.json."""
     from airflow_provider_horovod.hooks.ray import RayHook
 
     hook = RayHook()
@@ -108,6 +108,7 @@ def training_runs(repeats: int, config: dict, ray_env: dict) -> list[dict]:
                 record = run_plain_job(hook, name, text) if way == "plain_job" else run_operator(hook, way, name, text)
             records.append({"way": way, "repeat": rep, **record})
             log(f"  {way}: wall {record['wall_s']:.1f} s, steps/s {record.get('steps_per_s')}")
+    save_raw("training_runs", records)
     return records
 
 

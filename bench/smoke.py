@@ -7,7 +7,8 @@ import json
 import os
 import shutil
 
-from bench.common import OUT, Figure, Target, dags_test, log, median, plain_table, repeats, save_raw, target
+from bench.common import OUT, Figure, Target, dags_test, log, median, repeats, save_raw, target
+from bench.markdown import plain_table
 from harness.example_dag import PRODUCTION, edited_copy
 
 DAG_ID = "horovod_retraining"

@@ -1,8 +1,6 @@
-"""Figure 4: triggerer load. One asyncio loop (as one triggerer) running N ``RayJobTrigger``s over a few dozen
-long-running jobs of the local cluster, against a minimal poller that only asks each job's status.
-
-    python -m bench.triggerer VARIANT N INTERVAL WINDOW SETUP_FILE OUT_FILE   # one measurement
-"""
+"""Figure 4: triggerer load: N ``RayJobTrigger``s in one asyncio loop (one triggerer) over long-running jobs,
+against a minimal poller that only asks each job's status. One measurement, in a child process of its own:
+``python -m bench.triggerer VARIANT N INTERVAL WINDOW SETUP_FILE OUT_FILE``."""
 
 from __future__ import annotations
 
@@ -15,21 +13,8 @@ import threading
 import time
 import urllib.request
 
-from bench.common import (
-    OUT,
-    PY,
-    Figure,
-    Row,
-    Sample,
-    env_int,
-    fmt,
-    log,
-    plain_table,
-    quantile,
-    run_logged,
-    table,
-    target,
-)
+from bench.common import OUT, PY, Figure, Row, Sample, env_int, fmt, log, quantile, run_logged, table, target
+from bench.markdown import plain_table
 from harness.processes import cmdline, cpu_s, kind_of
 from harness.tasks import wait_for_status
 
@@ -233,14 +218,9 @@ def start_jobs(count: int, lines: int) -> list[str]:
         f'for i in $(seq 1 {lines}); do echo "epoch $i: loss 0.$i (a line of a training log)"; done; '
         f'while true; do sleep $(( {low} + RANDOM % {high - low + 1} )); echo "{STAMP}$(date +%s.%N)"; done'
     )
-    sids = [
-        hook.submit_job(
-            entrypoint=f"bash -c '{script}'",
-            submission_id=f"bench-sleep-{os.getpid()}-{i}",
-            metadata={"bench": "triggerer"},
-        )
-        for i in range(count)
-    ]
+    sids = [f"bench-sleep-{os.getpid()}-{i}" for i in range(count)]
+    for sid in sids:
+        hook.submit_job(entrypoint=f"bash -c '{script}'", submission_id=sid, metadata={"bench": "triggerer"})
     for sid in sids:
         if (status := wait_for_status(hook, sid, {"RUNNING", "FAILED", "STOPPED", "SUCCEEDED"}, 300)) != "RUNNING":
             raise RuntimeError(f"sleep job {sid} did not start: {status}")

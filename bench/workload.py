@@ -50,10 +50,11 @@ def train_mlp(config: dict) -> None:
         if use_gpu:  # Horovod's rule: one GPU per local rank (Ray shares the node's GPUs with each worker)
             device = torch.device("cuda", hvd.local_rank())
             torch.cuda.set_device(device)
-    elif use_gpu:
+    else:
         import ray.train.torch
 
-        device = ray.train.torch.get_device()
+        if use_gpu:
+            device = ray.train.torch.get_device()
     torch.manual_seed(0)
     model = build_model(config["features"], config["hidden"]).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"])
@@ -62,8 +63,6 @@ def train_mlp(config: dict) -> None:
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         net = model
     else:
-        import ray.train.torch
-
         net = ray.train.torch.prepare_model(model)  # DistributedDataParallel (Gloo, or NCCL on GPUs)
     # Synthetic data, different per rank, made up front so the loop times only the training step.
     generator = torch.Generator().manual_seed(rank)
