@@ -206,8 +206,7 @@ def drain(deployment: Deployment) -> dict:
             (dag_id, run)
             for dag_id, run in unended
             if run.get("start_date")
-            and now - datetime.fromisoformat(run["start_date"].replace("Z", "+00:00"))
-            > timedelta(seconds=timeouts[dag_id] + DRAIN_MARGIN_S)
+            and now - checks.when(run["start_date"]) > timedelta(seconds=timeouts[dag_id] + DRAIN_MARGIN_S)
         ]
         if len(overdue) == len(unended):
             stuck = [r["dag_run_id"] for _, r in overdue]
