@@ -107,9 +107,13 @@ def rank_env(slot, *, rendezvous_addr: str, rendezvous_port: int, config: Horovo
 # Run in the workers.
 
 
-def _set_env(env: dict[str, str]) -> None:
-    """Runs in each worker, before its training function calls ``hvd.init()``."""
+def _prepare_worker(env: dict[str, str]) -> None:
+    """Runs in each worker, before its training function calls ``hvd.init()``: sets the rank's variables and
+    imports Horovod's torch module. Ray Train starts the functions only once every worker is prepared, so the
+    ranks reach ``hvd.init()`` together: a rank still importing torch while its peers wait in the rendezvous
+    would, on a loaded node, outlast the Gloo timeout and abort them."""
     os.environ.update({k: v for k, v in env.items() if not (k in USER_SET_WINS and k in os.environ)})
+    import horovod.torch  # noqa: F401
 
 
 @functools.cache
@@ -224,7 +228,7 @@ class HorovodV2Backend(Backend):
             [
                 worker_group.execute_single_async(
                     rank,
-                    _set_env,
+                    _prepare_worker,
                     {
                         **rank_env(slot, rendezvous_addr=addr, rendezvous_port=port, config=backend_config),
                         **network_env(plan[node][0], plan[node]),

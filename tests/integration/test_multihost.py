@@ -36,6 +36,9 @@ def allreduce_probe(config):
     allreduce checked after each; what every rank saw, Horovod's ranks and Ray's."""
     import os
     import socket
+    import sys
+
+    ready = "horovod.torch" in sys.modules  # imported before the function started: by the backend (Train V2)
 
     import horovod.torch as hvd
     import ray
@@ -59,6 +62,7 @@ def allreduce_probe(config):
             "ranks": (hvd.rank(), ray.train.get_context().get_world_rank(), hvd.local_rank(), hvd.cross_rank()),
             "sizes": (hvd.size(), hvd.local_size(), hvd.cross_size()),
             "node_id": ray.get_runtime_context().get_node_id(),
+            "horovod_ready": ready,
         }
     )
     report_checkpoint(hvd.rank(), {"inits": config["inits"]})
@@ -217,6 +221,9 @@ def test_debian_hosts_with_differently_named_interfaces_train_without_horovod_ni
     ranks = one_rank_per_host(result)
     assert (ranks["ahp-node1"]["gloo_iface"], ranks["ahp-node2"]["gloo_iface"]) == ("eth0", "ens5")
     assert [s["reason"] for s in result["segments"]] == ["start"]
+    # Every rank had Horovod imported before its function started, so no rank's hvd.init() waited on a peer
+    # still importing torch (on a loaded host, that wait outlasted Gloo's timeout and aborted the workers).
+    assert [r["horovod_ready"] for r in ranks.values()] == [True, True], ranks
 
 
 def one_rank_per_host(result: dict) -> dict:
