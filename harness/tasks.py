@@ -13,6 +13,9 @@ from airflow_provider_horovod.contract import TaskRun
 
 DAG_ID = "dag"
 RUN_ID = "scheduled__2026-11-01T00:00:00+00:00"
+# How long a test waits on a task's progress before it calls the task hung. Not a bound on speed: such a
+# wait also ends as soon as the task ends, and a machine under load is several times slower than an idle one.
+HUNG_S = 1200
 
 
 class FakeTI(SimpleNamespace):
@@ -75,6 +78,42 @@ def wait_until(predicate, timeout: float, what: str, outcome: dict | None = None
             return found
         time.sleep(0.25)
     raise AssertionError(f"{what} did not happen within {timeout:g} s")
+
+
+class JobWatch(threading.Thread):
+    """When, in seconds from its start, a job first had each status and its log first held each of ``marks``
+    (looked at every 0.5 s). A test of a timeout bounds the run by the timeout plus this start, measured on
+    the same machine in the same run, rather than by a margin that holds only on a fast machine."""
+
+    def __init__(self, hook, submission_id: str, marks=()) -> None:
+        super().__init__(daemon=True)
+        self.hook, self.submission_id, self.marks = hook, submission_id, marks
+        self.seen: dict[str, float] = {}
+        self.started = time.monotonic()
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(0.5):
+            now = time.monotonic() - self.started
+            if info := self.hook.get_job_info(self.submission_id):
+                self.seen.setdefault(info["status"], now)
+                if any(mark not in self.seen for mark in self.marks):
+                    logs = self.hook.get_job_logs(self.submission_id) or ""
+                    for mark in self.marks:
+                        if mark in logs:
+                            self.seen.setdefault(mark, now)
+
+    def __enter__(self) -> JobWatch:
+        self.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._done.set()
+        self.join()
+
+    def at(self, what: str) -> float:
+        assert what in self.seen, f"job {self.submission_id} never showed {what!r}: {self.seen}"
+        return self.seen[what]
 
 
 def jobs_of(hook, run_id, dag_id=DAG_ID, task_id="train"):

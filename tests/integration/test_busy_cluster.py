@@ -15,13 +15,15 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from airflow_provider_horovod.exceptions import CapacityError, InfrastructureError
-from harness.tasks import FakeTI, StateStore, defer, jobs_of, wait_for_status
+from harness.tasks import FakeTI, JobWatch, StateStore, defer, jobs_of, wait_for_status
 
 from .test_operator import make_operator
 
 pytestmark = pytest.mark.integration
 
 QUICKSTART = "airflow_provider_horovod.examples.quickstart:train_func"
+# What Ray Train's controller logs as it asks for the worker group's resources.
+REQUESTING = "Requesting resources"
 
 
 def csv_data(folder, rows: int = 256) -> str:
@@ -70,34 +72,21 @@ def test_workers_that_can_never_start_fail_within_the_pending_timeout_while_runn
     """The job's driver runs (RUNNING) while its worker group waits for GPUs no node has."""
     ti = FakeTI(f"nogpu-{uuid.uuid4().hex[:6]}")
     op = make_operator(tmp_path, use_gpu=True, check_cluster_resources=False, pending_timeout_seconds=8)
-    states = []
     sid = ti.task_run.submission_id(1)
-    watching = threading.Event()
-
-    def watch():
-        while not watching.wait(0.5):
-            info = ray_hook.get_job_info(sid)
-            if info:
-                states.append(info["status"])
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    started = time.monotonic()
-    try:
-        with pytest.raises(CapacityError) as err:
-            op.execute({"ti": ti})
-    finally:
-        watching.set()
-        watcher.join()
-    assert time.monotonic() - started < 90
+    with JobWatch(ray_hook, sid, marks=[REQUESTING]) as watch, pytest.raises(CapacityError) as err:
+        op.execute({"ti": ti})
+    took = time.monotonic() - watch.started
     message = str(err.value)
     assert "ended FAILED" in message
     assert "capacity:" in message
     assert "within 8 s" in message
     assert '{"GPU": 1.0}' in message
     assert "the cluster has" in message  # asked, and what there is
-    assert "RUNNING" in states  # it was the worker group that waited, not the job
+    assert "RUNNING" in watch.seen  # it was the worker group that waited, not the job
     assert ray_hook.get_job_info(sid)["status"] == "FAILED"
+    # The timeout, after the start this run took to ask for the workers; the end costs no more than that start.
+    start_s = watch.at(REQUESTING)
+    assert took - start_s < 8 + start_s, (took, watch.seen)
 
 
 def test_a_training_that_stops_making_progress_fails_and_its_retry_resumes(ray_hook, tmp_path, quick_jobs):
@@ -105,10 +94,14 @@ def test_a_training_that_stops_making_progress_fails_and_its_retry_resumes(ray_h
     store = StateStore()
     config = {"quick_lines": 3, "quick_stall_s": 300, "run": ti.run_id}
     op = make_operator(tmp_path, train_loop_config=config, stall_timeout_seconds=6)
-    started = time.monotonic()
-    with pytest.raises(InfrastructureError) as err:
-        op.execute({"ti": ti, "task_state_store": store})
-    assert time.monotonic() - started < 60
+    last_line = "quick-line-0002"
+    with JobWatch(ray_hook, ti.task_run.submission_id(1), marks=[last_line]) as watch:
+        with pytest.raises(InfrastructureError) as err:
+            op.execute({"ti": ti, "task_state_store": store})
+    took = time.monotonic() - watch.started
+    # The stall timeout after the job's last line; stopping it costs no more than the start to that line did.
+    start_s = watch.at(last_line)
+    assert took - start_s < 6 + start_s, (took, watch.seen)
     message = str(err.value)
     assert "showed no progress for" in message
     assert "(stall_timeout_seconds)" in message

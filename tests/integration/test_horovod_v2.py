@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from harness.tasks import FakeTI, run_in_thread
+from harness.tasks import HUNG_S, FakeTI, run_in_thread, wait_until
 
 from .test_operator import make_operator
 
@@ -74,16 +74,20 @@ def train_until_killed(config):
 
 
 def kill_rank1_at_epoch_2(progress_file, outcome) -> dict:
-    deadline = time.monotonic() + 240
-    progress = None
-    while time.monotonic() < deadline and not (progress and progress["epoch"] == 2):
-        time.sleep(0.5)
-        if progress_file.exists():
-            progress = json.loads(progress_file.read_text())
-    assert progress, f"training never reached epoch 2: {progress} {outcome}"
-    assert progress["epoch"] == 2, f"training never reached epoch 2: {progress} {outcome}"
-    # Ray Train V2 registers a report only when it polls all ranks (every 2 s): let it see epoch 2's.
-    time.sleep(max(0.0, progress["at"] + 5 - time.time()))
+    reached: dict[int, float] = {}  # when rank 1 reported each epoch
+
+    def at_epoch_2():
+        progress = json.loads(progress_file.read_text()) if progress_file.exists() else None
+        if progress:
+            reached[progress["epoch"]] = progress["at"]
+        return progress if progress and progress["epoch"] == 2 else None
+
+    # Until the task fails or rank 1 is at epoch 2: how long that takes is the machine's, not the code's.
+    progress = wait_until(at_epoch_2, HUNG_S, "rank 1 at epoch 2", outcome)
+    # Ray Train registers a report only when it polls all ranks (V2: every 2 s): let it see epoch 2's, for
+    # 5 s or, on a machine slow enough that an epoch takes longer, an epoch's time (rank 1 waits 120 s).
+    epoch_s = progress["at"] - reached.get(1, progress["at"])
+    time.sleep(max(0.0, progress["at"] + max(5.0, epoch_s) - time.time()))
     os.kill(progress["pid"], signal.SIGKILL)
     return progress
 
@@ -103,7 +107,7 @@ def test_killed_worker_resumes_from_its_last_checkpoint(ray_cluster, tmp_path, t
     progress_file = progress_dir / "rank1.json"
     progress = kill_rank1_at_epoch_2(progress_file, outcome)
 
-    thread.join(300)
+    thread.join(HUNG_S)
     assert not thread.is_alive(), "the task did not finish"
     assert "error" not in outcome, outcome.get("error")
     metrics = outcome["result"]["metrics"]
@@ -146,7 +150,7 @@ def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(
     ti = FakeTI(f"retry-{trainer_api}-{uuid.uuid4().hex[:6]}")
     thread, outcome = run_in_thread(op, {"ti": ti})
     kill_rank1_at_epoch_2(progress_dir / "rank1.json", outcome)
-    thread.join(300)
+    thread.join(HUNG_S)
     error = outcome.get("error")
     assert isinstance(error, InfrastructureError), outcome
     assert not isinstance(error, AirflowFailException), outcome

@@ -25,7 +25,7 @@ from airflow_provider_horovod.exceptions import InvalidParameterError, UserCodeE
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
 from airflow_provider_horovod.operators.ray import RayTaskOperator
 from harness import cluster
-from harness.tasks import FakeTI, jobs_of, run_in_thread
+from harness.tasks import HUNG_S, FakeTI, jobs_of, run_in_thread
 
 from .test_horovod_v2 import kill_rank1_at_epoch_2, train_until_killed
 from .test_operator import make_operator
@@ -74,7 +74,7 @@ def test_a_killed_worker_resumes_from_its_checkpoint_and_the_checkpoint_reaches_
     with structlog.testing.capture_logs() as logged:
         thread, outcome = run_in_thread(op, {"ti": ti})
         kill_rank1_at_epoch_2(progress_dir / "rank1.json", outcome)
-        thread.join(300)
+        thread.join(HUNG_S)
     assert not thread.is_alive(), "the task did not finish"
     assert "error" not in outcome, outcome.get("error")
     result = outcome["result"]
