@@ -84,9 +84,9 @@ def test_workers_that_can_never_start_fail_within_the_pending_timeout_while_runn
     assert "the cluster has" in message  # asked, and what there is
     assert "RUNNING" in watch.seen  # it was the worker group that waited, not the job
     assert ray_hook.get_job_info(sid)["status"] == "FAILED"
-    # The timeout, after the start this run took to ask for the workers; the end costs no more than that start.
+    # The start this run took to ask for the workers, the timeout, and an end that costs at most twice that start.
     start_s = watch.at(REQUESTING)
-    assert took - start_s < 8 + start_s, (took, watch.seen)
+    assert took < start_s + 8 + 2 * start_s, (took, watch.seen)
 
 
 def test_a_training_that_stops_making_progress_fails_and_its_retry_resumes(ray_hook, tmp_path, quick_jobs):
@@ -99,9 +99,9 @@ def test_a_training_that_stops_making_progress_fails_and_its_retry_resumes(ray_h
         with pytest.raises(InfrastructureError) as err:
             op.execute({"ti": ti, "task_state_store": store})
     took = time.monotonic() - watch.started
-    # The stall timeout after the job's last line; stopping it costs no more than the start to that line did.
+    # The start to the job's last line, the stall timeout, and a stop that costs at most twice that start.
     start_s = watch.at(last_line)
-    assert took - start_s < 6 + start_s, (took, watch.seen)
+    assert took < start_s + 6 + 2 * start_s, (took, watch.seen)
     message = str(err.value)
     assert "showed no progress for" in message
     assert "(stall_timeout_seconds)" in message
