@@ -82,8 +82,9 @@ def wait_until(predicate, timeout: float, what: str, outcome: dict | None = None
 
 class JobWatch(threading.Thread):
     """When, in seconds from its start, a job first had each status and its log first held each of ``marks``
-    (looked at every 0.5 s). A test of a timeout bounds the run by the timeout plus this start, measured on
-    the same machine in the same run, rather than by a margin that holds only on a fast machine."""
+    (looked at every 0.5 s). A test of a timeout bounds the run by the timeout and this start, measured on the
+    same machine in the same run (an end stretched by load as the start was), not by a margin that holds only
+    on a fast machine."""
 
     def __init__(self, hook, submission_id: str, marks=()) -> None:
         super().__init__(daemon=True)
