@@ -26,6 +26,7 @@ import httpx
 
 from harness.ports import free_port
 from harness.postgres import Postgres
+from harness.tasks import HUNG_S
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 REST_TIMEOUT_S = 120
@@ -168,7 +169,7 @@ class Stack:
         path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"
         self.client.patch(path, json={"new_state": state}).raise_for_status()
 
-    def wait_for_trigger(self, dag_id: str, run_id: str, task_id: str, timeout: float = 120) -> None:
+    def wait_for_trigger(self, dag_id: str, run_id: str, task_id: str, timeout: float = HUNG_S) -> None:
         """Until the triggerer runs the task's trigger (its start is in the task's log)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -181,7 +182,7 @@ class Stack:
     def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict:
         return self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
 
-    def wait_for_state(self, dag_id: str, run_id: str, task_id: str, states: set[str], timeout: float = 300) -> dict:
+    def wait_for_state(self, dag_id: str, run_id: str, task_id: str, states: set[str], timeout: float = HUNG_S) -> dict:
         deadline = time.monotonic() + timeout
         ti = {}
         while time.monotonic() < deadline:

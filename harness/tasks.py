@@ -9,7 +9,7 @@ import threading
 import time
 from types import SimpleNamespace
 
-from airflow_provider_horovod.contract import TaskRun
+from airflow_provider_horovod.contract import JOB_STOP_WAIT_S, JobStatus, TaskRun
 
 DAG_ID = "dag"
 RUN_ID = "scheduled__2026-11-01T00:00:00+00:00"
@@ -56,15 +56,35 @@ def run_in_thread(op, context, run=None):
     return thread, outcome
 
 
-def wait_for_status(hook, sid, states, timeout=120):
+def wait_for_status(hook, sid, states, timeout=HUNG_S):
+    """The job's status once it is one of ``states``; AssertionError at once if the job ends otherwise (an ended
+    job's status never changes again), or after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     info = None
     while time.monotonic() < deadline:
         info = hook.get_job_info(sid)
         if info and info["status"] in states:
             return info["status"]
+        if info and JobStatus.of(info["status"]).is_terminal:
+            raise AssertionError(f"job {sid} ended {info['status']} instead of reaching {states}")
         time.sleep(0.5)
-    raise AssertionError(f"job {sid} did not reach {states}: {info and info['status']}")
+    raise AssertionError(f"job {sid} did not reach {states} within {timeout:g} s: {info and info['status']}")
+
+
+def running_after(hook, sid: str, since: float) -> float:
+    """Seconds from ``since`` (a time.monotonic() before the task started) to the job's RUNNING: the start a
+    test of a stop bounds that stop by, measured on the same machine in the same run."""
+    wait_for_status(hook, sid, {"RUNNING"})
+    return time.monotonic() - since
+
+
+def assert_stopped(hook, sid: str, asked_at: float, start_s: float) -> None:
+    """The job ended STOPPED (a job left to run would have ended otherwise), within Ray's wait for its driver
+    (SIGTERM, then SIGKILL JOB_STOP_WAIT_S later) and twice its start ``start_s``: Ray's own steps to stop a
+    job, stretched by load as its start was."""
+    assert wait_for_status(hook, sid, {"STOPPED"}) == "STOPPED"
+    took = time.monotonic() - asked_at
+    assert took < JOB_STOP_WAIT_S + 2 * start_s, f"stopped {took:.1f} s after asked, its start {start_s:.1f} s"
 
 
 def wait_until(predicate, timeout: float, what: str, outcome: dict | None = None):
@@ -133,7 +153,7 @@ def defer(op, ti, context=None):
     return deferred.value
 
 
-def trigger_event(deferred, timeout: float = 300) -> dict:
+def trigger_event(deferred, timeout: float = HUNG_S) -> dict:
     """The trigger run to its one event, in an event loop of its own (as the triggerer runs it)."""
 
     async def first():

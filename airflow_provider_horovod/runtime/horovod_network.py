@@ -28,6 +28,7 @@ from airflow_provider_horovod.exceptions import HorovodNetworkError
 # A connection to a listening socket takes milliseconds on a working network: the check gives each
 # one this long at most (and never longer than the Horovod timeout).
 PROBE_TIMEOUT_S = 10.0
+REACH_CHECK = "Checking that Horovod's workers reach each other"  # the log's line as the check starts
 # Ray's own calls to the workers around the check (they are on the nodes already).
 RAY_CALL_TIMEOUT_S = 60.0
 # Text the provider's Horovod build (build_horovod) adds to the binary with its fix that makes process
@@ -248,6 +249,8 @@ def check_reachable(
     ranks = list(firsts.values())
     addresses = [gloo_address(host, plan[node][0]) for host, node in zip(hosts, firsts)]
     probe_s = min(float(timeout_s), PROBE_TIMEOUT_S)
+    # Said before the wait, so that a log that stops here points at the network between the hosts.
+    print(f"{REACH_CHECK} and the rendezvous ({len(ranks)} host(s), {probe_s:g} s per connection).", flush=True)
     ports = call_ranks(worker_group, {r: (_probe_listen, a) for r, a in zip(ranks, addresses)}, "open a test port")
     nodes = [(f"{h.label} on {plan[node][0]}", a, p) for h, node, a, p in zip(hosts, firsts, addresses, ports)]
     server = (f"the rendezvous server (Ray Train controller, {rendezvous[0]})", *rendezvous)

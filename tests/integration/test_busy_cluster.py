@@ -106,7 +106,7 @@ def test_a_training_that_stops_making_progress_fails_and_its_retry_resumes(ray_h
     assert "showed no progress for" in message
     assert "(stall_timeout_seconds)" in message
     assert "was stopped" in message
-    assert wait_for_status(ray_hook, ti.task_run.submission_id(1), {"STOPPED"}, timeout=30) == "STOPPED"
+    assert wait_for_status(ray_hook, ti.task_run.submission_id(1), {"STOPPED"}) == "STOPPED"
 
     ti.try_number = 2
     result = make_operator(tmp_path, train_loop_config=config, stall_timeout_seconds=6).execute(

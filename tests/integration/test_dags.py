@@ -20,6 +20,7 @@ from support.airflow_cli import airflow_bin, dag_test, dags_test, tagged_json, x
 
 from airflow_provider_horovod.contract import TaskRun
 from airflow_provider_horovod.examples.retraining import champion_as_of
+from harness.tasks import HUNG_S
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +38,7 @@ def test_every_dag_file_imports_without_the_training_stack():
         "stack = [m for m in ('torch', 'horovod', 'ray') if importlib.util.find_spec(m)]\n"
         "print('RESULT', sorted(bag.dag_ids), dict(bag.import_errors), stack)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HUNG_S)
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")]
     assert line, out.stderr[-3000:]
     assert "'horovod_quickstart', 'horovod_retraining', 'horovod_script', 'horovod_sensor_example'" in line[0], line[0]
@@ -229,7 +230,7 @@ def test_rerun_after_a_crash_reattaches_and_clearing_trains_again(airflow_db, ra
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + HUNG_S
         run_id = None
         while time.monotonic() < deadline and not (run_id and jobs_for(ray_hook, dag_id, run_id)):
             time.sleep(1)

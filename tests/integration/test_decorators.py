@@ -14,7 +14,16 @@ import pytest
 from airflow_provider_horovod.exceptions import InvalidParameterError, RayJobError
 from airflow_provider_horovod.failures import stopped_by_request
 from airflow_provider_horovod.operators.ray import RayTaskOperator
-from harness.tasks import FakeTI, jobs_of, run_in_thread, wait_for_status
+from harness.tasks import (
+    HUNG_S,
+    FakeTI,
+    assert_stopped,
+    jobs_of,
+    run_in_thread,
+    running_after,
+    wait_for_status,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -52,17 +61,15 @@ def wait_in_ray(seconds: float) -> None:
 def test_killing_a_ray_task_stops_its_job_and_its_driver_keeps_the_attempts_record(ray_hook, tmp_path):
     ti = FakeTI(f"taskkill-{uuid.uuid4().hex[:6]}")
     op = ray_task(tmp_path, wait_in_ray, 300)
+    begun = time.monotonic()
     thread, outcome = run_in_thread(op, {"ti": ti})
     sid = ti.task_run.submission_id(1)
-    wait_for_status(ray_hook, sid, {"RUNNING"})
-    deadline = time.monotonic() + 60
-    while "waiting in ray.get" not in ray_hook.get_job_logs(sid) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    started = time.monotonic()
+    start_s = running_after(ray_hook, sid, begun)
+    wait_until(lambda: "waiting in ray.get" in ray_hook.get_job_logs(sid), HUNG_S, "the driver's wait", outcome)
+    asked = time.monotonic()
     op.on_kill()
-    assert wait_for_status(ray_hook, sid, {"STOPPED"}, timeout=15) == "STOPPED"
-    assert time.monotonic() - started < 15
-    thread.join(30)
+    assert_stopped(ray_hook, sid, asked, start_s)
+    thread.join(HUNG_S)
     assert isinstance(outcome.get("error"), RayJobError)
     # The killed task's wait ends without a finish step: the record is the driver's own, kept on Ray's SIGTERM
     # before Ray marked the job STOPPED, in place of the one on_kill kept at the stop.
@@ -81,7 +88,7 @@ def test_a_retry_of_a_ray_task_reattaches_to_its_job(ray_hook, tmp_path):
     sid = ti.task_run.submission_id(1)
     wait_for_status(ray_hook, sid, {"RUNNING"})
     first._killed.set()  # the first try's worker goes away; the job goes on
-    thread.join(30)
+    thread.join(HUNG_S)
     ti.try_number = 2
     assert ray_task(tmp_path, "time:sleep", 6).execute({"ti": ti}) is None  # time.sleep's value
     assert [j["submission_id"] for j in jobs_of(ray_hook, ti.run_id)] == [sid]

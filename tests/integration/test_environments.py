@@ -17,6 +17,7 @@ import pytest
 import airflow_provider_horovod
 from airflow_provider_horovod.local import _cluster_pids
 from harness.cluster import REPO, cluster_python
+from harness.tasks import HUNG_S
 
 pytestmark = pytest.mark.integration
 
@@ -84,7 +85,7 @@ def test_the_embedded_cluster_runs_a_job_where_the_cluster_side_is_installed(tmp
         assert "Submitting Ray job" in output
         # The embedded head stays up for the next task; `local` tells where, and stops it.
         cli = [cluster_python(), "-m", "airflow_provider_horovod.local"]
-        status = subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=60)
+        status = subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=HUNG_S)
         assert status.returncode == 0
         assert "running: http://127.0.0.1:" in status.stdout
         assert f"its token in {tmp_path / 'home' / 'ray-local' / 'auth_token'}" in status.stdout
@@ -105,12 +106,12 @@ def test_the_embedded_cluster_runs_a_job_where_the_cluster_side_is_installed(tmp
             env=env,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=HUNG_S,
         )
     assert down.returncode == 0
     assert _cluster_pids(temp_dir) == []
     assert not os.path.exists(temp_dir)  # Ray's session folder (its logs) went with the cluster
-    assert subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=60).returncode == 1
+    assert subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=HUNG_S).returncode == 1
 
 
 def pickled_train(config):

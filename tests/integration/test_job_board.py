@@ -11,6 +11,7 @@ import pytest
 
 from airflow_provider_horovod.hooks.ray import RayHook
 from airflow_provider_horovod.hooks.ray_transport import BATCH_FROM
+from harness.tasks import HUNG_S
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +23,7 @@ def test_many_waiting_jobs_read_their_statuses_from_one_list(ray_hook, monkeypat
     ended = f"board-end-{uuid.uuid4().hex[:8]}"
     ray_hook.submit_job(entrypoint="sleep 300", submission_id=running, metadata={"k": "v"})
     ray_hook.submit_job(entrypoint="true", submission_id=ended)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + HUNG_S
     while (ray_hook.get_job_status(running), ray_hook.get_job_status(ended)) != ("RUNNING", "SUCCEEDED"):
         assert time.monotonic() < deadline, "the two jobs did not start and end"
         time.sleep(0.3)

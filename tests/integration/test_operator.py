@@ -16,7 +16,17 @@ import structlog.testing
 
 from airflow_provider_horovod.exceptions import InfrastructureError, RayJobError
 from airflow_provider_horovod.operators.horovod import HorovodTrainOperator
-from harness.tasks import FakeTI, StateStore, jobs_of, run_in_thread, slow_train, wait_for_status
+from harness.tasks import (
+    HUNG_S,
+    FakeTI,
+    StateStore,
+    assert_stopped,
+    jobs_of,
+    run_in_thread,
+    running_after,
+    slow_train,
+    wait_for_status,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -39,14 +49,14 @@ def long_quick_job(seconds: int = 300) -> dict:
 def test_on_kill_stops_the_job(ray_hook, tmp_path, quick_jobs):
     ti = FakeTI(f"kill-{uuid.uuid4().hex[:6]}")
     op = make_operator(tmp_path, train_loop_config=long_quick_job())
+    begun = time.monotonic()
     thread, outcome = run_in_thread(op, {"ti": ti})
     sid = ti.task_run.submission_id(1)
-    wait_for_status(ray_hook, sid, {"RUNNING"})
-    started = time.monotonic()
+    start_s = running_after(ray_hook, sid, begun)
+    asked = time.monotonic()
     op.on_kill()
-    assert wait_for_status(ray_hook, sid, {"STOPPED"}, timeout=15) == "STOPPED"
-    assert time.monotonic() - started < 15
-    thread.join(30)
+    assert_stopped(ray_hook, sid, asked, start_s)
+    thread.join(HUNG_S)
     assert isinstance(outcome.get("error"), RayJobError)
 
 
@@ -75,7 +85,7 @@ def test_stopped_job_fails_the_task(ray_hook, tmp_path, quick_jobs):
     sid = ti.task_run.submission_id(1)
     wait_for_status(ray_hook, sid, {"RUNNING"})
     ray_hook.stop_job(sid)
-    thread.join(60)
+    thread.join(HUNG_S)
     err = outcome.get("error")
     assert isinstance(err, RayJobError), outcome
     assert "ended STOPPED" in str(err), outcome
@@ -97,12 +107,12 @@ def test_retry_reattaches_to_the_running_job(ray_hook, tmp_path, quick_jobs):
         # A worker that dies mid-wait, once it has streamed some of the job's log: the job goes on.
         thread, _ = run_in_thread(first, {"ti": ti, "task_state_store": store})
         sid = ti.task_run.submission_id(1)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + HUNG_S
         while (store.get("ray_log_cursor") or {}).get("lines", 0) < 3:
             assert time.monotonic() < deadline, "the first try streamed no log line"
             time.sleep(0.2)
         first._killed.set()  # the first try's worker goes away, without stopping the job
-        thread.join(30)
+        thread.join(HUNG_S)
         first_lines = streamed_lines(events)
         saved = store["ray_log_cursor"]
         assert first_lines
@@ -121,7 +131,7 @@ def test_retry_reattaches_to_the_running_job(ray_hook, tmp_path, quick_jobs):
 def forget(hook, sid: str, quiet_s: float = 3.0) -> None:
     """Delete an ended job until Ray keeps no record of it for ``quiet_s``: a job deleted just as it ended
     can come back as "Job supervisor actor died" when its supervisor's exit is noticed."""
-    deadline, quiet_since = time.monotonic() + 60, None
+    deadline, quiet_since = time.monotonic() + HUNG_S, None
     while True:
         if hook.get_job_info(sid) is not None:
             hook.delete_job(sid)

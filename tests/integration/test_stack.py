@@ -11,10 +11,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from support.browser import chromium
+from support.browser import chromium, new_context
 
 from airflow_provider_horovod.contract import SYNC_WAIT_BEFORE_DEFER_S, TaskRun
-from harness.tasks import jobs_of, wait_for_status
+from harness.tasks import HUNG_S, assert_stopped, jobs_of, running_after, wait_for_status
 
 # One Airflow deployment (the session's `stack`) serves these tests: they run on one pytest-xdist worker.
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("stack")]
@@ -42,15 +42,15 @@ def trained(stack, ray_cluster):
 
     ray_hook = RayHook()
     run_id = stack.trigger(TRAINING)
-    stack.wait_for_state(TRAINING, run_id, "train", {"deferred"}, timeout=300)
+    stack.wait_for_state(TRAINING, run_id, "train", {"deferred"})
     sid = TaskRun(TRAINING, "train", run_id).submission_id(1)
-    wait_for_status(ray_hook, sid, {"RUNNING"}, timeout=120)
-    deadline = time.monotonic() + 180
+    wait_for_status(ray_hook, sid, {"RUNNING"})
+    deadline = time.monotonic() + HUNG_S
     while len(streamed(stack.task_log(TRAINING, run_id, "train"))) < 5:
         assert time.monotonic() < deadline, "the triggerer streamed nothing"
         time.sleep(1)
     stack.restart("triggerer")  # mid-run: the trigger starts again in the new triggerer
-    ti = stack.wait_for_state(TRAINING, run_id, "train", {"success", "failed", "up_for_retry"}, timeout=600)
+    ti = stack.wait_for_state(TRAINING, run_id, "train", {"success", "failed", "up_for_retry"})
     return {"run_id": run_id, "sid": sid, "ti": ti}
 
 
@@ -77,10 +77,7 @@ def test_a_training_defers_by_default_on_airflows_default_configuration(stack, t
 
 def test_a_job_of_a_second_never_defers_and_succeeds_20_times_in_a_row(stack, ray_hook):
     run_ids = [stack.trigger(SHORT) for _ in range(20)]
-    tis = [
-        stack.wait_for_state(SHORT, run_id, "short", {"success", "failed", "up_for_retry"}, timeout=600)
-        for run_id in run_ids
-    ]
+    tis = [stack.wait_for_state(SHORT, run_id, "short", {"success", "failed", "up_for_retry"}) for run_id in run_ids]
     assert [ti["state"] for ti in tis] == ["success"] * 20, stack.log_tail("scheduler")
     for run_id in run_ids:
         records = stack.task_log(SHORT, run_id, "short")
@@ -98,10 +95,10 @@ def test_a_training_whose_job_ended_finishes_before_a_waiting_run_takes_its_slot
     waiting run of an earlier logical date would take it first: the finished one then waited for that
     run's whole training (seen on a deployment: 73-83 s). It waits in its worker instead."""
     later = stack.api("POST", f"/dags/{SLOT}/dagRuns", json={"logical_date": "2026-01-03T00:00:00Z"})["dag_run_id"]
-    stack.wait_for_state(SLOT, later, "train", {"running", "deferred"}, timeout=300)
+    stack.wait_for_state(SLOT, later, "train", {"running", "deferred"})
     earlier = stack.api("POST", f"/dags/{SLOT}/dagRuns", json={"logical_date": "2026-01-02T00:00:00Z"})["dag_run_id"]
-    first = stack.wait_for_state(SLOT, later, "train", {"success", "failed", "up_for_retry"}, timeout=600)
-    second = stack.wait_for_state(SLOT, earlier, "train", {"success", "failed", "up_for_retry"}, timeout=600)
+    first = stack.wait_for_state(SLOT, later, "train", {"success", "failed", "up_for_retry"})
+    second = stack.wait_for_state(SLOT, earlier, "train", {"success", "failed", "up_for_retry"})
     assert first["state"] == second["state"] == "success", stack.log_tail("scheduler")
     # The first finished when its job did, before the second's training began, not after it.
     assert datetime.fromisoformat(first["end_date"]) <= datetime.fromisoformat(second["start_date"])
@@ -118,9 +115,7 @@ def test_the_example_retraining_dag_triggered_without_a_logical_date_runs_on_the
     run_id = stack.trigger("horovod_retraining")  # "logical_date": null
     run = stack.api("GET", f"/dags/horovod_retraining/dagRuns/{run_id}")
     assert run["logical_date"] is None
-    ti = stack.wait_for_state(
-        "horovod_retraining", run_id, "promote", {"success", "failed", "upstream_failed"}, timeout=600
-    )
+    ti = stack.wait_for_state("horovod_retraining", run_id, "promote", {"success", "failed", "upstream_failed"})
     assert ti["state"] == "success", stack.log_tail("scheduler")
     summary = stack.xcom("horovod_retraining", run_id, "promote")
     assert summary["logical_date"] == run["run_after"][:10]
@@ -131,17 +126,17 @@ def test_the_example_retraining_dag_triggered_without_a_logical_date_runs_on_the
     print(f"example's training (deferred: {deferred}): job end to task end {job_end_to_task_end_s(train, job):.2f} s")
 
 
-def test_marking_a_deferred_task_failed_stops_its_job_within_15_s(stack, ray_hook):
+def test_marking_a_deferred_task_failed_stops_its_job(stack, ray_hook):
+    begun = time.monotonic()
     run_id = stack.trigger(QUICK)
-    stack.wait_for_state(QUICK, run_id, "train", {"deferred"}, timeout=300)
+    stack.wait_for_state(QUICK, run_id, "train", {"deferred"})
     sid = TaskRun(QUICK, "train", run_id).submission_id(1)
-    wait_for_status(ray_hook, sid, {"RUNNING"}, timeout=120)
+    start_s = running_after(ray_hook, sid, begun)  # the run's start, through the scheduler, to its job's
     # Failed before the triggerer picks the trigger up, nothing would stop the job (docs/reliability.md).
     stack.wait_for_trigger(QUICK, run_id, "train")
-    started = time.monotonic()
+    asked = time.monotonic()
     stack.api("PATCH", f"/dags/{QUICK}/dagRuns/{run_id}/taskInstances/train", json={"new_state": "failed"})
-    assert wait_for_status(ray_hook, sid, {"STOPPED"}, timeout=15) == "STOPPED"
-    assert time.monotonic() - started < 15
+    assert_stopped(ray_hook, sid, asked, start_s)
 
 
 # --- the UI, in a real browser -------------------------------------------------------------------
@@ -151,7 +146,7 @@ def test_marking_a_deferred_task_failed_stops_its_job_within_15_s(stack, ray_hoo
 def page(stack):
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with chromium() as browser:
-        yield browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+        yield new_context(browser, viewport={"width": 1400, "height": 900}).new_page()
 
 
 def test_the_connection_form_shows_the_ray_fields_in_reading_order_with_switches(stack, page):
@@ -169,7 +164,7 @@ def test_the_connection_form_shows_the_ray_fields_in_reading_order_with_switches
     assert page.get_by_placeholder("contents of ~/.ray/auth_token on the head node").is_visible()
     page.get_by_text("Extra Fields", exact=True).click()  # the connection's extras, from the provider info
     for label in ("Verify TLS", "CA bundle", "Local storage is shared", "Default runtime_env", "Extra HTTP headers"):
-        page.get_by_text(label, exact=True).first.wait_for(timeout=10_000)
+        page.get_by_text(label, exact=True).first.wait_for()
     # The two booleans are switches, not text boxes holding "true".
     assert page.locator("[data-scope='switch'], [role='switch'], input[type='checkbox']").count() >= 2
     page.screenshot(path=str(SCREENSHOTS / "connection-form.png"), full_page=True)

@@ -19,7 +19,7 @@ import pytest
 
 from airflow_provider_horovod.links.mlflow import MlflowRunLink
 from harness.ports import free_port
-from harness.tasks import FakeTI
+from harness.tasks import HUNG_S, FakeTI
 
 from .test_operator import make_operator
 
@@ -49,7 +49,11 @@ print(json.dumps({{"experiment_id": experiment and experiment.experiment_id, "ru
                    for key in {list(metric_keys)!r}}}}} for r in runs]}}))
 """
         done = subprocess.run(
-            [str(MLFLOW_VENV / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=120, check=True
+            [str(MLFLOW_VENV / "bin" / "python"), "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=HUNG_S,
+            check=True,
         )
         return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -87,7 +91,7 @@ def mlflow_server(tmp_path_factory):
     )
     uri = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + HUNG_S
         while True:
             try:
                 with urllib.request.urlopen(f"{uri}/health", timeout=2) as answer:

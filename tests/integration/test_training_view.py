@@ -16,12 +16,12 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from playwright.sync_api import Error as PlaywrightError
-from support.browser import chromium
+from support.browser import chromium, new_context
 
 from airflow_provider_horovod.contract import TaskRun
 from harness.ports import free_port
 from harness.stack import Stack
-from harness.tasks import wait_for_status
+from harness.tasks import HUNG_S, wait_for_status
 
 # One Airflow deployment (the session's `stack`) serves these tests: they run on one pytest-xdist worker.
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("stack")]
@@ -84,7 +84,7 @@ def open_page(browser, url: str, *, scheme: str = "light", height: int = 1000, o
     context = browser.ahp_sessions.get((origin, scheme))
     signing_in = context is None
     if signing_in:
-        context = browser.ahp_sessions[origin, scheme] = browser.new_context(color_scheme=scheme)
+        context = browser.ahp_sessions[origin, scheme] = new_context(browser, color_scheme=scheme)
     page = context.new_page()
     page.set_viewport_size({"width": 1400, "height": height})
     errors: list[str] = []
@@ -112,7 +112,7 @@ def open_page(browser, url: str, *, scheme: str = "light", height: int = 1000, o
     if not SETS_TOKEN:
         page.on("response", lambda r: signed_in.append(r) if r.ok and r.url.endswith("/ui/auth/me") else None)
     page.goto(url.split("/dags/")[0] + "/", wait_until="networkidle")
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + HUNG_S
     while not signed_in and not any(cookie["name"] == "_token" for cookie in context.cookies()):
         assert time.monotonic() < deadline, "the UI never logged in"
         page.wait_for_timeout(250)
@@ -164,14 +164,14 @@ def test_the_training_view_of_a_running_training_shows_its_first_reports_before_
     stack, runs, browser, ray_hook
 ):
     run_id = runs["training"]
-    stack.wait_for_state(TRAINING, run_id, "train", {"deferred", "running"}, timeout=300)
+    stack.wait_for_state(TRAINING, run_id, "train", {"deferred", "running"})
     sid = TaskRun(TRAINING, "train", run_id).submission_id(1)
-    wait_for_status(ray_hook, sid, {"RUNNING"}, timeout=120)
+    wait_for_status(ray_hook, sid, {"RUNNING"})
     page = open_page(browser, training_tab(stack, TRAINING, run_id, "train"))
-    page.locator(f"{VIEW}[data-trains]").wait_for(timeout=60_000)  # its first answer is in
+    page.locator(f"{VIEW}[data-trains]").wait_for()  # its first answer is in
     assert page.locator(VIEW).get_attribute("data-trains") == "yes"
     assert page.locator(VIEW).get_attribute("data-live") == "yes"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + HUNG_S
     while points(page, "loss") < 2:  # the view refreshes by itself: no reload here
         assert time.monotonic() < deadline, f"no reports drawn: {page.locator(VIEW).inner_text()}"
         time.sleep(0.5)
@@ -185,18 +185,18 @@ def test_the_training_view_of_a_running_training_shows_its_first_reports_before_
 
 def test_once_trained_the_view_lists_the_checkpoints_ray_kept_and_marks_those_it_deleted(stack, runs, browser):
     run_id = runs["training"]
-    assert stack.wait_for_state(TRAINING, run_id, "train", {"success", "failed"}, timeout=300)["state"] == "success"
+    assert stack.wait_for_state(TRAINING, run_id, "train", {"success", "failed"})["state"] == "success"
     sid = TaskRun(TRAINING, "train", run_id).submission_id(1)
     # The task's Details tab links its Ray job too (the operator's extra link).
     details = open_page(
         browser, training_tab(stack, TRAINING, run_id, "train").replace("plugin/horovod_training", "details")
     )
     link = details.get_by_role("link", name=re.compile("Ray job"))
-    link.first.wait_for(timeout=30_000)
+    link.first.wait_for()
     assert link.first.get_attribute("href").endswith(f"/#/jobs/{sid}")
     details.screenshot(path=str(SCREENSHOTS / "task-details-ray-job-link.png"), full_page=True)
     page = open_page(browser, training_tab(stack, TRAINING, run_id, "train"), height=1500)
-    page.get_by_test_id("checkpoints").wait_for(timeout=60_000)
+    page.get_by_test_id("checkpoints").wait_for()
     assert page.locator(VIEW).get_attribute("data-live") == "no"
     # 4 checkpoints (every third report), Ray keeps 2 (checkpoint_num_to_keep).
     assert page.locator("[data-testid=checkpoints] tbody tr").count() == 2
@@ -217,7 +217,7 @@ def test_in_dark_mode_the_view_is_dark(stack, runs, browser):
     shots = {}
     for scheme in ("light", "dark"):
         page = open_page(browser, url, scheme=scheme, height=1500)
-        page.get_by_test_id("checkpoints").wait_for(timeout=60_000)
+        page.get_by_test_id("checkpoints").wait_for()
         assert page.evaluate("document.documentElement.classList.contains('dark')") == (scheme == "dark")
         shots[scheme] = mean_brightness(page, page.locator(VIEW).screenshot())
         if scheme == "dark":
@@ -229,10 +229,10 @@ def test_in_dark_mode_the_view_is_dark(stack, runs, browser):
 @pytest.mark.oldest_airflow
 def test_a_task_that_does_not_train_shows_a_neutral_line_and_no_error(stack, history_runs, browser):
     run_id = history_runs[0]
-    stack.wait_for_state(HISTORY, run_id, "promote", {"success"}, timeout=300)
+    stack.wait_for_state(HISTORY, run_id, "promote", {"success"})
     page = open_page(browser, training_tab(stack, HISTORY, run_id, "evaluate"))
     message = page.get_by_test_id("message")
-    message.wait_for(timeout=60_000)
+    message.wait_for()
     assert message.inner_text() == "This task does not train with Horovod: there are no training curves here."
     assert page.locator(VIEW).get_attribute("data-trains") == "no"
     assert page.get_by_test_id("problem").count() == 0
@@ -243,10 +243,10 @@ def test_a_task_that_does_not_train_shows_a_neutral_line_and_no_error(stack, his
 @pytest.mark.oldest_airflow
 def test_the_history_of_a_dag_with_three_runs_shows_three_rows_and_its_charts(stack, history_runs, browser):
     for run_id in history_runs:
-        stack.wait_for_state(HISTORY, run_id, "promote", {"success"}, timeout=300)
+        stack.wait_for_state(HISTORY, run_id, "promote", {"success"})
     page = open_page(browser, f"{stack.url}/dags/{HISTORY}/plugin/horovod_history", height=1700)
     table = page.get_by_test_id("history-table")
-    table.wait_for(timeout=60_000)
+    table.wait_for()
     rows = table.locator("tbody tr")
     assert rows.count() == 3
     assert [rows.nth(i).get_attribute("data-run") for i in range(3)] == [f"view_{d}" for d in reversed(HISTORY_DAYS)]
@@ -265,7 +265,7 @@ def test_the_history_of_a_dag_with_three_runs_shows_three_rows_and_its_charts(st
     assert charts[:1] == ["m-val_loss"]
     assert {"e-holdout_mse", "duration", "compare"} <= set(charts)
     compare = page.locator('[data-chart="compare"]')
-    compare.wait_for(timeout=30_000)
+    compare.wait_for()
     assert compare.get_attribute("data-series") == "2"  # two runs' curves on one chart
     page.screenshot(path=str(SCREENSHOTS / f"training-history{AIRFLOW_SUFFIX}.png"))
     assert page.errors == []
@@ -273,15 +273,15 @@ def test_the_history_of_a_dag_with_three_runs_shows_three_rows_and_its_charts(st
 
 def test_a_killed_training_says_it_was_killed_and_its_job_stopped(stack, browser, ray_hook):
     run_id = stack.trigger(TRAINING)
-    stack.wait_for_state(TRAINING, run_id, "train", {"deferred", "running"}, timeout=300)
+    stack.wait_for_state(TRAINING, run_id, "train", {"deferred", "running"})
     sid = TaskRun(TRAINING, "train", run_id).submission_id(1)
-    wait_for_status(ray_hook, sid, {"RUNNING"}, timeout=120)
+    wait_for_status(ray_hook, sid, {"RUNNING"})
     # A user marks the running task failed: Airflow kills it, and the provider stops its job.
     stack.mark(TRAINING, run_id, "train", "failed")
-    wait_for_status(ray_hook, sid, {"STOPPED"}, timeout=60)
+    wait_for_status(ray_hook, sid, {"STOPPED"})
     page = open_page(browser, training_tab(stack, TRAINING, run_id, "train"))
     message = page.get_by_test_id("message")
-    message.wait_for(timeout=60_000)
+    message.wait_for()
     assert message.get_attribute("data-killed") == "yes"
     assert message.inner_text().startswith(
         f"Attempt 1 was killed before its training ended, and its Ray job {sid} was stopped with it."
@@ -311,13 +311,13 @@ def sub_path(stack, tmp_path_factory):
 @pytest.mark.oldest_airflow
 def test_under_a_sub_path_both_views_load_their_bundle_and_icons_from_under_it(stack, history_runs, sub_path, browser):
     run_id = history_runs[0]
-    stack.wait_for_state(HISTORY, run_id, "promote", {"success"}, timeout=300)
+    stack.wait_for_state(HISTORY, run_id, "promote", {"success"})
     for url, ready in (
         (training_tab(sub_path, HISTORY, run_id, "train"), "[data-testid=checkpoints]"),
         (f"{sub_path.url}/dags/{HISTORY}/plugin/horovod_history", '[data-chart="compare"]'),
     ):
         page = open_page(browser, url, only_under="/airflow", height=1200)
-        page.locator(ready).wait_for(timeout=60_000)
+        page.locator(ready).wait_for()
         assert page.refused == [], (page.refused, page.errors)
         assert page.errors == [], (page.refused, page.errors)
     # The views' entries as the UI gets them: the bundle and the icons under the sub-path, served there.

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from harness.tasks import HUNG_S
+
 CHROMIUM = "/usr/bin/chromium"
 # No sandbox (the tests run as root) and none of Chromium's own background traffic (updates, sync): the
 # sub-path test lists the requests a page makes.
@@ -29,3 +31,12 @@ def chromium() -> Iterator:
             yield browser
         finally:
             browser.close()
+
+
+def new_context(browser, **kwargs):
+    """A browser context whose waits (a page's load, an element's showing) last as long as a test waits on
+    anything (HUNG_S): they end as soon as what they wait for is there, and a loaded machine is slower."""
+    context = browser.new_context(**kwargs)
+    context.set_default_timeout(HUNG_S * 1000)
+    context.set_default_navigation_timeout(HUNG_S * 1000)
+    return context
