@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 import uuid
 
-from bench.cluster import BUCKET
-from bench.common import Figure, Row, Sample, env_int, fmt, log, ratio, repeats, sample, save_raw, table, target
+from bench.common import BUCKET, env_int, log, repeats, save_raw
+from bench.markdown import Figure, Row, Sample, fmt, ratio, sample, table, target
 from harness.airflow_cli import tagged_json
 
 TARGET = 0.9

@@ -12,28 +12,8 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.common import (
-    BENCH_DAGS,
-    OUT,
-    REPO,
-    Figure,
-    Row,
-    Target,
-    commit,
-    dags_test,
-    epoch,
-    fmt,
-    lines_in,
-    log,
-    median,
-    operator_times,
-    repeats,
-    sample,
-    save_raw,
-    table,
-    target,
-)
-from bench.markdown import plain_table
+from bench.common import BENCH_DAGS, OUT, commit, dags_test, env_names, epoch, log, operator_times, repeats, save_raw
+from bench.markdown import Figure, Row, Target, fmt, median, plain_table, sample, table, target
 from bench.workload import STAMP
 from harness.airflow_cli import tagged_json
 from harness.processes import CpuSampler
@@ -46,8 +26,6 @@ CONN_ID = "ray_bench_fixedcost"
 DAG_ID = "bench_fixedcost"
 FLOOR_DAG_ID = "bench_fixedcost_floor"  # a task of Airflow's own that does nothing: Airflow's floor
 FOLLOW_S = 300  # the "following" way's sync_wait_before_defer_s: longer than the job
-STAGE_DAGS_TEST_START = "Airflow: dags test start to the operator's execute"
-STAGE_RESULT = "Airflow: job ended to the operator's result"
 HVD = "horovodrun --gloo"
 WORK = {"features": 256, "hidden": 1024, "batch": 64, "steps": 200}
 TIMINGS_FILE = OUT / "fixedcost-operator-timings.jsonl"
@@ -95,18 +73,18 @@ def bench_env(bench, following: bool = False) -> dict[str, str]:
         "BENCH_FIXEDCOST_CONN": CONN_ID,
         "BENCH_FIXEDCOST_STORAGE": f"s3://{BUCKET}/runs",
         "BENCH_FIXEDCOST_WORK": json.dumps(WORK),
-        "BENCH_FIXEDCOST_RAY_ADDRESS": bench.hosts.gcs_address,
+        "BENCH_RAY_ADDRESS": bench.hosts.gcs_address,  # the DAG's runtime_env
     }
     if following:  # the task follows its job in the worker to the end, no deferral
         env["BENCH_FIXEDCOST_SYNC_WAIT_S"] = str(FOLLOW_S)
     return env
 
 
-def task_stages(before: int, run_id: str | None, start: float, end: float, names: tuple[str, str]) -> tuple[dict, dict]:
+def task_stages(run_id: str | None, start: float, end: float, names: tuple[str, str]) -> tuple[dict, dict]:
     """A task's stages from ``start`` to ``end`` (``names``: the first's and the last's), and their sources."""
     from airflow_provider_horovod.hooks.ray import RayHook
 
-    run_id, execute_at, result_at = operator_times(TIMINGS_FILE, before, DAG_ID, run_id)
+    run_id, execute_at, result_at = operator_times(TIMINGS_FILE, DAG_ID, run_id)
     hook = RayHook(ray_conn_id=CONN_ID)
     (job,) = jobs_of(hook, run_id, DAG_ID)
     logs = hook.get_job_logs(job["submission_id"])
@@ -125,20 +103,19 @@ def task_stages(before: int, run_id: str | None, start: float, end: float, names
         **rank_stages(s),
         "Train's end: workers done to fit() returned": fit_end - s["work_done"],
         "driver's end: record, exit, job ended": job_end - fit_end,
-        STAGE_RESULT: result_at - job_end,
+        "Airflow: job ended to the operator's result": result_at - job_end,
         names[1]: end - result_at,
     }
     return stages, {"submission_id": job["submission_id"], "timings": t, "job_end": job_end}
 
 
 def through_dags_test(bench) -> dict:
-    before = lines_in(TIMINGS_FILE)
     with CpuSampler(SAMPLE_S) as cpu:
         started = time.time()
         run, _ = dags_test(DAG_ID, f"fixedcost-{uuid.uuid4().hex[:6]}.log", env=bench_env(bench))
         ended = time.time()
-    names = (STAGE_DAGS_TEST_START, "Airflow: task end, dags test exit")
-    stages, facts = task_stages(before, None, started, ended, names)
+    names = ("Airflow: dags test start to the operator's execute", "Airflow: task end, dags test exit")
+    stages, facts = task_stages(None, started, ended, names)
     deferred = "new_state=deferred" in run.stdout + run.stderr
     return {"total_s": ended - started, "stages": stages, **sampled(cpu), "deferred": deferred, **facts}
 
@@ -146,7 +123,6 @@ def through_dags_test(bench) -> dict:
 def through_deployment(stack) -> dict:
     """The task on a deployment: its start to its end as Airflow records them, and from its first queuing (read
     while the run starts: a resume queues the task again)."""
-    before = lines_in(TIMINGS_FILE)
     with CpuSampler(SAMPLE_S) as cpu:
         triggered = time.time()
         run_id = stack.trigger(DAG_ID)
@@ -163,7 +139,7 @@ def through_deployment(stack) -> dict:
         raise RuntimeError(f"{DAG_ID} {run_id}: train {ti['state']}: {stack.log_tail('scheduler')}")
     start, end = epoch(ti["start_date"]), epoch(ti["end_date"])
     names = ("Airflow: task start to the operator's execute", "Airflow: the operator's result to the task's end")
-    stages, facts = task_stages(before, run_id, start, end, names)
+    stages, facts = task_stages(run_id, start, end, names)
     deferred = any("defer" in str(r.get("event", "")).lower() for r in stack.task_log(DAG_ID, run_id, "train"))
     found = {"total_s": end - start, "from_queued_s": end - queued_at if queued_at else None, "stages": stages}
     found.update(from_trigger_s=end - triggered, queued_to_start_s=start - queued_at if queued_at else None)
@@ -186,22 +162,12 @@ def provider_import_s() -> dict[str, float]:
     code = "import airflow.plugins_manager, airflow.sdk\n" + "".join(f"import {m}\n" for m in PROVIDER_IMPORTS)
     found: dict[str, list[float]] = {m: [] for m in PROVIDER_IMPORTS}
     for _ in range(3):
-        cmd = [sys.executable, "-X", "importtime", "-c", code]
-        done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+        done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True)
         for line in done.stderr.splitlines():
             parts = line.split("|")
             if len(parts) == 3 and parts[2].strip() in found:
                 found[parts[2].strip()].append(int(parts[1]) / 1e6)
     return {m: median(v) for m, v in found.items() if v}
-
-
-def selected_ways() -> list[str]:
-    """``BENCH_FIXEDCOST_WAYS``: the ways measured now; the figure shows every way last measured."""
-    given = os.environ.get("BENCH_FIXEDCOST_WAYS") or "dagstest,deployment"
-    wanted = [w.strip() for w in given.split(",") if w.strip() and given != "none"]
-    if unknown := set(wanted) - set(WAYS):
-        raise SystemExit(f"BENCH_FIXEDCOST_WAYS: no way {sorted(unknown)}; the ways are {sorted(WAYS)}")
-    return wanted
 
 
 def measure_way(way: str, n: int) -> dict:
@@ -247,7 +213,8 @@ def figure() -> Figure:
     if BYTECODE == "cached":  # inherited by the hosts' Ray nodes and the deployment, so by every process
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
         os.environ["PYTHONPYCACHEPREFIX"] = str(OUT / "pycache")
-    for way in selected_ways():
+    # The ways measured now; the figure shows every way last measured.
+    for way in env_names("BENCH_FIXEDCOST_WAYS", "dagstest,deployment", WAYS):
         if way != "dagstest" and (reason := postgres.unavailable_reason()):
             fig.notes.append(f"The deployment way was not measured: {reason}.")
             continue

@@ -16,8 +16,8 @@ import uuid
 from importlib.metadata import version
 
 from airflow_provider_horovod.local import end_cluster
-from bench.common import BENCH, OUT, PY, REPO, Row, Sample, fmt, log, repeats, run_logged, save_raw, table
-from bench.markdown import plain_table, put_measured
+from bench.common import BENCH, OUT, PY, REPO, log, repeats, run_logged, save_raw
+from bench.markdown import Row, Sample, fmt, plain_table, put_measured, table
 from bench.train_script import RESULT_TAG
 from harness.airflow_cli import tagged_json
 from harness.ports import free_port
@@ -52,13 +52,9 @@ def gpu_probe(config: dict) -> None:
     mine = {"rank": hvd.rank(), "local_rank": hvd.local_rank(), "local_size": hvd.local_size()}
     mine.update(visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"), result_device=str(summed.device))
     seen = hvd.allgather_object({**mine, "gpu": torch.cuda.get_device_name(device)})
-    metrics = {
-        "sum": summed.item(),
-        "size": hvd.size(),
-        "nccl_built": bool(hvd.nccl_built()),
-        "ranks": json.dumps(seen),
-    }
-    metrics.update(torch=torch.__version__, cuda=torch.version.cuda, nccl=".".join(map(str, torch.cuda.nccl.version())))
+    metrics = {"sum": summed.item(), "size": hvd.size(), "nccl_built": bool(hvd.nccl_built())}
+    metrics.update(ranks=json.dumps(seen), torch=torch.__version__, cuda=torch.version.cuda)
+    metrics["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
     if hvd.rank() == 0:
         with tempfile.TemporaryDirectory() as folder:
             torch.save({"sum": summed.cpu()}, os.path.join(folder, "probe.pt"))
@@ -143,10 +139,7 @@ def check(address: str, gpus: int, storage: str) -> list[dict]:
         found.update(ranks=ranks, checkpoint_uri=checkpoint, nccl_info_lines=len(nccl_lines), wall_s=wall)
         found.update(nccl_sample=nccl_lines[:8], versions={k: metrics[k] for k in ("torch", "cuda", "nccl")})
         checks.append({**found, "problems": problems})
-        log(
-            f"check {api}: sum {metrics['sum']} (expected {expected}), {len(nccl_lines)} NCCL INFO lines, "
-            f"problems: {problems or 'none'}"
-        )
+        log(f"check {api}: sum {metrics['sum']} of {expected}, {len(nccl_lines)} NCCL lines, problems: {problems}")
     return checks
 
 

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.common import OUT, REPO, Figure, fmt, log, run_logged, save_raw, target
-from bench.markdown import plain_table
+from bench.common import OUT, REPO, log, run_logged, save_raw
+from bench.markdown import Figure, fmt, plain_table, target
 
 AIRFLOW = os.environ.get("BENCH_INSTALL_AIRFLOW") or "apache-airflow==3.3.2"
 RAY = os.environ.get("BENCH_INSTALL_RAY") or "ray[default]==2.60.0"
@@ -20,14 +20,8 @@ MB = 1e6
 
 
 def size(path: Path) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total
+    """Bytes of the files under ``path``, links as links (a venv is still while it is measured)."""
+    return sum(os.lstat(os.path.join(root, name)).st_size for root, _, files in os.walk(path) for name in files)
 
 
 def top_level(venv: Path) -> dict[str, int]:
@@ -69,9 +63,8 @@ def wheel() -> Path:
     dist = REPO / ".build" / "dist"
     if not glob.glob(str(dist / "*.whl")):
         log("no wheel in .build/dist: building it")
-        run_logged(
-            [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(REPO)], "install-size-build.log"
-        )
+        cmd = [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(REPO)]
+        run_logged(cmd, "install-size-build.log")
     return Path(sorted(glob.glob(str(dist / "*.whl")), key=os.path.getmtime)[-1])
 
 
@@ -98,9 +91,7 @@ def figure() -> Figure:
     root.mkdir(parents=True)
     stock, contrast = root / "stock", root / "contrast"
     records = []
-    version = subprocess.run(
-        [python, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True
-    ).stdout.strip()
+    version = subprocess.check_output([python, "-V"], text=True).split()[1]  # "Python 3.11.9"
     fig = Figure(7)
     try:
         log(f"fresh venv ({python})")

@@ -1,9 +1,6 @@
-"""Figure 4b: following one growing log. One ``RayJobTrigger`` follows a job's steadily growing log into a
-file (child A), against fetching the whole log every poll (child B); per poll, at several log lengths.
-
-    python -m bench.logstream follow SID PREFIX     # child A: the trigger, until the job ends
-    python -m bench.logstream whole SID PREFIX      # child B: whole-log polls, in windows asked on stdin
-"""
+"""Figure 4b: following one growing log. One ``RayJobTrigger`` follows a job's steadily growing log into a file
+(child A: ``python -m bench.logstream follow SID PREFIX``, until the job ends), against fetching the whole log every
+poll (child B: ``... whole SID PREFIX``, in windows asked on stdin); per poll, at several log lengths."""
 
 from __future__ import annotations
 
@@ -18,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import OUT, PY, Figure, Row, Sample, Target, env_int, fmt, log, median, ratio, save_raw, table, target
-from bench.markdown import plain_table
+from bench.common import OUT, PY, env_int, log, save_raw
+from bench.markdown import Figure, Row, Sample, Target, fmt, median, plain_table, ratio, table, target
 
 POLL_S = 1.0
 TAG = "AHP_BENCH_WHOLE"
@@ -60,7 +57,7 @@ async def follow(sid: str, prefix: str) -> None:
     from airflow_provider_horovod.triggers.ray import RayJobTrigger
 
     handler = LineFile(prefix + "-lines.txt")
-    fetched = {"bytes": 0, "requests": 0, "status_bytes": 0}
+    fetched = {"bytes": 0, "requests": 0}
     progress = open(prefix + "-progress.jsonl", "w")
     original = RayHook._a_request
 
@@ -73,8 +70,6 @@ async def follow(sid: str, prefix: str) -> None:
         if route.path == "/api/v0/logs/file":
             fetched["bytes"] += len(answer[1])
             fetched["requests"] += 1
-        else:
-            fetched["status_bytes"] += len(answer[1])
         return answer
 
     RayHook._a_request = noted
@@ -83,14 +78,10 @@ async def follow(sid: str, prefix: str) -> None:
     # Into a file through the same writer as B's, in place of the triggerer's routing into the task log.
     trigger._log = handler.logger("bench.follow")
     started = time.process_time()
-    async for event in trigger.run():
-        payload = event.payload
-        break
-    handler.file.flush()
+    payload = (await anext(trigger.run())).payload  # its one event: the job ended
     summary = {"event": payload, "lines": handler.lines, "cpu_s": time.process_time() - started, "end": time.time()}
-    summary.update(log_bytes=fetched["bytes"], log_requests=fetched["requests"], status_bytes=fetched["status_bytes"])
-    with open(prefix + "-summary.json", "w") as f:
-        json.dump(summary, f)
+    summary.update(log_bytes=fetched["bytes"], log_requests=fetched["requests"])
+    Path(prefix + "-summary.json").write_text(json.dumps(summary))
     handler.close()
 
 
@@ -137,12 +128,9 @@ def job_code(lines: int, rate: int) -> str:
     )
 
 
-def read_progress(path) -> list[list[float]]:
-    try:
-        text = path.read_text()
-    except OSError:
-        return []
-    return [json.loads(line) for line in text.splitlines() if line.endswith("]")]
+def read_progress(path: Path) -> list[list[float]]:
+    text = path.read_text() if path.exists() else ""
+    return [json.loads(line) for line in text.splitlines() if line.endswith("]")]  # the last may be half written
 
 
 def figure(cluster) -> Figure:
@@ -177,9 +165,7 @@ def figure(cluster) -> Figure:
             while True:
                 samples = read_progress(progress_file)
                 if a.poll() is not None:
-                    raise RuntimeError(
-                        f"the following trigger ended early (rc {a.returncode}); see {logs / 'logstream-follow.log'}"
-                    )
+                    raise RuntimeError(f"the following trigger ended early (rc {a.returncode}); see {a_out.name}")
                 if len(samples) >= 3 and samples[-1][4] >= max(1, start_at):
                     break
                 time.sleep(0.2)
@@ -191,7 +177,7 @@ def figure(cluster) -> Figure:
             b.stdin.flush()
             reply = b.stdout.readline()
             if TAG not in reply:
-                raise RuntimeError(f"the whole-log poller did not answer; see {logs / 'logstream-whole.log'}")
+                raise RuntimeError(f"the whole-log poller did not answer; see {b_err.name}")
             polls = json.loads(reply.split(TAG + " ", 1)[1])
             h2, t2 = cluster_cpu(groups), time.time()
             found = {"target": target, "a_only": [t0, t1], "a_b": [t1, t2], "b_polls": polls}
@@ -224,9 +210,7 @@ def check_lines(job_log: str) -> tuple[bool, str]:
     """A's streamed lines against the job's whole log: the same, in order, each once."""
     written = (OUT / "logstream-lines.txt").read_text().split("\n")
     streamed = [line[len("[ray] ") :] for line in written if line.startswith("[ray] ")]
-    expected = job_log.split("\n")
-    if expected and expected[-1] == "":
-        expected.pop()
+    expected = job_log.removesuffix("\n").split("\n") if job_log else []
     if streamed == expected:
         return True, f"all {len(expected):,} lines, in order, each once"
     seen = set()

@@ -9,7 +9,8 @@ import os
 import time
 import uuid
 
-from bench.common import REPO, Figure, Row, Target, fmt, log, repeats, sample, save_raw, table, target
+from bench.common import REPO, log, repeats, save_raw
+from bench.markdown import Figure, Row, Target, fmt, sample, table, target
 from bench.workload import STAMP, fixed_work
 from harness.airflow_cli import tagged_json
 from harness.hosts import DEBIAN, Hosts
@@ -64,9 +65,9 @@ class Bench(RayHosts):
         super().__init__(hosts, bucket=bucket, conn_id=conn_id)
         self.storage = f"s3://{bucket}/runs"
 
-    def horovodrun(self, command: str, *, expect: str, cwd=REPO, env=None) -> tuple[str, float, float]:
+    def horovodrun(self, command: str, *, expect: str, cwd=REPO) -> tuple[str, float, float]:
         """Horovod's own launcher across the hosts, with the checkout importable (``bench`` runs as a script)."""
-        return super().horovodrun(command, expect=expect, cwd=str(cwd), env={"PYTHONPATH": str(REPO), **(env or {})})
+        return super().horovodrun(command, expect=expect, cwd=str(cwd), env={"PYTHONPATH": str(REPO)})
 
     def operator(self, train_fn, **kwargs):
         from airflow_provider_horovod.operators.horovod import HorovodTrainOperator

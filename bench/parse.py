@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import BENCH, REPO, Figure, Row, Target, fmt, log, repeats, run_logged, sample, table, target
-from bench.markdown import plain_table
+from bench.common import BENCH, REPO, log, repeats, run_logged
+from bench.markdown import Figure, Row, Target, fmt, plain_table, sample, table, target
 from harness.airflow_cli import tagged_json
 
 OURS = REPO / "dags" / "horovod_retraining.py"

@@ -15,20 +15,12 @@ import time
 import traceback
 from importlib.metadata import version
 
-from bench.common import BENCH, OUT, RAY_ADDRESS_ENV, TITLES, Figure, Target, figure_key, log, repeats, run_logged
-from bench.markdown import measured, plain_table, put_measured
+from bench.common import OUT, RAY_ADDRESS_ENV, env_names, log, moto_server, ray_cluster, repeats, run_logged
+from bench.markdown import TITLES, Figure, Target, figure_key, measured, plain_table, put_measured
+from bench.setup_time import RESULTS, load  # the same results.md and load average
 from harness.stack import airflow_bin
 
-RESULTS = BENCH / "results.md"
 FIGURES = OUT / "figures"
-
-
-def selected() -> set[str]:
-    only = os.environ.get("BENCH_ONLY")
-    want = {x.strip() for x in only.split(",")} if only else set(TITLES)
-    if unknown := want - set(TITLES):
-        raise SystemExit(f"BENCH_ONLY: no figure {sorted(unknown)}; the figures are {sorted(TITLES, key=figure_key)}")
-    return want
 
 
 def failed(number: str, err: BaseException, seconds: float) -> Figure:
@@ -66,10 +58,6 @@ def assemble(want: set[str]) -> list[Figure]:
         data["targets"] = [Target(**t) for t in data["targets"]]
         figures.append(Figure(**data))
     return figures
-
-
-def load() -> str:
-    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def other_activity() -> str:
@@ -119,8 +107,7 @@ def targets_table(figures: list[Figure], before: str | None) -> str:
 
 
 def write(figures: list[Figure], header: str | None) -> None:
-    """The measured blocks of results.md: the conditions (``header``, when figures were measured), the
-    targets, and each figure's."""
+    """The measured blocks of results.md: the conditions (``header``, when measured now), the targets, each figure's."""
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmarks: results\n"
     if header is not None:
         text = put_measured(text, "conditions", header, "## Conditions")
@@ -135,7 +122,7 @@ def main() -> int:
     started, started_wall = time.monotonic(), time.time()
     load_start, activity_start = load(), other_activity()
     OUT.mkdir(parents=True, exist_ok=True)
-    want = selected()
+    want = set(env_names("BENCH_ONLY", ",".join(TITLES), TITLES))
     if os.environ.get("BENCH_ASSEMBLE"):
         figures = assemble(want)
         write(figures, None)
@@ -148,8 +135,6 @@ def main() -> int:
         if number in want:
             figures.append(timed(number, importlib.import_module(f"bench.{name}").figure))
     if want & {"1", "2", "4", "4b", "5", "6"}:
-        from bench.cluster import moto_server, ray_cluster
-
         with moto_server(), ray_cluster() as cluster:
             if want & {"1", "2", "6"}:
                 figures += training_figures(want, cluster)

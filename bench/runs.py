@@ -7,25 +7,8 @@ import json
 import sqlite3
 import time
 
-from bench.common import (
-    AIRFLOW_HOME,
-    OUT,
-    PY,
-    Figure,
-    Row,
-    Sample,
-    dags_test,
-    epoch,
-    fmt,
-    lines_in,
-    log,
-    operator_times,
-    run_logged,
-    sample,
-    save_raw,
-    table,
-    target,
-)
+from bench.common import AIRFLOW_HOME, OUT, PY, dags_test, epoch, log, operator_times, run_logged, save_raw
+from bench.markdown import Figure, Row, Sample, fmt, sample, table, target
 from bench.submit_script import SUBMIT_TAG
 from bench.train_script import RESULT_TAG
 from harness.airflow_cli import tagged_json
@@ -80,9 +63,8 @@ def run_plain_job(hook, name: str, config: str) -> dict:
 def run_operator(hook, way: str, name: str, config: str) -> dict:
     dag_id = DAG_IDS[way]
     env = {"BENCH_TIMINGS_FILE": str(TIMINGS_FILE), "BENCH_TRAIN_CONFIG": config}
-    before = lines_in(TIMINGS_FILE)
     _, wall = dags_test(dag_id, f"{name}.log", env=env)
-    run_id, start, done = operator_times(TIMINGS_FILE, before, dag_id)
+    run_id, start, done = operator_times(TIMINGS_FILE, dag_id)
     task_start, task_end = task_times(dag_id, run_id)
     (job,) = jobs_of(hook, run_id, dag_id)
     info, record = job_info(hook, job["submission_id"], "AHP_RESULT")

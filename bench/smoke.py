@@ -7,8 +7,8 @@ import json
 import os
 import shutil
 
-from bench.common import OUT, Figure, Target, dags_test, log, median, repeats, save_raw, target
-from bench.markdown import plain_table
+from bench.common import OUT, dags_test, log, repeats, save_raw
+from bench.markdown import Figure, Target, median, plain_table, target
 from harness.example_dag import PRODUCTION, edited_copy
 
 DAG_ID = "horovod_retraining"
@@ -52,30 +52,25 @@ def figure() -> Figure:
     os.environ.pop("AIRFLOW_CONN_RAY_DEFAULT", None)
     local.down()
     try:
-        return measured()
+        production = dag_folder("production", {})
+        _, first_s = smoke_run("first", production, 1)  # starts the cluster; the environments' bytecode is written
+        walls = []
+        for i in range(repeats()):
+            run, wall = smoke_run(f"warm-{i + 1}", production, 2 + i)
+            walls.append(wall)
+            log(f"smoke run {i + 1}: {wall:.1f} s")
+        last = (run.stdout + run.stderr).splitlines()
+        said = [line.split("Smoke run: ", 1)[1].split(" [airflow", 1)[0] for line in last if "Smoke run: 8 GPU" in line]
+        promoted = [json.loads(line.split("AHP_RETRAINING ", 1)[1]) for line in last if "AHP_RETRAINING " in line]
+        bugs = []
+        for n, (where, edits, expected) in enumerate(BUGS):
+            run, wall = smoke_run(f"bug-{n + 1}", dag_folder(f"bug-{n + 1}", edits), 20 + n, check=False)
+            named = expected in run.stdout + run.stderr
+            bugs.append({"where": where, "rc": run.returncode, "named": named, "expected": expected, "wall_s": wall})
+            log(f"planted bug ({where}): rc {run.returncode}, named: {named}, {wall:.1f} s")
     finally:
         local.down()
-
-
-def measured() -> Figure:
-    production = dag_folder("production", {})
-    _, first_s = smoke_run("first", production, 1)  # starts the cluster; the environments' bytecode is written
-    walls = []
-    for i in range(repeats()):
-        run, wall = smoke_run(f"warm-{i + 1}", production, 2 + i)
-        walls.append(wall)
-        log(f"smoke run {i + 1}: {wall:.1f} s")
-    last = (run.stdout + run.stderr).splitlines()
-    said = [line.split("Smoke run: ", 1)[1] for line in last if "Smoke run: 8 GPU" in line][:1]
-    promoted = [json.loads(line.split("AHP_RETRAINING ", 1)[1]) for line in last if "AHP_RETRAINING " in line]
-    bugs = []
-    for n, (where, edits, expected) in enumerate(BUGS):
-        run, wall = smoke_run(f"bug-{n + 1}", dag_folder(f"bug-{n + 1}", edits), 20 + n, check=False)
-        named = expected in run.stdout + run.stderr
-        bugs.append({"where": where, "rc": run.returncode, "named": named, "expected": expected, "wall_s": wall})
-        log(f"planted bug ({where}): rc {run.returncode}, named: {named}, {wall:.1f} s")
-    said = [text.split(" [airflow", 1)[0] for text in said]
-    raw = {"first_s": first_s, "warm_s": walls, "bugs": bugs, "said": said, "promote": promoted}
+    raw = {"first_s": first_s, "warm_s": walls, "bugs": bugs, "said": said[:1], "promote": promoted}
     save_raw("smoke", raw)
     return figure_of(raw)
 

@@ -1,6 +1,5 @@
-"""The other script a user writes without the operator: ``bench.train_script`` (its arguments handed on) as a
-plain Ray job, polled every second. Prints one ``AHP_BENCH_SUBMIT {json}`` line: the submission id, and the wall
-time from just before the submission to the poll that saw the job end."""
+"""The other script a user writes without the operator: ``bench.train_script`` (its arguments handed on) as a plain
+Ray job, polled every second. Prints one ``AHP_BENCH_SUBMIT {json}`` line: the id, and submission to seen ended."""
 
 from __future__ import annotations
 
@@ -40,13 +39,8 @@ def main() -> int:
     while not (status := client.get_job_status(submission_id)).is_terminal():
         time.sleep(POLL_S)
     wall = time.monotonic() - started
-    found = {
-        "submission_id": submission_id,
-        "status": str(status.value),
-        "submit_to_done_s": wall,
-        "done_at": time.time(),
-    }
-    print(f"{SUBMIT_TAG} {json.dumps(found)}", flush=True)
+    found = {"submission_id": submission_id, "status": str(status.value), "submit_to_done_s": wall}
+    print(f"{SUBMIT_TAG} {json.dumps({**found, 'done_at': time.time()})}", flush=True)
     return 0 if status == JobStatus.SUCCEEDED else 1
 
 

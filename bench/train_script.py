@@ -1,7 +1,6 @@
 """The script a user writes without the operator: Ray's own trainer around ``bench.workload``, as a Ray job or,
-``--direct``, as a driver on the cluster. Prints one ``AHP_BENCH_RESULT {json}`` line. ``horovod``: Ray's
-``HorovodTrainer`` (Train V1: Ray 2.60 refuses it under V2); ``torch``: ``TorchTrainer`` with DDP (Gloo; NCCL
-with ``--use-gpu``)."""
+``--direct``, as a driver on the cluster; prints one ``AHP_BENCH_RESULT {json}`` line. ``horovod``: ``HorovodTrainer``
+(Train V1: Ray 2.60 refuses it under V2); ``torch``: ``TorchTrainer`` with DDP (Gloo; NCCL with ``--use-gpu``)."""
 
 from __future__ import annotations
 

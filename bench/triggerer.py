@@ -1,6 +1,6 @@
-"""Figure 4: triggerer load: N ``RayJobTrigger``s in one asyncio loop (one triggerer) over long-running jobs,
-against a minimal poller that only asks each job's status. One measurement, in a child process of its own:
-``python -m bench.triggerer VARIANT N INTERVAL WINDOW SETUP_FILE OUT_FILE``."""
+"""Figure 4: N ``RayJobTrigger``s in one asyncio loop (one triggerer) over long-running jobs, against a minimal poller
+that only asks each job's status. One measurement per child: ``python -m bench.triggerer VARIANT N INTERVAL WINDOW
+SETUP_JSON``, printed as one ``AHP_BENCH_TRIGGERS`` line."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import threading
 import time
 import urllib.request
 
-from bench.common import OUT, PY, Figure, Row, Sample, env_int, fmt, log, quantile, run_logged, table, target
-from bench.markdown import plain_table
+from bench.common import OUT, PY, env_int, log, run_logged
+from bench.markdown import Figure, Row, Sample, fmt, plain_table, quantile, table, target
+from harness.airflow_cli import tagged_json
 from harness.processes import cmdline, cpu_s, kind_of
 from harness.tasks import wait_for_status
 
@@ -22,13 +23,13 @@ OURS, MINIMAL = "RayJobTrigger", "minimal poller"
 NO_LOGS = "ours_nologs"  # at the largest N only: our trigger without log streaming, the log's share of the cost
 LAG_TICK_S = 0.05
 TARGET_CPU, TARGET_LAG_MS = 0.10, 50.0
+TAG = "AHP_BENCH_TRIGGERS"  # the child's line of what it measured
 STAMP = "bench-line-at "
 STAMPED = re.compile(re.escape(STAMP) + r"(\d+\.\d+)")
 QUIET_S = (15, 45)  # a job's quiet spells between its stamped lines, seconds (longer than the interval)
 # The head's processes that answer the triggers, by role (harness/processes.py's kinds of each).
 ROLES = {"dashboard": ("dashboard", "dashboard module"), "dashboard agent": ("dashboard agent",)}
-ROLES.update(gcs=("gcs_server",), raylet=("raylet",))
-HEAD = ("dashboard", "dashboard agent", "gcs")
+ROLES.update(gcs=("gcs_server",))
 
 
 class Requests:
@@ -40,18 +41,16 @@ class Requests:
 
     def wrap(self, fn, is_status):
         async def timed(*args, **kwargs):
-            started = time.perf_counter()
-            size = 0
+            started, answer = time.perf_counter(), None
             try:
                 answer = await fn(*args, **kwargs)
-                if isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[1], str):
-                    size = len(answer[1])  # the hook's (status, text)
                 return answer
             except Exception:
                 self.failed += 1
                 raise
             finally:
                 end = time.perf_counter()
+                size = len(answer[1]) if isinstance(answer, tuple) else 0  # the hook's (status, text), not a status
                 self.done.append((end, end - started, is_status(*args, **kwargs), size))
 
         return timed
@@ -131,7 +130,7 @@ async def measure(variant: str, n: int, interval: float, window: float, setup: d
     lags: list[tuple[float, float]] = []
     tasks = [asyncio.create_task(lag_monitor(lags))]
     session = None
-    polls_done: list[float] = []
+    polls: list[float] = []  # when each status asked was answered
     if variant != "minimal":
         # Every request timed (status lists and requests, log windows); a poll is a status asked and answered.
         RayHook._a_request = requests.wrap(
@@ -141,7 +140,7 @@ async def measure(variant: str, n: int, interval: float, window: float, setup: d
 
         async def polled(self, *args, **kwargs):
             info = await get_info(self, *args, **kwargs)
-            polls_done.append(time.perf_counter())
+            polls.append(time.perf_counter())
             return info
 
         RayHook.a_get_job_info = polled
@@ -160,18 +159,15 @@ async def measure(variant: str, n: int, interval: float, window: float, setup: d
             await ours(sid, interval, stream_logs=variant == "ours", index=i)
         else:
             while await status(session, cluster.dashboard_url, headers, sid) not in ("SUCCEEDED", "FAILED", "STOPPED"):
+                polls.append(time.perf_counter())
                 await asyncio.sleep(interval)
 
     started = time.perf_counter()
     tasks += [asyncio.create_task(start(i)) for i in range(n)]
     # Warm-up: every trigger polled once (and streamed its job's whole log), its log reads settled.
     settle = setup["settle"] if variant == "ours" else 0.0  # only the log reads need to settle
-
-    def polls() -> list[float]:
-        return polls_done if variant != "minimal" else [r[0] for r in requests.done if r[2]]
-
     while (
-        len(polls()) < n
+        len(polls) < n
         or time.perf_counter() - started < max(interval, settle)
         or (variant == "ours" and len(StreamedLog.streamed) < n)
     ):
@@ -193,7 +189,7 @@ async def measure(variant: str, n: int, interval: float, window: float, setup: d
     in_window = [r for r in requests.done if t0 <= r[0] <= t1]
     statuses, logs = [r for r in in_window if r[2]], [r for r in in_window if not r[2]]
     found = {"variant": variant, "n": n, "interval_s": interval, "window_s": t1 - t0, "wall_window": [w0, w1]}
-    found.update(warmup_s=warmup_s, cpu_s=cpu1 - cpu0, polls=sum(1 for t in polls() if t0 <= t <= t1))
+    found.update(warmup_s=warmup_s, cpu_s=cpu1 - cpu0, polls=sum(1 for t in polls if t0 <= t <= t1))
     found.update(requests=len(in_window), status_requests=len(statuses), expected_polls=n * (t1 - t0) / interval)
     found["line_latency_s"] = [late for at, late in StreamedLog.latencies if w0 <= at <= w1]
     found.update(failed_requests=requests.failed, request_ms=[r[1] * 1000 for r in in_window])
@@ -289,38 +285,34 @@ def figure(cluster) -> Figure:
     results = []
     try:
         parse_ms = list_cost_ms(max(ns))
-        setup = OUT / "triggerer-setup.json"
-        setup.write_text(json.dumps({"jobs": sids, "groups": process_groups(cluster.temp_dir), "settle": settle}))
+        setup = json.dumps({"jobs": sids, "groups": process_groups(cluster.temp_dir), "settle": settle})
         for n in ns:
             for variant in ("ours", "minimal") + ((NO_LOGS,) if n == max(ns) else ()):
                 probe = Probe(cluster.dashboard_url, cluster.token, sids[0])
                 probe.start()
-                out = OUT / f"triggerer-{variant}-{n}.json"
                 log(f"{n} {variant} pollers at {interval:g} s, {window:g} s window")
                 try:
-                    command = [PY, "-m", "bench.triggerer", variant, str(n), str(interval), str(window), str(setup)]
-                    run_logged([*command, str(out)], f"triggerer-{variant}-{n}.log", timeout=900)
+                    command = [PY, "-m", "bench.triggerer", variant, str(n), str(interval), str(window), setup]
+                    run, _ = run_logged(command, f"triggerer-{variant}-{n}.log", timeout=900)
                 finally:
                     probe.stop.set()
                     probe.join()
-                result = json.loads(out.read_text())
+                (result,) = tagged_json(run.stdout, TAG)
                 w0, w1 = result["wall_window"]
                 result["probe_ms"] = [ms for t, ms in probe.samples if w0 <= t <= w1]
-                out.write_text(json.dumps(result))  # with the probe's answers, so the table can be rebuilt
+                (OUT / f"triggerer-{variant}-{n}.json").write_text(json.dumps(result))  # with the probe's answers
                 results.append(result)
     finally:
         stop_jobs(sids)
-    results.append({"variant": "list_cost", "n": max(ns), "parse_ms": parse_ms})
-    return build(Figure(4), results, interval)
+    return build(Figure(4), results, interval, parse_ms)
 
 
-def build(fig: Figure, results: list[dict], interval: float) -> Figure:
-    extra = [r for r in results if r["variant"] == "list_cost"]
-    results = [r for r in results if r["variant"] != "list_cost"]
+def build(fig: Figure, results: list[dict], interval: float, parse_ms: float) -> Figure:
+    """``parse_ms``: what parsing a status list of the largest N's jobs costs (``list_cost_ms``)."""
     by = {(r["variant"], r["n"]): r for r in results}
 
     def head(r: dict) -> float:
-        return sum(r["cluster_cpu_s"].get(k, 0) for k in HEAD) / r["window_s"] * 100
+        return sum(r["cluster_cpu_s"].values()) / r["window_s"] * 100
 
     def per_poll(r: dict) -> float:
         return r["cpu_s"] / r["polls"] * 1000 if r["polls"] else float("nan")
@@ -339,14 +331,13 @@ def build(fig: Figure, results: list[dict], interval: float) -> Figure:
             rows.append(Row(f"N={n}: {what}", OURS, Sample([value(a)]), MINIMAL, Sample([value(b)]), unit, note))
     fig.tables.append(table(rows))
     fig.tables.append(details(results))
-    for cost in extra:
-        added = cost["parse_ms"] / 1000 / (interval / 2) * 100
-        fig.notes.append(
-            f"The status list here holds the figure's few jobs; waiting for {cost['n']} trainings, it would hold "
-            f"{cost['n']}: parsing such a list (the real entries repeated) takes {fmt(cost['parse_ms'])} ms of CPU, "
-            f"at one list per half interval {fmt(added)}% of a core more than measured above."
-        )
-    top = by.get(("ours", 1000)) or by[("ours", max(n for _, n in by))]
+    most, added = max(n for _, n in by), parse_ms / 1000 / (interval / 2) * 100
+    fig.notes.append(
+        f"The status list here holds the figure's few jobs; waiting for {most} trainings, it would hold "
+        f"{most}: parsing such a list (the real entries repeated) takes {fmt(parse_ms)} ms of CPU, "
+        f"at one list per half interval {fmt(added)}% of a core more than measured above."
+    )
+    top = by.get(("ours", 1000)) or by[("ours", most)]
     n, cpu, lag99 = top["n"], cpu_share(top) / 100, quantile(top["lag_ms"], 0.99)
     on_head = {k: fmt(v / top["window_s"] * 100) for k, v in top["cluster_cpu_s"].items()}
     name = f"4. {n} triggers at {interval:g} s (log streaming on): under 10% of one core"
@@ -382,7 +373,7 @@ def details(results: list[dict]) -> str:
         body.append(
             [r["variant"], str(r["n"]), f"{r['polls']} / {r['expected_polls']:.0f}", fmt(cpu_share(r))]
             + [p(r["lag_ms"], 0.5, 0.99, 1), p(r["request_ms"], 0.5, 0.99), p(r["probe_ms"], 0.5, 0.99)]
-            + [cpu.get(k, "-") for k in ("dashboard", "dashboard agent", "gcs")]
+            + [cpu.get(k, "-") for k in ROLES]
             + [fmt(r.get("log_bytes", 0) / polls) if r["variant"] == "ours" else "-"]
             + [fmt(r.get("status_requests", r["polls"]) / polls)]
             + [f"{p(late, 0.5, 0.99, 1)} ({len(late)} lines)" if late else "-"]
@@ -411,8 +402,6 @@ def closing(by: dict, n: int) -> str:
 
 
 if __name__ == "__main__":
-    variant, n, interval, window, setup_file, out_file = sys.argv[1:]
-    with open(setup_file) as f:
-        found = asyncio.run(measure(variant, int(n), float(interval), float(window), json.load(f)))
-    with open(out_file, "w") as f:
-        json.dump(found, f)
+    variant, n, interval, window, setup = sys.argv[1:]
+    found = asyncio.run(measure(variant, int(n), float(interval), float(window), json.loads(setup)))
+    print(f"{TAG} {json.dumps(found)}", flush=True)

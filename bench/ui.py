@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from airflow_provider_horovod.contract import HISTORY_FILE, RESULT_FILE, XCOM_JOB, XCOM_LOG_CURSOR, attempt_uri
-from bench.common import AIRFLOW_HOME, BENCH_DAGS, OUT, Figure, Row, Sample, fmt, log, repeats, save_raw, table, target
+from bench.common import AIRFLOW_HOME, BENCH_DAGS, OUT, log, repeats, save_raw
+from bench.markdown import Figure, Row, Sample, fmt, table, target
 from harness.ports import free_port
 from harness.stack import Stack
 
@@ -102,8 +104,6 @@ def report_history(reports: int) -> tuple[list[dict], list[str]]:
 
 
 def populate() -> None:
-    import shutil
-
     from airflow.models.dag import DagModel
     from airflow.models.dagbundle import DagBundleModel
     from airflow.models.dagrun import DagRun

@@ -95,10 +95,7 @@ def bench_fixedcost():
         resources_per_worker={"CPU": 2},
         ray_conn_id=os.environ.get("BENCH_FIXEDCOST_CONN") or "ray_default",
         storage_path=os.environ.get("BENCH_FIXEDCOST_STORAGE"),
-        # Train V2's placement-group cleaner must find this cluster, not another on the machine.
-        runtime_env={"env_vars": {"RAY_ADDRESS": os.environ["BENCH_FIXEDCOST_RAY_ADDRESS"]}}
-        if os.environ.get("BENCH_FIXEDCOST_RAY_ADDRESS")
-        else None,
+        runtime_env=RUNTIME_ENV,  # the hosts' cluster (bench/fixedcost.py sets BENCH_RAY_ADDRESS)
     )
 
 
