@@ -71,6 +71,14 @@ def wait_for_status(hook, sid, states, timeout=HUNG_S):
     raise AssertionError(f"job {sid} did not reach {states} within {timeout:g} s: {info and info['status']}")
 
 
+def retry_waits_s() -> float:
+    """The waits the Ray transport's retry policy (as it is set now) puts between its tries, in all."""
+    from airflow_provider_horovod.hooks import ray_transport
+
+    wait = ray_transport.retry_args()["wait"]
+    return sum(wait(SimpleNamespace(attempt_number=n)) for n in range(1, ray_transport.RETRIES))
+
+
 def running_after(hook, sid: str, since: float) -> float:
     """Seconds from ``since`` (a time.monotonic() before the task started) to the job's RUNNING: the start a
     test of a stop bounds that stop by, measured on the same machine in the same run."""

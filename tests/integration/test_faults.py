@@ -11,7 +11,6 @@ import shlex
 import socket
 import threading
 import time
-import types
 import uuid
 
 import pytest
@@ -27,6 +26,7 @@ from harness.tasks import (
     FakeTI,
     assert_stopped,
     jobs_of,
+    retry_waits_s,
     run_deferred,
     run_in_thread,
     running_after,
@@ -304,12 +304,6 @@ def test_a_dashboard_that_comes_back_within_the_retries_costs_nothing(
     assert outcome["result"]["metrics"]["run"] == run_id
     assert ti.xcoms["checkpoint_uri"] == outcome["result"]["checkpoint_uri"]
     assert [j["submission_id"] for j in jobs_of(ray_hook, run_id)] == [sid]  # one job, submitted once
-
-
-def retry_waits_s() -> float:
-    """The waits the Ray transport's retry policy puts between its tries, in all."""
-    wait = ray_transport.retry_args()["wait"]
-    return sum(wait(types.SimpleNamespace(attempt_number=n)) for n in range(1, ray_transport.RETRIES))
 
 
 def test_a_dashboard_that_stays_away_fails_the_task_clearly(outage, ray_hook, tmp_path):

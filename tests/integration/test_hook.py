@@ -13,7 +13,7 @@ import pytest
 from airflow_provider_horovod.exceptions import RayAuthenticationError, RayClusterUnreachableError
 from airflow_provider_horovod.hooks.ray import RayHook
 from harness.ports import free_port
-from harness.tasks import HUNG_S, assert_stopped
+from harness.tasks import HUNG_S, assert_stopped, retry_waits_s
 
 pytestmark = pytest.mark.integration
 
@@ -107,7 +107,8 @@ def test_wrong_token_is_a_clear_error(ray_cluster, monkeypatch):
     started = time.monotonic()
     with pytest.raises(RayAuthenticationError) as err:
         RayHook("ray_bad").check_connection()
-    assert time.monotonic() - started < 10
+    # Not retried: a retried request would wait the retry policy's waits before it gave up.
+    assert time.monotonic() - started < retry_waits_s()
     assert "401" in str(err.value) or "403" in str(err.value)
     assert "password of connection 'ray_bad'" in str(err.value)
     assert "wrong-token" not in str(err.value)
@@ -119,12 +120,13 @@ def test_unreachable_cluster_is_a_clear_error_within_bounded_time(monkeypatch):
     port = free_port()  # nothing listens there
     monkeypatch.setenv("AIRFLOW_CONN_RAY_GONE", json.dumps({"conn_type": "ray", "host": "127.0.0.1", "port": port}))
     # The retries' waits (about 15 s in all, to ride out a dashboard restart) shortened for the test.
+    full_waits_s = retry_waits_s()
     monkeypatch.setattr(ray_transport, "BACKOFF_S", 0.05)
     started = time.monotonic()
     with pytest.raises(RayClusterUnreachableError) as err:
         RayHook("ray_gone").get_job_info("x")
-    # Retried with backoff, then given up.
-    assert time.monotonic() - started < 10
+    # Retried with the shortened waits, then given up: well within the waits at their full length.
+    assert time.monotonic() - started < full_waits_s
     assert f"after {ray_transport.RETRIES} tries" in str(err.value)
     assert f"http://127.0.0.1:{port}" in str(err.value)
     assert "'ray_gone'" in str(err.value)
