@@ -260,8 +260,9 @@ def test_rays_legacy_horovod_trainer_trains_across_the_hosts(cluster):
 def test_elastic_training_loses_a_host_and_finishes_smaller_from_its_checkpoint(cluster):
     """(2, 4) workers of 1 CPU: 4 ranks on the two hosts; host 2's machine goes away mid-run (SIGKILL to
     every process, nothing graceful, so Ray marks its node dead only after missed heartbeats); Horovod
-    restarts at 2 on host 1 within two monitor intervals of that, from the last checkpoint, and finishes
-    with the right total. (Train V2 once restarted at 4 before the node was marked dead and waited for it.)"""
+    restarts at 2 on host 1 within a monitor interval and a group's start of that, from the last checkpoint,
+    and finishes with the right total. (Train V2 once restarted at 4 before the node was marked dead and
+    waited for it.)"""
     ensure_nodes(cluster, 2)
     ti = FakeTI(f"shrink-{uuid.uuid4().hex[:6]}")
     steps, monitor_s = 12, 30
@@ -273,8 +274,10 @@ def test_elastic_training_loses_a_host_and_finishes_smaller_from_its_checkpoint(
         elastic_resize_monitor_interval_s=monitor_s,
         train_loop_config={"steps": steps, "step_s": 0.5},
     )
+    begun = time.time()
     thread, outcome = run_in_thread(op, {"ti": ti})
     wait_until(lambda: [g for g in groups_started(ti) if g["world_size"] == 4], HUNG_S, "a group of 4", outcome)
+    first_start_s = groups_started(ti)[0]["started_at"] - begun  # the job's start and its first group's, this run
     wait_until(lambda: checkpoints_written(ti) >= 2, HUNG_S, "two checkpoints at 4", outcome)
     time.sleep(3)  # Ray Train registers a report once it has polled every rank's (every 2 s)
     cluster.stop_ray(cluster[1])
@@ -289,7 +292,8 @@ def test_elastic_training_loses_a_host_and_finishes_smaller_from_its_checkpoint(
         raise outcome["error"]
     smaller = [g for g in groups_started(ti) if g["world_size"] == 2]
     assert smaller, (dead_at, groups_started(ti))
-    assert smaller[0]["started_at"] - dead_at < 2 * monitor_s, (dead_at, groups_started(ti))
+    # The elastic policy's next look, then a group's start: at most the first one's, which held the job's too.
+    assert smaller[0]["started_at"] - dead_at < monitor_s + first_start_s, (dead_at, first_start_s, groups_started(ti))
     result = outcome["result"]
     segments = result["segments"]
     assert [(s["world_size"], s["reason"]) for s in segments] == [(4, "start"), (2, "node lost")], segments

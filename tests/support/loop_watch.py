@@ -5,7 +5,9 @@ time the thread slept inside the callback (a blocking call). A callback blocks t
 computes for longer than the threshold, or sleeps for longer; waiting for a CPU on a loaded machine
 is neither, whatever the wall time says (the triggerer's own check, ``block_watchdog``, counts it).
 Python's garbage collector, which may run inside any callback of a process with a large heap (Airflow's),
-is timed apart (``gc_s``): its pauses are the interpreter's, not the callback's code.
+is timed apart (``gc_s``): its pauses are the interpreter's, not the callback's code. So is the time the
+process's other threads waited for a CPU (``others_runnable_s``): a thread descheduled while it holds the
+GIL (a trigger's import in a worker thread) keeps the loop's thread asleep on the GIL, the machine's load.
 
     with watched(0.1) as watch:
         asyncio.run(main())
@@ -18,6 +20,7 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -29,8 +32,9 @@ class Slow:
     wall_s: float
     cpu_s: float
     runnable_s: float  # waiting for a CPU: the machine's load, not the callback's doing
-    asleep_s: float  # blocked in a system call
+    asleep_s: float  # blocked in a system call (less the other threads' waits for a CPU)
     gc_s: float = 0.0  # of the time on a CPU, Python's garbage collector's
+    others_runnable_s: float = 0.0  # the process's other threads waiting for a CPU meanwhile
 
     @property
     def held_s(self) -> float:
@@ -50,6 +54,19 @@ def _schedstat() -> tuple[int, int]:
     return int(on_cpu), int(waiting)
 
 
+def _others_waiting(own: int) -> dict[str, int]:
+    """Each other thread of the process: nanoseconds it has waited for a CPU."""
+    waiting = {}
+    for tid in os.listdir("/proc/self/task"):
+        if tid != own:
+            try:
+                with open(f"/proc/self/task/{tid}/schedstat") as f:
+                    waiting[tid] = int(f.read().split()[1])
+            except OSError:  # ended meanwhile
+                continue
+    return waiting
+
+
 def _what(handle: asyncio.Handle) -> str:
     callback = getattr(handle, "_callback", None)
     task = getattr(callback, "__self__", None)
@@ -64,7 +81,7 @@ def watched(threshold_s: float = 0.1) -> Iterator[Watch]:
     """Callbacks run by loops in this thread while the block runs that computed or slept longer than
     ``threshold_s``, and the longest of all."""
     watch = Watch()
-    thread = threading.get_ident()
+    thread, own = threading.get_ident(), str(threading.get_native_id())
     original = asyncio.events.Handle._run
     collecting = {"since": 0.0, "total": 0.0}
 
@@ -79,6 +96,7 @@ def watched(threshold_s: float = 0.1) -> Iterator[Watch]:
     def run(handle: asyncio.Handle) -> None:
         if threading.get_ident() != thread:
             return original(handle)
+        others0 = _others_waiting(own)
         cpu0, wait0 = _schedstat()
         gc0 = collecting["total"]
         started = time.monotonic()
@@ -87,11 +105,12 @@ def watched(threshold_s: float = 0.1) -> Iterator[Watch]:
         finally:
             wall = time.monotonic() - started
             cpu1, wait1 = _schedstat()
+            others = sum(max(0, n - others0.get(tid, 0)) for tid, n in _others_waiting(own).items()) / 1e9
             cpu, runnable = (cpu1 - cpu0) / 1e9, (wait1 - wait0) / 1e9
-            asleep = max(0.0, wall - cpu - runnable)
+            asleep = max(0.0, wall - cpu - runnable - others)
             held = max(cpu - (collecting["total"] - gc0), asleep)
             if held > threshold_s or watch.longest is None or held > watch.longest.held_s:
-                seen = Slow(_what(handle), wall, cpu, runnable, asleep, collecting["total"] - gc0)
+                seen = Slow(_what(handle), wall, cpu, runnable, asleep, collecting["total"] - gc0, others)
                 if held > threshold_s:
                     watch.slow.append(seen)
                 if watch.longest is None or held > watch.longest.held_s:
