@@ -12,7 +12,19 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.common import BENCH_DAGS, OUT, commit, dags_test, env_names, epoch, log, operator_times, repeats, save_raw
+from bench.common import (
+    BENCH_DAGS,
+    OUT,
+    RAY_ADDRESS_ENV,
+    commit,
+    dags_test,
+    env_names,
+    epoch,
+    log,
+    operator_times,
+    repeats,
+    save_raw,
+)
 from bench.markdown import Figure, Row, Target, fmt, median, plain_table, sample, table, target
 from bench.workload import STAMP
 from harness.airflow_cli import tagged_json
@@ -73,7 +85,7 @@ def bench_env(bench, following: bool = False) -> dict[str, str]:
         "BENCH_FIXEDCOST_CONN": CONN_ID,
         "BENCH_FIXEDCOST_STORAGE": f"s3://{BUCKET}/runs",
         "BENCH_FIXEDCOST_WORK": json.dumps(WORK),
-        "BENCH_RAY_ADDRESS": bench.hosts.gcs_address,  # the DAG's runtime_env
+        RAY_ADDRESS_ENV: bench.hosts.gcs_address,  # the DAG's runtime_env
     }
     if following:  # the task follows its job in the worker to the end, no deferral
         env["BENCH_FIXEDCOST_SYNC_WAIT_S"] = str(FOLLOW_S)

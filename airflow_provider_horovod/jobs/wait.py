@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 # so the task ends about a tenth of a second after the job rather than up to a poll interval later.
 FINISHING_POLL_S = 0.1
 FINISHING_S = 10.0
+# A poll that brings more lines than this sorts them for the task log in a worker thread: the patterns
+# over thousands of lines would hold the event loop that a triggerer's other triggers share.
+THREAD_LINES = 500
 
 
 @dataclasses.dataclass(frozen=True)
@@ -288,7 +291,12 @@ async def follow(
             finishing_until = time.monotonic() + FINISHING_S
         result = step(policy, cursor, Poll(info, now, fresh, tail=reader.tail, reason=reason, failure=failure))
         cursor = result.cursor
-        lines = [*reader.take_notices(), *task_log(result.lines)]
+        to_log = (
+            await asyncio.to_thread(task_log, result.lines)
+            if len(result.lines) > THREAD_LINES
+            else task_log(result.lines)
+        )
+        lines = [*reader.take_notices(), *to_log]
         if result.timeout is not None:
             yield Update(cursor, lines)
             await hook.a_stop_job(submission_id)

@@ -21,8 +21,8 @@ from airflow_provider_horovod.jobs.stop import a_stop_killed
 from airflow_provider_horovod.jobs.wait import WaitPolicy, follow
 from airflow_provider_horovod.storage import Storage
 
-# Lines written to the task log between yields to the event loop.
-WRITE_BATCH = 200
+# Seconds of writing to the task log between yields to the event loop.
+WRITE_SLICE_S = 0.01
 # How long a trigger in a triggerer waits between the job's last lines and its event (see run()): long
 # beside the lag seen between the two (docker/README.md).
 LOG_SETTLE_S = 0.5
@@ -158,12 +158,14 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
         raise AssertionError("follow ends with an event when it is given no time limit")
 
     async def _write(self, lines: list[tuple[int, str]]) -> None:
-        """The lines into the task log, leaving the event loop to the other triggers between batches: a
-        line's logging costs tens of microseconds, and a poll may bring thousands (a job's start)."""
-        for i, (level, line) in enumerate(lines, 1):
+        """The lines into the task log, leaving the event loop to the other triggers every ``WRITE_SLICE_S``:
+        a poll may bring thousands of lines (a job's start), and a loaded machine logs each slower."""
+        since = time.monotonic()
+        for level, line in lines:
             self.log.log(level, line)
-            if i % WRITE_BATCH == 0:
+            if time.monotonic() - since > WRITE_SLICE_S:
                 await asyncio.sleep(0)
+                since = time.monotonic()
 
     async def on_kill(self) -> None:
         # Only a user's kill lands here (not a triggerer restart): the job must not outlive the task.

@@ -68,12 +68,18 @@ def _others_waiting(own: int) -> dict[str, int]:
 
 
 def _what(handle: asyncio.Handle) -> str:
+    """The callback; for a task's step, its coroutine and where the step left it (the innermost await)."""
     callback = getattr(handle, "_callback", None)
     task = getattr(callback, "__self__", None)
-    if isinstance(task, asyncio.Task):
-        coro = task.get_coro()
-        return f"task {task.get_name()} ({getattr(coro, '__qualname__', coro)})"
-    return repr(handle)
+    if not isinstance(task, asyncio.Task):
+        return repr(handle)
+    coro = task.get_coro()
+    what = f"task {task.get_name()} ({getattr(coro, '__qualname__', coro)})"
+    where, inner = "", coro
+    while (frame := getattr(inner, "cr_frame", None) or getattr(inner, "ag_frame", None)) is not None:
+        where = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} {frame.f_code.co_name}"
+        inner = getattr(inner, "cr_await", None) or getattr(inner, "ag_await", None)
+    return f"{what}, left at {where}" if where else what
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ from airflow_provider_horovod.contract import (
 from airflow_provider_horovod.exceptions import RayClusterUnreachableError, RayJobError
 from airflow_provider_horovod.failures import Failure, FailureClass
 from airflow_provider_horovod.jobs.logs import LogCursor
-from airflow_provider_horovod.jobs.wait import WaitPolicy
+from airflow_provider_horovod.jobs.wait import THREAD_LINES, WaitPolicy
 from unit.fakes import FakeRay
 from unit.jobs.following import SID, Run, growing, job, numbered
 
@@ -50,6 +50,18 @@ def test_lines_are_written_once_in_order_and_the_cursor_saved_before_each_batch(
     assert LogCursor.from_dict(event.log_cursor, SID) == run.saved[-1]
     assert "get_job_logs" not in ray.calls  # the windows sufficed: the whole log was never read
     assert max(lines for _, lines in ray.tail_reads) <= 1024
+
+
+def test_a_poll_of_thousands_of_lines_writes_them_in_order_with_rays_own_folded():
+    # Sorted in a worker thread (THREAD_LINES), as the few lines of an ordinary poll are in the loop.
+    ray_warning = "[2026-11-24 11:50:03,428 W 1 2] Ray's own warning"
+    text = numbered(THREAD_LINES) + ray_warning + "\n" + numbered(THREAD_LINES)
+    ray = FakeRay({SID: [job("RUNNING"), job("SUCCEEDED")]}, logs={SID: [text, text]})
+    run = Run(ray)
+    lines = text.splitlines()
+    assert run.streamed == lines
+    assert run.written.index("::group::Ray's own output") == THREAD_LINES
+    assert run.written[THREAD_LINES + 2] == "::endgroup::"
 
 
 def test_a_failed_job_ends_with_its_last_lines():

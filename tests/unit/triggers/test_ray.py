@@ -15,7 +15,7 @@ from airflow_provider_horovod.exceptions import InvalidParameterError
 from airflow_provider_horovod.jobs.events import JobEvent
 from airflow_provider_horovod.jobs.logs import LogCursor
 from airflow_provider_horovod.jobs.wait import WaitPolicy
-from airflow_provider_horovod.triggers.ray import WRITE_BATCH, RayJobTrigger
+from airflow_provider_horovod.triggers.ray import WRITE_SLICE_S, RayJobTrigger
 from unit.fakes import FakeRay, FakeTI
 
 SID = "ahp-dag-train-0123456789-a1"
@@ -347,10 +347,16 @@ def test_unreadable_xcoms_do_not_fail_the_wait(run, monkeypatch, capsys):
     assert streamed(capsys) == ["a", "b"]
 
 
-def test_many_lines_of_one_poll_leave_the_event_loop_to_other_triggers_between_batches(monkeypatch):
+def test_many_lines_of_one_poll_leave_the_event_loop_to_other_triggers_between_slices(monkeypatch):
     trigger = RayJobTrigger(submission_id=SID)
     order: list[str] = []
-    monkeypatch.setattr(trigger.log, "log", lambda level, line, *args: order.append("line"))
+    per_line_s = WRITE_SLICE_S / 2.5
+
+    def log(level, line, *args):  # a slow logger: each line holds the loop this long
+        time.sleep(per_line_s)
+        order.append("line")
+
+    monkeypatch.setattr(trigger.log, "log", log)
 
     async def other():  # another trigger of the same loop
         while True:
@@ -361,11 +367,12 @@ def test_many_lines_of_one_poll_leave_the_event_loop_to_other_triggers_between_b
         neighbour = asyncio.create_task(other())
         await asyncio.sleep(0)
         try:
-            await trigger._write([(20, f"line {i}") for i in range(5 * WRITE_BATCH)])
+            await trigger._write([(20, f"line {i}") for i in range(30)])
         finally:
             neighbour.cancel()
 
     asyncio.run(both())
     lines_in_a_row = [len(run) for run in "".join("l" if item == "line" else " " for item in order).split()]
-    assert sum(lines_in_a_row) == 5 * WRITE_BATCH
-    assert max(lines_in_a_row) == WRITE_BATCH  # the neighbour ran after each batch
+    assert sum(lines_in_a_row) == 30
+    # The neighbour ran once the writes had taken a slice: after three lines at most, whatever the machine.
+    assert max(lines_in_a_row) <= 3, lines_in_a_row
