@@ -71,12 +71,18 @@ def wait_for_status(hook, sid, states, timeout=HUNG_S):
     raise AssertionError(f"job {sid} did not reach {states} within {timeout:g} s: {info and info['status']}")
 
 
-def retry_waits_s() -> float:
-    """The waits the Ray transport's retry policy (as it is set now) puts between its tries, in all."""
+def retry_waits() -> list[float]:
+    """The waits the Ray transport's retry policy (as it is set now) puts after each try, the last try's
+    included (the wait a further try would have come after)."""
     from airflow_provider_horovod.hooks import ray_transport
 
     wait = ray_transport.retry_args()["wait"]
-    return sum(wait(SimpleNamespace(attempt_number=n)) for n in range(1, ray_transport.RETRIES))
+    return [wait(SimpleNamespace(attempt_number=n)) for n in range(1, ray_transport.RETRIES + 1)]
+
+
+def retry_waits_s() -> float:
+    """The waits the Ray transport's retry policy puts between its tries, in all."""
+    return sum(retry_waits()[:-1])
 
 
 def running_after(hook, sid: str, since: float) -> float:
