@@ -9,7 +9,7 @@ import os
 import time
 import uuid
 
-from bench.common import REPO, log, repeats, save_raw
+from bench.common import BENCH_DAGS, OUT, RAY_ADDRESS_ENV, REPO, epoch, log, repeats, save_raw
 from bench.markdown import Figure, Row, Target, fmt, sample, table, target
 from bench.workload import STAMP, fixed_work
 from harness.airflow_cli import tagged_json
@@ -28,6 +28,7 @@ SCRIPT = "synthetic_benchmark.py"
 SCRIPT_ARGS = ("--num-batches-per-iter", "50", "--num-iters", "10")
 SCRIPT_IMG_TARGET = 0.97
 SCRIPT_WALL_EXCESS_S = 10.0
+SCRIPT_DAG_ID = "bench_script"  # bench/dags/bench_dags.py: the script as a deployment's task
 
 
 def elastic_workload(config):
@@ -102,16 +103,6 @@ class Bench(RayHosts):
         found = [line.split("img_per_sec=", 1)[1] for line in output.splitlines() if "img_per_sec=" in line]
         return {"img_per_sec": float(found[-1]), "wall_s": ended - started}
 
-    def script_through_operator(self) -> dict:
-        """The same script, unchanged, as the operator's ``train_script``: img/sec, and the task's wall time."""
-        script = os.path.join(SCRIPTS, SCRIPT)
-        op = self.operator(
-            None, train_script=script, script_args=list(SCRIPT_ARGS), num_workers=2, resources_per_worker={"CPU": 2}
-        )
-        started = time.monotonic()
-        result = op.execute({"ti": _ti("script")})
-        return {"img_per_sec": result["metrics"]["img_per_sec"], "wall_s": time.monotonic() - started}
-
     def elastic(self) -> dict:
         """One elastic run: host 2 lost at 4 ranks, then back; the times of each step, in seconds."""
         from harness.tasks import run_in_thread, wait_until
@@ -152,6 +143,19 @@ class Bench(RayHosts):
         }
 
 
+def script_on_deployment(stack) -> dict:
+    """The script as a running Airflow's task, with the operator's defaults: img/sec from its XCom, and its
+    start to its end as Airflow records them."""
+    run_id = stack.trigger(SCRIPT_DAG_ID)
+    ti = stack.wait_for_state(SCRIPT_DAG_ID, run_id, "train", {"success", "failed"}, timeout=600)
+    if ti["state"] != "success":
+        raise RuntimeError(f"{SCRIPT_DAG_ID} {run_id}: train {ti['state']}: {stack.log_tail('scheduler')}")
+    result = stack.xcom(SCRIPT_DAG_ID, run_id, "train")
+    deferred = any("defer" in str(r.get("event", "")).lower() for r in stack.task_log(SCRIPT_DAG_ID, run_id, "train"))
+    wall_s = epoch(ti["end_date"]) - epoch(ti["start_date"])
+    return {"img_per_sec": result["metrics"]["img_per_sec"], "wall_s": wall_s, "deferred": deferred}
+
+
 def _ti(what: str):
     from harness.tasks import FakeTI
 
@@ -159,21 +163,22 @@ def _ti(what: str):
 
 
 def figure() -> Figure:
-    from harness.hosts import unavailable_reason
+    from harness import hosts, postgres
 
     n = repeats()
     fig = Figure(9)
-    if reason := unavailable_reason():
+    if reason := hosts.unavailable_reason() or postgres.unavailable_reason():
         fig.targets.append(Target("9. steps/s across hosts through the operator >= 0.95 of horovodrun", None, reason))
         return fig
     raw: dict = {"operator": [], "horovodrun": [], "script_operator": [], "script_horovodrun": [], "elastic": None}
-    with Bench() as bench:
+    with Bench() as bench, script_deployment(bench) as stack:
+        script_on_deployment(stack)  # unmeasured: the deployment's first task
         for i in range(n):
             for way, run in (
                 ("horovodrun", lambda: bench.through_horovodrun()[0]),
                 ("operator", bench.through_operator),
                 ("script_horovodrun", bench.script_through_horovodrun),
-                ("script_operator", bench.script_through_operator),
+                ("script_operator", lambda: script_on_deployment(stack)),
             ):
                 raw[way].append(run())
                 log(f"  {way} {i + 1}/{n}: {raw[way][-1]}")
@@ -181,6 +186,15 @@ def figure() -> Figure:
         log(f"  elastic: {raw['elastic']}")
     save_raw("multihost", raw)
     return figure_of(fig, raw)
+
+
+def script_deployment(bench: Bench):
+    """A running Airflow on PostgreSQL of its own, with the DAG ``bench_script`` on the bench's hosts."""
+    from harness.stack import deployment
+
+    env = {"BENCH_SCRIPT_CONN": bench.conn_id, "BENCH_SCRIPT_STORAGE": bench.storage}
+    env.update(BENCH_SCRIPT_ARGS=json.dumps(SCRIPT_ARGS), **{RAY_ADDRESS_ENV: bench.hosts.gcs_address})
+    return deployment(OUT / "multihost-deployment", BENCH_DAGS, env=env, dag_ids=(SCRIPT_DAG_ID,))
 
 
 def figure_of(fig: Figure, raw: dict) -> Figure:
@@ -192,8 +206,9 @@ def figure_of(fig: Figure, raw: dict) -> Figure:
     steps = row(what, "operator", "operator (Train V2)", "steps_per_s", "steps/s", goal)
     what, goal = "a benchmark script, unchanged, 1 rank per host", f"target A/B >= {SCRIPT_IMG_TARGET}"
     img = row(what, "script_operator", "operator (train_script)", "img_per_sec", "img/sec per rank", goal)
+    how = "a deployment's task, start to end"
     what, at_most = "the same runs, start to end", f"target A - B <= {SCRIPT_WALL_EXCESS_S:g} s"
-    wall = row(what, "script_operator", "operator.execute", "wall_s", "s", at_most, "horovodrun")
+    wall = row(what, "script_operator", how, "wall_s", "s", at_most, "horovodrun")
     fig.tables.append(table([steps, img, wall]))
     elastic = raw["elastic"]
     segments = ", ".join(f"{s['world_size']} ({s['reason']})" for s in elastic["segments"])
@@ -209,7 +224,8 @@ def figure_of(fig: Figure, raw: dict) -> Figure:
     fig.targets.append(target(name, img.ratio, SCRIPT_IMG_TARGET, f"A/B = {fmt(img.ratio)}", noisy, at_most=False))
     excess = wall.a.median - wall.b.median
     name = f"9. the script's task at most {SCRIPT_WALL_EXCESS_S:g} s over horovodrun's wall"
-    detail = f"{fmt(excess)} s over (operator.execute in the bench's process, not a deployment's task)"
+    deferred = sum(bool(r.get("deferred")) for r in raw["script_operator"])
+    detail = f"{fmt(excess)} s over ({how}; deferred {deferred} of {len(raw['script_operator'])})"
     closing = "the fixed cost of a task (figure 10)"
     fig.targets.append(target(name, excess, SCRIPT_WALL_EXCESS_S, detail, closing, unit=" s"))
     name = "9. steps/s across two hosts through the operator >= 0.95 of horovodrun --gloo"

@@ -5,11 +5,13 @@ Ray jobs."""
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
 import threading
 import time
 from types import SimpleNamespace
 
-from airflow_provider_horovod.contract import JOB_STOP_WAIT_S, JobStatus, TaskRun
+from airflow_provider_horovod.contract import JOB_STOP_WAIT_S, JobStatus, TaskRun, attempt_uri
 
 DAG_ID = "dag"
 RUN_ID = "scheduled__2026-11-01T00:00:00+00:00"
@@ -112,6 +114,30 @@ def wait_until(predicate, timeout: float, what: str, outcome: dict | None = None
             return found
         time.sleep(0.25)
     raise AssertionError(f"{what} did not happen within {timeout:g} s")
+
+
+@functools.cache
+def _storage(endpoint: str | None, key_id: str | None):
+    from airflow_provider_horovod.storage import Storage
+
+    return Storage()
+
+
+def storage():
+    """A ``Storage`` for polls, one per S3 endpoint and key: making its S3 client takes a few tenths of a
+    CPU-second, which a poll every 0.25 s would pay again and again."""
+    return _storage(os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_ACCESS_KEY_ID"))
+
+
+def checkpoints_registered(storage_uri: str, attempt: int = 1) -> list[dict]:
+    """The metrics of each checkpoint Ray Train V2's controller holds for an attempt (a restart resumes from
+    the latest): its checkpoint manager's snapshot, which it writes to the attempt's folder at each one.
+    The legacy API writes none."""
+    try:
+        snapshot = storage().read_json(f"{attempt_uri(storage_uri, attempt)}/checkpoint_manager_snapshot.json")
+    except ValueError:  # caught mid-write
+        return []
+    return [result["metrics"] for result in (snapshot or {}).get("checkpoint_results", [])]
 
 
 class JobWatch(threading.Thread):

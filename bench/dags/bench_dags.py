@@ -1,5 +1,5 @@
 """DAGs the benchmarks run through `airflow dags test` and on a deployment, as users and their CI do: the
-operator timed (figures 1, 2, 6 and 10), Airflow's floor, and a hand-written poller (figure 2)."""
+operator timed (figures 1, 2, 6 and 10), a script (figure 9), Airflow's floor, and a hand-written poller (figure 2)."""
 
 from __future__ import annotations
 
@@ -109,6 +109,24 @@ def bench_fixedcost_floor():
 
 
 bench_fixedcost_floor()
+
+
+@dag(dag_id="bench_script", schedule=None, start_date=START, catchup=False, tags=["bench"])
+def bench_script():
+    """Figure 9: the benchmark script, unchanged, as a deployment's task on figure 9's two hosts."""
+    HorovodTrainOperator(
+        task_id="train",
+        train_script="../scripts/synthetic_benchmark.py",
+        script_args=json.loads(os.environ.get("BENCH_SCRIPT_ARGS") or "[]"),
+        num_workers=2,
+        resources_per_worker={"CPU": 2},
+        ray_conn_id=os.environ.get("BENCH_SCRIPT_CONN") or "ray_default",
+        storage_path=os.environ.get("BENCH_SCRIPT_STORAGE"),
+        runtime_env=RUNTIME_ENV,  # the hosts' cluster (bench/multihost.py sets BENCH_RAY_ADDRESS)
+    )
+
+
+bench_script()
 
 
 def handwritten_wait(interval_s: float, job_s: float, tag: str, ti=None) -> str:

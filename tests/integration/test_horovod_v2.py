@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from harness.tasks import HUNG_S, FakeTI, run_in_thread, wait_until
+from harness.tasks import HUNG_S, FakeTI, checkpoints_registered, run_in_thread, wait_until
 
 from .test_operator import make_operator
 
@@ -73,7 +73,9 @@ def train_until_killed(config):
                 time.sleep(120)  # killed here
 
 
-def kill_rank1_at_epoch_2(progress_file, outcome) -> dict:
+def kill_rank1_at_epoch_2(progress_file, outcome, storage_uri: str, trainer_api: str) -> dict:
+    """SIGKILL rank 1 once epoch 2's checkpoint is one a restart would resume from; its progress then, and
+    when it was killed (``killed_at``, on the clock of its ``at``)."""
     reached: dict[int, float] = {}  # when rank 1 reported each epoch
 
     def at_epoch_2():
@@ -84,12 +86,19 @@ def kill_rank1_at_epoch_2(progress_file, outcome) -> dict:
 
     # Until the task fails or rank 1 is at epoch 2: how long that takes is the machine's, not the code's.
     progress = wait_until(at_epoch_2, HUNG_S, "rank 1 at epoch 2", outcome)
-    # Ray Train registers a report only when it polls all ranks (V2: every 2 s): let it see epoch 2's, for
-    # 5 s or, on a machine slow enough that an epoch takes longer, an epoch's time (rank 1 waits 120 s).
-    epoch_s = progress["at"] - reached.get(1, progress["at"])
-    time.sleep(max(0.0, progress["at"] + max(5.0, epoch_s) - time.time()))
+    if trainer_api == "v2":
+        # Until Ray Train's controller holds epoch 2's checkpoint (rank 1 waits 120 s there).
+        def held():
+            return any(metrics.get("epoch") == 2 for metrics in checkpoints_registered(storage_uri))
+
+        wait_until(held, HUNG_S, "epoch 2's checkpoint registered", outcome)
+    else:
+        # The legacy API writes no snapshot of what it holds: it registers a report when it polls the ranks;
+        # 5 s or, on a machine slow enough that an epoch takes longer, an epoch's time.
+        epoch_s = progress["at"] - reached.get(1, progress["at"])
+        time.sleep(max(0.0, progress["at"] + max(5.0, epoch_s) - time.time()))
     os.kill(progress["pid"], signal.SIGKILL)
-    return progress
+    return {**progress, "killed_at": time.time()}
 
 
 @pytest.mark.parametrize("trainer_api", TRAINER_APIS)
@@ -103,9 +112,10 @@ def test_killed_worker_resumes_from_its_last_checkpoint(ray_cluster, tmp_path, t
         max_failures=1,
         train_loop_config={"progress_dir": str(progress_dir)},
     )
-    thread, outcome = run_in_thread(op, {"ti": FakeTI(f"kill-{trainer_api}-{uuid.uuid4().hex[:6]}")})
+    ti = FakeTI(f"kill-{trainer_api}-{uuid.uuid4().hex[:6]}")
+    thread, outcome = run_in_thread(op, {"ti": ti})
     progress_file = progress_dir / "rank1.json"
-    progress = kill_rank1_at_epoch_2(progress_file, outcome)
+    progress = kill_rank1_at_epoch_2(progress_file, outcome, ti.task_run.storage_uri(op.storage_path), trainer_api)
 
     thread.join(HUNG_S)
     assert not thread.is_alive(), "the task did not finish"
@@ -149,7 +159,8 @@ def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(
     )
     ti = FakeTI(f"retry-{trainer_api}-{uuid.uuid4().hex[:6]}")
     thread, outcome = run_in_thread(op, {"ti": ti})
-    kill_rank1_at_epoch_2(progress_dir / "rank1.json", outcome)
+    storage_uri = ti.task_run.storage_uri(op.storage_path)
+    killed = kill_rank1_at_epoch_2(progress_dir / "rank1.json", outcome, storage_uri, trainer_api)
     thread.join(HUNG_S)
     error = outcome.get("error")
     assert isinstance(error, InfrastructureError), outcome
@@ -188,8 +199,8 @@ def test_retry_after_a_dead_worker_resumes_in_a_new_attempt(
         assert 0 <= spent["queued_s"] < spent["wall_s"]
         assert spent["world_size"] == 2
         assert spent["worker_s"] == pytest.approx(2 * spent["held_s"], abs=0.01) == spent["cpu_s"]  # 1 CPU each
-    # Attempt 1 held its 2 workers through epochs 0-2 and the 5 s before the kill, at least.
-    assert first_cost["worker_s"] >= 2 * 5
+    # Attempt 1 held its 2 workers from before rank 1's epoch 2 to the kill, at least.
+    assert first_cost["worker_s"] >= 2 * (killed["killed_at"] - killed["at"])
     # Attempt 2's workers were held for about the whole fit(): worker-seconds ~ world size x its wall time.
     fit_s = result["timings"]["fit_s"]
     assert 0.6 * 2 * fit_s <= second_cost["worker_s"] <= 2 * fit_s + 1, (second_cost, fit_s)

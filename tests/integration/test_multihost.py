@@ -11,7 +11,6 @@ next one brings it back; the last gives host 2 a Ray node with GPUs.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import uuid
@@ -20,12 +19,13 @@ import pytest
 
 from airflow_provider_horovod.contract import attempt_uri, worker_groups_uri
 from harness import hosts as testhosts
-from harness.tasks import HUNG_S, FakeTI, JobWatch, run_in_thread, wait_until
+from harness.tasks import HUNG_S, FakeTI, JobWatch, checkpoints_registered, run_in_thread, storage, wait_until
 
 pytestmark = pytest.mark.integration
 
 CONN_ID = "ray_multihost"
 BUCKET = "multihost"
+STORAGE = f"s3://{BUCKET}/runs"
 
 
 # -- what the ranks run (pickled by value with the operator) -----------------------------------------
@@ -189,35 +189,19 @@ def operator(hosts: testhosts.Hosts, train_fn, **kwargs):
         ray_conn_id=CONN_ID,
         deferrable=False,
         poll_interval_seconds=0.5,
-        storage_path=f"s3://{BUCKET}/runs",
+        storage_path=STORAGE,
         **kwargs,
     )
 
 
 def groups_started(ti: FakeTI) -> list[dict]:
     """Rank 0's notes of the worker groups of the task run's first attempt, as they are written."""
-    import boto3
-
-    storage = ti.task_run.storage_uri(f"s3://{BUCKET}/runs")
-    key = worker_groups_uri(attempt_uri(storage, 1)).split(f"s3://{BUCKET}/", 1)[1]
-    try:
-        body = boto3.client("s3").get_object(Bucket=BUCKET, Key=key)["Body"].read()
-    except Exception:  # noqa: BLE001 - not written yet
-        return []
-    return json.loads(body)
+    return storage().read_json(worker_groups_uri(attempt_uri(ti.task_run.storage_uri(STORAGE), 1))) or []
 
 
-def checkpoints_registered(ti: FakeTI) -> int:
-    """How many checkpoints of the first attempt Ray Train's controller holds (a restart resumes from its
-    latest): its checkpoint manager's snapshot, which it writes to the run's storage at each one."""
-    import boto3
-
-    run = attempt_uri(ti.task_run.storage_uri(f"s3://{BUCKET}/runs"), 1).split(f"s3://{BUCKET}/", 1)[1]
-    try:
-        body = boto3.client("s3").get_object(Bucket=BUCKET, Key=f"{run}/checkpoint_manager_snapshot.json")["Body"]
-    except Exception:  # noqa: BLE001 - not written yet
-        return 0
-    return len(json.loads(body.read())["checkpoint_results"])
+def registered(ti: FakeTI) -> list[dict]:
+    """The checkpoints of the task run's first attempt that Ray Train's controller holds."""
+    return checkpoints_registered(ti.task_run.storage_uri(STORAGE))
 
 
 # -- the tests ---------------------------------------------------------------------------------------
@@ -291,7 +275,7 @@ def test_elastic_training_loses_a_host_and_finishes_smaller_from_its_checkpoint(
     thread, outcome = run_in_thread(op, {"ti": ti})
     wait_until(lambda: [g for g in groups_started(ti) if g["world_size"] == 4], HUNG_S, "a group of 4", outcome)
     first_start_s = groups_started(ti)[0]["started_at"] - begun  # the job's start and its first group's, this run
-    wait_until(lambda: checkpoints_registered(ti), HUNG_S, "a checkpoint at 4", outcome)
+    wait_until(lambda: registered(ti), HUNG_S, "a checkpoint at 4", outcome)
     cluster.stop_ray(cluster[1])
     dead_at = wait_until(
         lambda: cluster[1].address not in (alive := cluster.alive_nodes()) and alive and time.time(),
@@ -334,7 +318,7 @@ def test_elastic_training_grows_when_a_host_returns(cluster):
     )
     thread, outcome = run_in_thread(op, {"ti": ti})
     wait_until(lambda: groups_started(ti), HUNG_S, "the first group", outcome)
-    wait_until(lambda: checkpoints_registered(ti), HUNG_S, "a checkpoint at 2", outcome)
+    wait_until(lambda: registered(ti), HUNG_S, "a checkpoint at 2", outcome)
     cluster.join(cluster[1], num_cpus=2)
     thread.join(HUNG_S)
     assert not thread.is_alive(), "the training did not finish"
@@ -372,7 +356,7 @@ def test_a_fixed_size_training_that_loses_a_host_fails_as_infrastructure_and_its
 
     thread, outcome = run_in_thread(make(), {"ti": ti})
     wait_until(lambda: groups_started(ti), HUNG_S, "the worker group", outcome)
-    wait_until(lambda: checkpoints_registered(ti), HUNG_S, "a checkpoint", outcome)
+    wait_until(lambda: registered(ti), HUNG_S, "a checkpoint", outcome)
     lost_at = time.monotonic()
     cluster.stop_ray(cluster[1])
     thread.join(HUNG_S)
