@@ -73,9 +73,10 @@ def train_until_killed(config):
                 time.sleep(120)  # killed here
 
 
-def kill_rank1_at_epoch_2(progress_file, outcome, storage_uri: str, trainer_api: str) -> dict:
+def kill_rank1_at_epoch_2(progress_file, outcome, storage_uri: str | None = None, trainer_api: str = "auto") -> dict:
     """SIGKILL rank 1 once epoch 2's checkpoint is one a restart would resume from; its progress then, and
-    when it was killed (``killed_at``, on the clock of its ``at``)."""
+    when it was killed (``killed_at``, on the clock of its ``at``). On Train V2 (given ``storage_uri``):
+    once Ray Train's controller holds it; otherwise ("auto" across Ray minors too) after a wait."""
     reached: dict[int, float] = {}  # when rank 1 reported each epoch
 
     def at_epoch_2():
@@ -86,15 +87,16 @@ def kill_rank1_at_epoch_2(progress_file, outcome, storage_uri: str, trainer_api:
 
     # Until the task fails or rank 1 is at epoch 2: how long that takes is the machine's, not the code's.
     progress = wait_until(at_epoch_2, HUNG_S, "rank 1 at epoch 2", outcome)
-    if trainer_api == "v2":
+    if trainer_api == "v2" and storage_uri:
         # Until Ray Train's controller holds epoch 2's checkpoint (rank 1 waits 120 s there).
         def held():
             return any(metrics.get("epoch") == 2 for metrics in checkpoints_registered(storage_uri))
 
         wait_until(held, HUNG_S, "epoch 2's checkpoint registered", outcome)
     else:
-        # The legacy API writes no snapshot of what it holds: it registers a report when it polls the ranks;
-        # 5 s or, on a machine slow enough that an epoch takes longer, an epoch's time.
+        # The legacy API writes no snapshot of what it holds (nor need every Ray minor's V2): it registers
+        # a report when it polls the ranks; 5 s or, on a machine slow enough that an epoch takes longer, an
+        # epoch's time.
         epoch_s = progress["at"] - reached.get(1, progress["at"])
         time.sleep(max(0.0, progress["at"] + max(5.0, epoch_s) - time.time()))
     os.kill(progress["pid"], signal.SIGKILL)
