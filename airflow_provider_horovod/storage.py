@@ -29,6 +29,10 @@ from airflow_provider_horovod.exceptions import MissingExtraError, StorageUnavai
 S3_CLIENT_CONFIG = {"connect_timeout": 10, "read_timeout": 30, "retries": {"max_attempts": 3, "mode": "standard"}}
 # Checking the bucket before submitting is one small request: a short wait is enough.
 S3_PROBE_CONFIG = {"connect_timeout": 5, "read_timeout": 10, "retries": {"max_attempts": 2, "mode": "standard"}}
+# S3 refusing for a while (throttled, or a server error of its own), not down, missing or forbidden: a
+# record written once and read by later tasks waits that out, up to WAIT_OUT_REFUSAL_S.
+REFUSAL_CODES = frozenset({"SlowDown", "503", "500", "InternalError", "ServiceUnavailable", "RequestTimeout"})
+WAIT_OUT_REFUSAL_S = 60.0
 
 
 def split_uri(uri: str) -> tuple[str, str]:
@@ -137,6 +141,18 @@ class Storage:
 
     def write_json(self, uri: str, data: dict) -> None:
         self.write_bytes(uri, json.dumps(data, sort_keys=True, default=str).encode("utf-8"))
+
+    def write_json_waiting(self, uri: str, data: dict) -> None:
+        """``write_json``, waiting out an S3 that refuses writes for a while (``REFUSAL_CODES``) for up to
+        ``WAIT_OUT_REFUSAL_S``: for a record nothing else would write again."""
+        import tenacity
+
+        tenacity.Retrying(
+            stop=tenacity.stop_after_delay(WAIT_OUT_REFUSAL_S),
+            wait=tenacity.wait_exponential(multiplier=1, max=10),
+            retry=tenacity.retry_if_exception(refused_for_a_while),
+            reraise=True,
+        )(self.write_json, uri, data)
 
     def write_bytes(self, uri: str, body: bytes) -> None:
         """Write atomically: a local temp file renamed into place, or a single S3 put."""
@@ -271,6 +287,14 @@ class Storage:
             return
         with self._request(uri, self._s3_probe, bucket_request=True):
             self._s3_probe.head_bucket(Bucket=path.partition("/")[0])
+
+
+def refused_for_a_while(err: BaseException) -> bool:
+    """Whether S3 answered a request with one of ``REFUSAL_CODES``: a refusal that passes."""
+    from botocore.exceptions import ClientError
+
+    cause = err.__cause__ if isinstance(err, StorageUnavailableError) else err
+    return isinstance(cause, ClientError) and str(cause.response.get("Error", {}).get("Code", "")) in REFUSAL_CODES
 
 
 def check_aws_conn_id(aws_conn_id: str | None) -> None:

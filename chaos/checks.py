@@ -170,24 +170,40 @@ def checkpoints_load(tis: list[dict], xcoms: dict[str, dict], loads: dict[str, s
     return found
 
 
+def triggerer_stalls(log: str, started_wall: float) -> list[tuple[float, float]]:
+    """When the triggerer could not act, in the observer's seconds: (from, to) of each stall its log tells
+    of ("Heartbeat recovered after N seconds"; a new trigger runner's start under load takes a minute)."""
+    stalls = []
+    for stamp, seconds in re.findall(r"^(\S+) .*Heartbeat recovered after ([\d.]+) seconds", log, re.M):
+        end = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() - started_wall
+        stalls.append((end - float(seconds), end))
+    return stalls
+
+
 def no_orphan_jobs(
     jobs: list[dict],
     job_polls: list[tuple[float, int, list]],
     ti_polls: list[tuple[float, dict[str, str]]],
     jobs_now: list[dict],
     grace_s: float = 60.0,
+    stalls: list[tuple[float, float]] | None = None,
 ) -> list[str]:
     """No Ray job runs or waits while its task instance has ended, for longer than ``grace_s`` (the
-    task's kill stopping it, the poll intervals); none at all once everything drained."""
+    task's kill stopping it, the poll intervals); none at all once everything drained. A deferred task's
+    kill reaches its trigger only through the triggerer: the triggerer's ``stalls`` do not count."""
     found = []
     meta = {(job["head_epoch"], job["submission_id"]): job for job in jobs}
     orphaned_since: dict[tuple[int, str], float] = {}
     reported = set()
     ti_index = 0
     states: dict[str, str] = {}
+    deferred: set[str] = set()  # task instances last seen deferred before they ended
     for t, epoch, unended in job_polls:
         while ti_index < len(ti_polls) and ti_polls[ti_index][0] <= t:
             states = ti_polls[ti_index][1]
+            deferred = {ti for ti in deferred if states.get(ti) in ENDED_TI} | {
+                ti for ti, state in states.items() if state == "deferred"
+            }
             ti_index += 1
         alive = set()
         for sid, status in unended:
@@ -197,9 +213,13 @@ def no_orphan_jobs(
                 continue
             alive.add(key)
             since = orphaned_since.setdefault(key, t)
-            if t - since > grace_s and key not in reported:
+            stalled = sum(max(0.0, min(b, t) - max(a, since)) for a, b in stalls or ()) if ti in deferred else 0.0
+            if t - since - stalled > grace_s and key not in reported:
                 reported.add(key)
-                found.append(f"{sid} was {status} for {t - since:.0f} s after its task {ti} ended {states.get(ti)}")
+                found.append(
+                    f"{sid} was {status} for {t - since:.0f} s after its task {ti} ended {states.get(ti)}"
+                    + (f" ({stalled:.0f} s of it while the triggerer stalled)" if stalled else "")
+                )
         orphaned_since = {k: v for k, v in orphaned_since.items() if k in alive}
     for job in jobs_now:
         if job_ti(job) and job.get("status") not in TERMINAL_JOB:

@@ -46,6 +46,7 @@ class Observer:
     def __init__(self, deployment: Deployment) -> None:
         self.deployment = deployment
         self.started = time.monotonic()
+        self.started_wall = time.time()  # the same moment, to place the components' log lines
         # (head epoch, submission id) -> the job as last listed, with "first_seen_s"/"last_seen_s".
         self.jobs: dict[tuple[int, str], dict] = {}
         # Each poll of the jobs: (t, head epoch, [(submission id, status)] of the unended ones).

@@ -116,6 +116,7 @@ def main() -> int:
         collected = collect(deployment, observer, schedule.WORKLOAD_DAGS)
         loads = load_checkpoints(deployment, collected)
         collected["recovery_s"] = deployment.recovery_s()
+        collected["stalls"] = checks.triggerer_stalls(stack.log_tail("triggerer", chars=10**9), observer.started_wall)
         # Kept before the checks read it: a run's data outlives a check that fails on it.
         (out / "observed.json").write_text(
             json.dumps({**observer.to_dict(), **collected, "faults": injector.done, "loads": loads}, default=str)
@@ -318,7 +319,9 @@ def assess(seed, minutes, deployment, observer, injector, collected, loads, aske
         "runs_ended": checks.runs_ended(collected["runs"], tis, logs, injector.marked_failed, drained["timeouts_s"])
         + [f"{run} still running past its timeout" for run in drained["stuck"]],
         "checkpoints_load": checks.checkpoints_load(tis, xcoms, loads),
-        "no_orphan_jobs": checks.no_orphan_jobs(jobs, observer.job_polls, observer.ti_polls, collected["jobs_now"]),
+        "no_orphan_jobs": checks.no_orphan_jobs(
+            jobs, observer.job_polls, observer.ti_polls, collected["jobs_now"], stalls=collected.get("stalls")
+        ),
         "one_job_per_attempt": checks.one_job_per_attempt(jobs, observer.job_polls),
         "log_lines_once": checks.log_lines_once(tis, xcoms, logs, collected["job_logs"], collected["jobs_now"]),
         "champion_log": checks.champion_log(observer.champion, promoted),

@@ -12,10 +12,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_horovod import failures
-from airflow_provider_horovod.contract import META_ATTEMPT, META_RESULT_URI, META_STORAGE_URI, JobStatus, attempt_uri
+from airflow_provider_horovod.contract import (
+    JOB_STOP_WAIT_S,
+    META_ATTEMPT,
+    META_RESULT_URI,
+    META_STORAGE_URI,
+    JobStatus,
+    attempt_uri,
+)
 from airflow_provider_horovod.documents import TaskRecord
 
 if TYPE_CHECKING:
@@ -29,32 +37,89 @@ UNSTARTED_MESSAGE = (
     "starts such a driver only to stop it, so nothing of the attempt ran"
 )
 STOPPED_MESSAGE = "the job was stopped while its driver ran (its task killed or marked failed)"
+# Ray's stop is fire and forget (its job supervisor signalled if found): the side that stops watches the job
+# end, asking again now and then. A worker's task process has 5 s from SIGTERM to SIGKILL; the triggerer gives
+# on_kill 30 s ([triggerer] on_kill_timeout), time for Ray's SIGKILL grace (JOB_STOP_WAIT_S) and more.
+CONFIRM_IN_WORKER_S = 4.0
+CONFIRM_IN_TRIGGERER_S = JOB_STOP_WAIT_S + 15.0
+ASK_AGAIN_S = 5.0
+CONFIRM_POLL_S = 0.5
 
 
-def stop_killed(hook: RayJobsApi, storage: Storage, sid: str, *, logger: Any = log) -> None:
-    """Stop the job of a killed task and keep the attempt's record; never raises (an operator's ``on_kill``
-    runs in a signal handler)."""
+def stop_killed(
+    hook: RayJobsApi, storage: Storage, sid: str, *, logger: Any = log, confirm_s: float = CONFIRM_IN_WORKER_S
+) -> None:
+    """Stop the job of a killed task, keep the attempt's record, and watch the job end for up to ``confirm_s``
+    (asking again while it runs on); never raises (an operator's ``on_kill`` runs in a signal handler)."""
     logger.info("Task killed: stopping Ray job %s", sid)
-    try:
-        info = hook.get_job_info(sid)
-    except Exception:  # the stop matters more than the record
-        info = None
+    info = job_info(hook.get_job_info, sid)
     try:
         if hook.stop_job(sid) and ending(info):
             keep_stopped(storage, sid, info or {}, logger=logger)
+        if info is not None and not ending(info):
+            return
+        started = asked = time.monotonic()
+        asks = 1
+        while ending(info := job_info(hook.get_job_info, sid)):
+            if time.monotonic() - started >= confirm_s:
+                not_ended(sid, info, confirm_s, asks, logger)
+                return
+            time.sleep(CONFIRM_POLL_S)
+            if time.monotonic() - asked >= ASK_AGAIN_S:
+                hook.stop_job(sid)
+                asked, asks = time.monotonic(), asks + 1
     except Exception:
         logger.exception("Could not stop Ray job %s", sid)
 
 
-async def a_stop_killed(hook: RayJobsApi, storage: Storage, sid: str, *, logger: Any = log) -> None:
+async def a_stop_killed(
+    hook: RayJobsApi, storage: Storage, sid: str, *, logger: Any = log, confirm_s: float = CONFIRM_IN_TRIGGERER_S
+) -> None:
     """``stop_killed`` in the triggerer's event loop (the storage's calls in a thread); raises as the stop does."""
     logger.info("Task killed: stopping Ray job %s", sid)
-    try:
-        info = await hook.a_get_job_info(sid)
-    except Exception:  # the stop matters more than the record
-        info = None
+    info = await a_job_info(hook, sid)
     if await hook.a_stop_job(sid) and ending(info):
         await asyncio.to_thread(keep_stopped, storage, sid, info or {}, logger=logger)
+    if info is not None and not ending(info):
+        return
+    started = asked = time.monotonic()
+    asks = 1
+    while ending(info := await a_job_info(hook, sid)):
+        if time.monotonic() - started >= confirm_s:
+            not_ended(sid, info, confirm_s, asks, logger)
+            return
+        await asyncio.sleep(CONFIRM_POLL_S)
+        if time.monotonic() - asked >= ASK_AGAIN_S:
+            await hook.a_stop_job(sid)
+            asked, asks = time.monotonic(), asks + 1
+
+
+def job_info(get: Any, sid: str) -> dict | None:
+    """Ray's info on the job, None when it cannot be read: the stop matters more than the record."""
+    try:
+        return get(sid)
+    except Exception:
+        return None
+
+
+async def a_job_info(hook: RayJobsApi, sid: str) -> dict | None:
+    try:
+        return await hook.a_get_job_info(sid)
+    except Exception:
+        return None
+
+
+def not_ended(sid: str, info: dict | None, waited_s: float, asks: int, logger: Any) -> None:
+    status = (info or {}).get("status")
+    logger.warning(
+        "Ray job %s was still %s %.0f s after it was asked to stop (%d times). If it goes on, stop it from a "
+        "machine that reaches the cluster: ray job stop %s",
+        sid,
+        status,
+        waited_s,
+        asks,
+        sid,
+    )
 
 
 def ending(info: dict | None) -> bool:

@@ -263,14 +263,6 @@ def as_main(script: dict[str, Any], folder: str, rank: int, on_line: Callable[[s
         sys.stdout, sys.stderr = saved[3], saved[4]
 
 
-def shut_down_horovod() -> None:
-    """Once a rank's script ends, Horovod shuts down there, so that ranks still waiting in a collective fail
-    at once instead of waiting for it for ever."""
-    hvd = sys.modules.get("horovod.torch")
-    if hvd is not None and hvd.is_initialized():
-        hvd.shutdown()
-
-
 def ended_ranks(spec: TrainingSpec) -> str:
     """The ranks of this worker group whose script ended (exit code), as a failing rank names them; "" when
     none did (then a peer was lost: Horovod shuts down on the others as well)."""
@@ -304,6 +296,8 @@ def runner(spec: TrainingSpec) -> Callable[[], None]:
 
 def run_script(spec: TrainingSpec) -> None:
     import ray.train
+
+    from airflow_provider_horovod.runtime.horovod_backend import shut_down_horovod
 
     script = dict(spec.script or {})
     rank = ray.train.get_context().get_world_rank()

@@ -78,19 +78,20 @@ def worker_started(spec: TrainingSpec) -> None:
 
 def worker_finished(spec: TrainingSpec, value: Any) -> None:
     """In each worker, after the user's function: rank 0 leaves what it returned and its reports."""
+    from airflow_provider_horovod.runtime.horovod_backend import shut_down_horovod
+
     keep_rank0_return(value, spec.return_value_uri)
     HISTORY.write()
+    shut_down_horovod()  # with the other ranks, before Ray Train ends any of their processes
     store_timeline(spec)
 
 
 def store_timeline(spec: TrainingSpec) -> None:
-    """After training, with the timeline on: Horovod closes it at shutdown; rank 0 stores it."""
+    """After training and Horovod's shutdown, which closes the timeline: rank 0 stores it, when it is on."""
     if not spec.horovod_timeline:
         return
-    import horovod.torch as hvd
     import ray.train
 
-    hvd.shutdown()
     if ray.train.get_context().get_world_rank() == 0 and os.path.exists(spec.timeline_local_path):
         with open(spec.timeline_local_path, encoding="utf-8") as f:
             write_text(spec.timeline_uri, f.read())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 from chaos import checks, schedule
@@ -176,6 +177,28 @@ def test_a_job_running_long_after_its_task_ended_is_an_orphan():
     assert len(checks.no_orphan_jobs(jobs, job_polls, ti_polls, [], grace_s=60)) == 1
     assert checks.no_orphan_jobs(jobs, job_polls[:3], ti_polls, [], grace_s=60) == []
     assert len(checks.no_orphan_jobs(jobs, [], ti_polls, jobs, grace_s=60)) == 1
+
+
+def test_a_deferred_tasks_job_is_no_orphan_while_the_triggerer_stalled():
+    """The soak of seed 1535922735: a deferred task marked failed while a new trigger runner stalled 86 s
+    (its start, at a load of 30); its kill reached the trigger after that. A running task gets no excuse."""
+    meta = {"airflow_dag_id": "d", "airflow_task_id": "t", "airflow_run_id": "r", "airflow_map_index": "-1"}
+    jobs = [{"submission_id": "ahp-d-t-x-a1", "head_epoch": 0, "metadata": meta, "status": "RUNNING"}]
+    log = (
+        "2026-11-30T14:16:55.796802Z [error    ] TriggerRunner subprocess event loop appears deadlocked\n"
+        "2026-11-30T14:16:57.797112Z [info     ] Heartbeat recovered after 86.08 seconds [airflow.jobs.job.Job]\n"
+    )
+    started = datetime(2026, 11, 30, 14, 15, tzinfo=timezone.utc).timestamp()
+    stalls = checks.triggerer_stalls(log, started)
+    assert [(round(a, 2), round(b, 2)) for a, b in stalls] == [(31.72, 117.8)]
+    job_polls = [(t, 0, [("ahp-d-t-x-a1", "RUNNING")]) for t in (95.0, 120.0, 150.0, 161.0)]
+    for before, found in (("deferred", 0), ("running", 1)):
+        ti_polls = [(0.0, {"d/t/r/-1": before}), (93.0, {"d/t/r/-1": "failed"})]
+        assert len(checks.no_orphan_jobs(jobs, job_polls, ti_polls, [], grace_s=60, stalls=stalls)) == found
+    ti_polls = [(0.0, {"d/t/r/-1": "deferred"}), (93.0, {"d/t/r/-1": "failed"})]
+    longer = [*job_polls, (190.0, 0, [("ahp-d-t-x-a1", "RUNNING")])]  # 72 s after its kill, less the stall
+    (line,) = checks.no_orphan_jobs(jobs, longer, ti_polls, [], grace_s=60, stalls=stalls)
+    assert "while the triggerer stalled" in line
 
 
 def test_two_jobs_of_one_task_run_at_once_or_one_attempt_on_two_heads_are_violations():

@@ -192,3 +192,29 @@ def test_the_connections_credentials_are_used(s3, monkeypatch):
     assert storage.read_json(f"s3://{bucket}/x.json") == {"via": "connection"}
     with pytest.raises(StorageUnavailableError, match="come from the AWS connection 'aws_s3'"):
         storage.check_bucket("s3://ahp-no-such-bucket")
+
+
+def test_a_record_is_kept_through_a_refusal_that_passes_and_a_missing_bucket_is_not_waited_on(s3, monkeypatch):
+    from chaos.spread import SlowDown
+
+    bucket, storage = s3.bucket(), Storage()
+    wsgi = s3.server._server._server
+    refusal = wsgi.app = SlowDown(wsgi.app)
+    tries = []
+
+    def write_json(uri, data):  # the refusal outlasts botocore's own tries once, then passes
+        tries.append(uri)
+        refusal.refusing = len(tries) == 1
+        Storage.write_json(storage, uri, data)
+
+    monkeypatch.setattr(storage, "write_json", write_json)
+    try:
+        storage.write_json_waiting(f"s3://{bucket}/attempt-2/result.json", {"state": "failed"})
+    finally:
+        wsgi.app = refusal.app
+    assert refusal.refused >= 1
+    assert len(tries) == 2
+    assert storage.read_json(f"s3://{bucket}/attempt-2/result.json") == {"state": "failed"}
+    with pytest.raises(StorageUnavailableError, match="does not exist"):
+        storage.write_json_waiting("s3://ahp-no-such-bucket/result.json", {})
+    assert len(tries) == 3  # a missing bucket is no refusal that passes: one try

@@ -12,6 +12,7 @@ from airflow_provider_horovod.attempts import read_attempt
 from airflow_provider_horovod.contract import META_ATTEMPT, META_RESULT_URI, META_STORAGE_URI, TaskRun, result_uri
 from airflow_provider_horovod.documents import TaskRecord
 from airflow_provider_horovod.failures import kept_by_stopper, stopped_by_request
+from airflow_provider_horovod.jobs import stop
 from airflow_provider_horovod.jobs.stop import a_stop_killed, stop_killed
 from airflow_provider_horovod.storage import Storage
 from unit.fakes import FakeRay
@@ -86,12 +87,43 @@ def test_a_record_already_there_is_kept(tmp_path):
     assert record_of(info) == {"submission_id": SID, "kept": True}
 
 
-def test_a_stop_ray_did_not_take_writes_nothing(tmp_path):
+def test_a_stop_ray_did_not_take_writes_nothing_is_asked_again_and_said_when_the_job_runs_on(
+    tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setattr(stop, "ASK_AGAIN_S", 0.5)
     info = job("PENDING", tmp_path)
     ray = FakeRay({SID: info})
-    ray.stop_job = lambda sid: False  # no supervisor to signal: the job goes on
-    stop_killed(ray, Storage(), SID)
+    asks = []
+    ray.stop_job = lambda sid: asks.append(sid) and False  # no supervisor found: the job goes on
+    with caplog.at_level(logging.WARNING):
+        stop_killed(ray, Storage(), SID, confirm_s=2.0)
     assert record_of(info) is None
+    assert len(asks) >= 3  # asked again every ASK_AGAIN_S while the job ran on
+    assert f"Ray job {SID} was still PENDING 2 s after it was asked to stop ({len(asks)} times)" in caplog.text
+    assert f"ray job stop {SID}" in caplog.text
+
+
+@pytest.mark.parametrize("in_triggerer", [False, True])
+def test_a_stop_that_did_not_take_at_first_is_taken_when_asked_again(tmp_path, monkeypatch, caplog, in_triggerer):
+    monkeypatch.setattr(stop, "ASK_AGAIN_S", 0.5)
+    info = job("RUNNING", tmp_path)
+    ray = FakeRay({SID: info})
+    taken, asks = ray.stop_job, []
+
+    def stop_job(sid):  # Ray found no supervisor the first time (a slow GCS), then did
+        asks.append(sid)
+        return len(asks) > 1 and taken(sid)
+
+    ray.stop_job = stop_job
+    with caplog.at_level(logging.WARNING):
+        if in_triggerer:
+            asyncio.run(a_stop_killed(ray, Storage(), SID, confirm_s=5.0))
+        else:
+            stop_killed(ray, Storage(), SID, confirm_s=5.0)
+    assert len(asks) >= 2
+    assert ray.stopped[0] == SID  # an ask after the first reached the job, which then ended
+    assert ray.get_job_info(SID)["status"] == "STOPPED"
+    assert "was still" not in caplog.text
 
 
 def test_a_job_not_of_the_providers_gets_no_record(tmp_path):

@@ -181,3 +181,23 @@ def test_the_controller_starts_no_placement_group_cleaner_nor_a_dataset_manager_
     assert all(isinstance(p, ray_compat.NoDatasets) for p in providers)
     with pytest.raises(KeyError, match="given no datasets"):
         providers[0].get_dataset_shard(dataclasses.make_dataclass("Info", ["dataset_name"])("train"))
+
+
+def test_a_rank_shuts_horovod_down_once_its_function_returned():
+    """Before Ray Train ends the workers' processes: a background loop left running there reads from a
+    peer already gone (Gloo's "Connection closed by peer", an error line in a good run's log)."""
+    import subprocess
+    import sys
+
+    code = """
+import horovod.torch as hvd
+from airflow_provider_horovod.documents import TrainingSpec
+from airflow_provider_horovod.runtime.trainers import worker_finished
+hvd.init()
+spec = TrainingSpec(submission_id="s", train_fn={"import": "m:f"}, storage_uri="/x", python_version="3")
+worker_finished(spec, None)
+print("initialized after the function:", hvd.is_initialized())
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "initialized after the function: False" in done.stdout, done.stdout
