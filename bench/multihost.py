@@ -32,7 +32,8 @@ SCRIPT_DAG_ID = "bench_script"  # bench/dags/bench_dags.py: the script as a depl
 
 
 def elastic_workload(config):
-    """A step of an allreduce and a report with rank 0's checkpoint, resumed from the last checkpoint."""
+    """A step of an allreduce and a report with rank 0's checkpoint, resumed from the last checkpoint. Its
+    first two worker groups step until they are replaced (host 2 lost, then back); the third runs ``steps``."""
     import tempfile
     import time
 
@@ -41,15 +42,17 @@ def elastic_workload(config):
     import torch
 
     hvd.init()
-    step = 0
+    step, group = 0, 1
     if checkpoint := ray.train.get_checkpoint():
         with checkpoint.as_directory() as folder, open(os.path.join(folder, "state.json")) as f:
-            step = json.load(f)["step"]
-    while step < config["steps"]:
+            state = json.load(f)
+        step, group = state["step"], state["group"] + 1
+    resumed_at = step
+    while group < 3 or step < resumed_at + config["steps"]:
         hvd.allreduce(torch.ones(1), name=f"step{step}")
         step += 1
         time.sleep(config["step_s"])
-        state = {"step": step, "size": hvd.size()}
+        state = {"step": step, "size": hvd.size(), "group": group}
         with tempfile.TemporaryDirectory() as folder:  # rank 0's checkpoint of where it is
             if hvd.rank() == 0:
                 with open(os.path.join(folder, "state.json"), "w") as f:
@@ -105,7 +108,7 @@ class Bench(RayHosts):
 
     def elastic(self) -> dict:
         """One elastic run: host 2 lost at 4 ranks, then back; the times of each step, in seconds."""
-        from harness.tasks import run_in_thread, wait_until
+        from harness.tasks import checkpoints_registered, run_in_thread, wait_until
 
         hosts = self.hosts
         ti = _ti("elastic")
@@ -114,7 +117,7 @@ class Bench(RayHosts):
             num_workers=(2, 4),
             max_failures=2,
             elastic_resize_monitor_interval_s=MONITOR_S,
-            train_loop_config={"steps": 45, "step_s": 0.5},
+            train_loop_config={"steps": 8, "step_s": 0.5},
         )
         thread, outcome = run_in_thread(op, {"ti": ti})
 
@@ -122,8 +125,8 @@ class Bench(RayHosts):
             return self.worker_groups(ti, self.storage)
 
         wait_until(lambda: [g for g in groups() if g["world_size"] == 4], 180, "a group of 4", outcome)
-        wait_until(lambda: self.checkpoints(ti, self.storage) >= 2, 120, "two checkpoints", outcome)
-        time.sleep(3)
+        held = lambda: checkpoints_registered(ti.task_run.storage_uri(self.storage))  # noqa: E731
+        wait_until(held, 120, "a checkpoint Ray Train holds", outcome)
         lost_at = time.time()
         hosts.stop_ray(hosts[1])
         shrunk = wait_until(lambda: [g for g in groups() if g.get("reason") == "node lost"], 180, "at 2", outcome)
