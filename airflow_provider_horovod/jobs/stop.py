@@ -56,11 +56,11 @@ def stop_killed(
     try:
         if hook.stop_job(sid) and ending(info):
             keep_stopped(storage, sid, info or {}, logger=logger)
-        if info is not None and not ending(info):
+        if info is not None and info is not UNREAD and not ending(info):
             return
         started = asked = time.monotonic()
         asks = 1
-        while ending(info := job_info(hook.get_job_info, sid)):
+        while (info := job_info(hook.get_job_info, sid)) is UNREAD or ending(info):
             if time.monotonic() - started >= confirm_s:
                 not_ended(sid, info, confirm_s, asks, logger)
                 return
@@ -80,11 +80,11 @@ async def a_stop_killed(
     info = await a_job_info(hook, sid)
     if await hook.a_stop_job(sid) and ending(info):
         await asyncio.to_thread(keep_stopped, storage, sid, info or {}, logger=logger)
-    if info is not None and not ending(info):
+    if info is not None and info is not UNREAD and not ending(info):
         return
     started = asked = time.monotonic()
     asks = 1
-    while ending(info := await a_job_info(hook, sid)):
+    while (info := await a_job_info(hook, sid)) is UNREAD or ending(info):
         if time.monotonic() - started >= confirm_s:
             not_ended(sid, info, confirm_s, asks, logger)
             return
@@ -94,23 +94,27 @@ async def a_stop_killed(
             asked, asks = time.monotonic(), asks + 1
 
 
+# A read of the job's info that failed: the stop goes on, and so does the watch (it does not say the job ended).
+UNREAD: dict = {"status": "UNREAD"}
+
+
 def job_info(get: Any, sid: str) -> dict | None:
-    """Ray's info on the job, None when it cannot be read: the stop matters more than the record."""
+    """Ray's info on the job (None: Ray does not know it), ``UNREAD`` when it cannot be read."""
     try:
         return get(sid)
     except Exception:
-        return None
+        return UNREAD
 
 
 async def a_job_info(hook: RayJobsApi, sid: str) -> dict | None:
     try:
         return await hook.a_get_job_info(sid)
     except Exception:
-        return None
+        return UNREAD
 
 
 def not_ended(sid: str, info: dict | None, waited_s: float, asks: int, logger: Any) -> None:
-    status = (info or {}).get("status")
+    status = "unreadable" if info is UNREAD else (info or {}).get("status")
     logger.warning(
         "Ray job %s was still %s %.0f s after it was asked to stop (%d times). If it goes on, stop it from a "
         "machine that reaches the cluster: ray job stop %s",

@@ -146,7 +146,7 @@ def test_a_storage_that_fails_loses_the_record_and_says_so(tmp_path, caplog):
     assert "No space left on device" in caplog.text
 
 
-def test_a_job_info_that_cannot_be_read_still_stops_the_job(tmp_path):
+def test_a_job_info_that_cannot_be_read_still_stops_the_job(tmp_path, caplog):
     info = job("PENDING", tmp_path)
     ray = FakeRay({SID: info})
 
@@ -154,11 +154,14 @@ def test_a_job_info_that_cannot_be_read_still_stops_the_job(tmp_path):
         raise ConnectionError("refused")
 
     ray.get_job_info = fails
-    stop_killed(ray, Storage(), SID)
-    ray.a_get_job_info = fails
-    asyncio.run(a_stop_killed(ray, Storage(), SID))
+    with caplog.at_level(logging.WARNING):
+        stop_killed(ray, Storage(), SID, confirm_s=1.0)
+        ray.a_get_job_info = fails
+        asyncio.run(a_stop_killed(ray, Storage(), SID, confirm_s=1.0))
     assert ray.stopped == [SID, SID]
     assert record_of(info) is None  # nothing says the driver had not started
+    # A read that fails does not say the job ended: the watch goes on, and says so at its end.
+    assert caplog.text.count(f"Ray job {SID} was still unreadable 1 s after it was asked to stop") == 2
 
 
 def test_a_dashboard_that_fails_never_raises_from_the_signal_handler(tmp_path, caplog):
