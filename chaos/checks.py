@@ -340,8 +340,9 @@ def failed_attempt_records(jobs: list[dict], records: dict[str, dict]) -> list[s
     An attempt lost with its Ray head (``lost_with_head``: its driver died with the head) gets its record
     from its task's next try, which finds it vanished before it submits the next attempt
     (docs/reliability.md, "An attempt lost with its Ray head"): it needs one only where a later attempt of
-    its task run was submitted. One whose driver had finished before the head went wrote its own record,
-    a success (no failure, its result): it did not fail, only its end was never read."""
+    its task run was submitted. One whose driver had finished before the head went, or before a stop reached
+    it (its DAG run timed out as it exited), wrote its own record, a success (no failure, its result): it did
+    not fail, only its end was cut short or never read."""
     latest: dict[str, int] = defaultdict(int)
     for job in jobs:
         sid = job.get("submission_id") or ""
@@ -362,7 +363,7 @@ def failed_attempt_records(jobs: list[dict], records: dict[str, dict]) -> list[s
             found.append(f"{job['submission_id']} ended {job['status']} and left no record at {uri}")
             continue
         failure = record.get("failure") or {}
-        if job.get("lost_with_head") and record.get("failure") is None:
+        if (job.get("lost_with_head") or job["status"] == "STOPPED") and record.get("failure") is None:
             continue  # its driver's own record: the attempt succeeded
         if failure.get("failure_class") not in CLASSES:
             found.append(f"{job['submission_id']}'s record at {uri} has no failure class: {failure or record}")

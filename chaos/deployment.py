@@ -113,6 +113,7 @@ class Deployment:
         """Every part, whatever state it is in (safe after a failed ``up``)."""
         for step in (
             self.airflow.close,
+            self.keep_ray_logs,
             self.hosts.down,
             lambda: self.gate and self.gate.close(),
             lambda: self.s3 and self.s3.stop(),
@@ -216,9 +217,20 @@ class Deployment:
         """A new head on host 1 (same address and token), and host 2's node joined to it: a worker node
         whose head went away ends itself after a while, so it is replaced at once, as an operator would."""
         self.hosts.stop_ray(self.hosts[1])
+        self.keep_ray_logs()
         shutil.rmtree(f"{self.hosts.workdir}/ray", ignore_errors=True)  # the old session's folders
         self.hosts.start_head(num_cpus=CPUS_PER_HOST)
         self.hosts.join(self.hosts[1], num_cpus=CPUS_PER_HOST)
+
+    def keep_ray_logs(self) -> None:
+        """The Ray session's logs of both hosts (jobs' drivers, the dashboard, the GCS), into the run's folder
+        before a new head or ``down()`` removes them: what Ray did with a stop is told only there."""
+        for logs in Path(self.hosts.workdir).glob("ray*/session_2*/logs"):
+            dest = self.out / "ray-logs" / logs.parent.parent.name / logs.parent.name  # ray (host 1), ray-1
+            try:
+                shutil.copytree(logs, dest, dirs_exist_ok=True, ignore_dangling_symlinks=True)
+            except (OSError, shutil.Error) as err:
+                print(f"[chaos] Ray's logs at {logs} not kept: {err}", flush=True)
 
     def s3_down(self) -> None:
         """S3 refuses connections and the open ones are cut; its buckets stay."""

@@ -10,6 +10,7 @@ with its own, which holds its timings and metric history (``runtime.entrypoint.r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -43,31 +44,61 @@ STOPPED_MESSAGE = "the job was stopped while its driver ran (its task killed or 
 CONFIRM_IN_WORKER_S = 4.0
 CONFIRM_IN_TRIGGERER_S = JOB_STOP_WAIT_S + 15.0
 ASK_AGAIN_S = 5.0
+# A stop Ray did not take (no supervisor yet: a job submitted a moment before) is asked again sooner.
+ASK_AGAIN_NOT_TAKEN_S = 1.0
 CONFIRM_POLL_S = 0.5
+
+
+@dataclasses.dataclass
+class Watch:
+    """Where the stopper stands while it watches the job end: when it began and last asked, how many times
+    it asked, whether Ray took a stop, and whether the attempt's record is seen to."""
+
+    started: float
+    asked: float
+    asks: int = 1
+    taken: bool = False
+    kept: bool = False
+
+    def next(self, info: dict | None, now: float, confirm_s: float) -> str:
+        """What to do after a read of the job: "ended", "give_up", "ask" again, or "wait"."""
+        if info is not UNREAD and not ending(info):
+            return "ended"
+        if now - self.started >= confirm_s:
+            return "give_up"
+        if now - self.asked >= (ASK_AGAIN_S if self.taken else ASK_AGAIN_NOT_TAKEN_S):
+            return "ask"
+        return "wait"
+
+    def asked_again(self, taken: bool, now: float) -> None:
+        self.asked, self.asks, self.taken = now, self.asks + 1, self.taken or taken
 
 
 def stop_killed(
     hook: RayJobsApi, storage: Storage, sid: str, *, logger: Any = log, confirm_s: float = CONFIRM_IN_WORKER_S
 ) -> None:
-    """Stop the job of a killed task, keep the attempt's record, and watch the job end for up to ``confirm_s``
-    (asking again while it runs on); never raises (an operator's ``on_kill`` runs in a signal handler)."""
+    """Stop the job of a killed task, keep the attempt's record once Ray took a stop, and watch the job end
+    for up to ``confirm_s`` (asking again while it runs on); never raises (an operator's ``on_kill`` runs in
+    a signal handler)."""
     logger.info("Task killed: stopping Ray job %s", sid)
-    info = job_info(hook.get_job_info, sid)
+    before = job_info(hook.get_job_info, sid)  # a job that had ended left its own record
     try:
-        if hook.stop_job(sid) and ending(info):
-            keep_stopped(storage, sid, info or {}, logger=logger)
-        if info is not None and info is not UNREAD and not ending(info):
-            return
-        started = asked = time.monotonic()
-        asks = 1
-        while (info := job_info(hook.get_job_info, sid)) is UNREAD or ending(info):
-            if time.monotonic() - started >= confirm_s:
-                not_ended(sid, info, confirm_s, asks, logger)
+        watch = Watch(started=time.monotonic(), asked=time.monotonic(), taken=hook.stop_job(sid))
+        info = before
+        while True:
+            if watch.taken and not watch.kept and ending(before):
+                keep_stopped(storage, sid, before or {}, logger=logger)
+                watch.kept = True
+            action = watch.next(info, time.monotonic(), confirm_s)
+            if action == "ended":
                 return
+            if action == "give_up":
+                not_ended(sid, info, confirm_s, watch.asks, logger)
+                return
+            if action == "ask":
+                watch.asked_again(hook.stop_job(sid), time.monotonic())
             time.sleep(CONFIRM_POLL_S)
-            if time.monotonic() - asked >= ASK_AGAIN_S:
-                hook.stop_job(sid)
-                asked, asks = time.monotonic(), asks + 1
+            info = job_info(hook.get_job_info, sid)
     except Exception:
         logger.exception("Could not stop Ray job %s", sid)
 
@@ -77,21 +108,23 @@ async def a_stop_killed(
 ) -> None:
     """``stop_killed`` in the triggerer's event loop (the storage's calls in a thread); raises as the stop does."""
     logger.info("Task killed: stopping Ray job %s", sid)
-    info = await a_job_info(hook, sid)
-    if await hook.a_stop_job(sid) and ending(info):
-        await asyncio.to_thread(keep_stopped, storage, sid, info or {}, logger=logger)
-    if info is not None and info is not UNREAD and not ending(info):
-        return
-    started = asked = time.monotonic()
-    asks = 1
-    while (info := await a_job_info(hook, sid)) is UNREAD or ending(info):
-        if time.monotonic() - started >= confirm_s:
-            not_ended(sid, info, confirm_s, asks, logger)
+    before = await a_job_info(hook, sid)
+    watch = Watch(started=time.monotonic(), asked=time.monotonic(), taken=await hook.a_stop_job(sid))
+    info = before
+    while True:
+        if watch.taken and not watch.kept and ending(before):
+            await asyncio.to_thread(keep_stopped, storage, sid, before or {}, logger=logger)
+            watch.kept = True
+        action = watch.next(info, time.monotonic(), confirm_s)
+        if action == "ended":
             return
+        if action == "give_up":
+            not_ended(sid, info, confirm_s, watch.asks, logger)
+            return
+        if action == "ask":
+            watch.asked_again(await hook.a_stop_job(sid), time.monotonic())
         await asyncio.sleep(CONFIRM_POLL_S)
-        if time.monotonic() - asked >= ASK_AGAIN_S:
-            await hook.a_stop_job(sid)
-            asked, asks = time.monotonic(), asks + 1
+        info = await a_job_info(hook, sid)
 
 
 # A read of the job's info that failed: the stop goes on, and so does the watch (it does not say the job ended).

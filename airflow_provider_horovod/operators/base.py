@@ -214,8 +214,9 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
 
     # --- the flow -------------------------------------------------------------------------------
 
-    @property
+    @functools.cached_property
     def storage(self) -> Storage:
+        # One S3 client a task process: a killed task's on_kill has 5 s until SIGKILL, no time for a new one.
         from airflow_provider_horovod.storage import Storage
 
         return Storage(self.aws_conn_id)

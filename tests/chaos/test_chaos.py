@@ -282,6 +282,18 @@ def test_an_attempt_lost_with_its_head_needs_its_record_once_a_later_attempt_was
     assert "has no failure class" in checks.failed_attempt_records([{**lost, "lost_with_head": False}], finished)[0]
 
 
+def test_a_job_stopped_after_its_driver_wrote_its_success_keeps_that_record():
+    """Seen in the soak of seed 3512235: an evaluation wrote its result, then its DAG run's timeout stopped
+    the job as its driver exited. The record tells what the attempt did; one without a record, or with a
+    failure of no class, is still a violation."""
+    stopped = {"submission_id": "ahp-d-t-x-a1", "status": "STOPPED", "metadata": {"ahp_result_uri": "s3://b/r.json"}}
+    success = {"s3://b/r.json": {"attempt": 1, "failure": None, "return_value": {"mse": 0.1}}}
+    assert checks.failed_attempt_records([stopped], success) == []
+    assert "left no record" in checks.failed_attempt_records([stopped], {})[0]
+    unclassed = {"s3://b/r.json": {"attempt": 1, "failure": {"summary": "stopped"}}}
+    assert "has no failure class" in checks.failed_attempt_records([stopped], unclassed)[0]
+
+
 def test_a_run_starts_from_an_empty_folder(tmp_path):
     """The last run's task logs are gone: Airflow would append this run's tries of the same run ids to them
     (seen: every line of a backfill's training twice in its task log)."""

@@ -207,3 +207,25 @@ def test_the_broker_keeps_what_it_held_over_a_restart(tmp_path):
         assert ask(redis, "LPOP", "queue") == b"$6\r\ntask-1\r\n"
     finally:
         redis.stop()
+
+
+def test_each_ray_sessions_logs_are_kept_in_the_runs_folder(tmp_path):
+    """A new head removes the old session's folders, and the end removes the hosts': what Ray did with a stop
+    (the soak's job that ran on after its task was killed) is told only in those logs."""
+    from chaos.spread import SpreadDeployment
+
+    deployment = SpreadDeployment(tmp_path / "out")  # nothing started: the hosts are only named
+    deployment.hosts.workdir = str(tmp_path / "hosts")
+    for host, session in (("ray", "session_2026-11-30_18-00-00_1"), ("ray-1", "session_2026-11-30_18-00-01_2")):
+        logs = tmp_path / "hosts" / host / session / "logs"
+        logs.mkdir(parents=True)
+        (logs / "dashboard.log").write_text(f"{host} stop_job\n")
+    (tmp_path / "hosts" / "ray" / "session_latest").symlink_to(
+        tmp_path / "hosts" / "ray" / "session_2026-11-30_18-00-00_1"
+    )
+    deployment.keep_ray_logs()
+    kept = sorted(p.relative_to(tmp_path / "out" / "ray-logs").as_posix() for p in (tmp_path / "out").rglob("*.log"))
+    assert kept == [
+        "ray-1/session_2026-11-30_18-00-01_2/dashboard.log",
+        "ray/session_2026-11-30_18-00-00_1/dashboard.log",
+    ]

@@ -90,7 +90,7 @@ def test_a_record_already_there_is_kept(tmp_path):
 def test_a_stop_ray_did_not_take_writes_nothing_is_asked_again_and_said_when_the_job_runs_on(
     tmp_path, monkeypatch, caplog
 ):
-    monkeypatch.setattr(stop, "ASK_AGAIN_S", 0.5)
+    monkeypatch.setattr(stop, "ASK_AGAIN_NOT_TAKEN_S", 0.5)
     info = job("PENDING", tmp_path)
     ray = FakeRay({SID: info})
     asks = []
@@ -98,14 +98,14 @@ def test_a_stop_ray_did_not_take_writes_nothing_is_asked_again_and_said_when_the
     with caplog.at_level(logging.WARNING):
         stop_killed(ray, Storage(), SID, confirm_s=2.0)
     assert record_of(info) is None
-    assert len(asks) >= 3  # asked again every ASK_AGAIN_S while the job ran on
+    assert len(asks) >= 3  # asked again every ASK_AGAIN_NOT_TAKEN_S while no ask was taken
     assert f"Ray job {SID} was still PENDING 2 s after it was asked to stop ({len(asks)} times)" in caplog.text
     assert f"ray job stop {SID}" in caplog.text
 
 
 @pytest.mark.parametrize("in_triggerer", [False, True])
 def test_a_stop_that_did_not_take_at_first_is_taken_when_asked_again(tmp_path, monkeypatch, caplog, in_triggerer):
-    monkeypatch.setattr(stop, "ASK_AGAIN_S", 0.5)
+    monkeypatch.setattr(stop, "ASK_AGAIN_S", 60.0)  # a stop not taken is asked again sooner than one taken
     info = job("RUNNING", tmp_path)
     ray = FakeRay({SID: info})
     taken, asks = ray.stop_job, []
@@ -124,6 +124,38 @@ def test_a_stop_that_did_not_take_at_first_is_taken_when_asked_again(tmp_path, m
     assert ray.stopped[0] == SID  # an ask after the first reached the job, which then ended
     assert ray.get_job_info(SID)["status"] == "STOPPED"
     assert "was still" not in caplog.text
+
+
+@pytest.mark.parametrize("in_triggerer", [False, True])
+def test_a_job_stopped_a_moment_after_its_submission_gets_its_record_once_a_stop_is_taken(tmp_path, in_triggerer):
+    # Ray creates a job's supervisor after it answers the submission: a stop in that moment finds none.
+    info = job("PENDING", tmp_path)
+    ray = FakeRay({SID: info})
+    taken, asks = ray.stop_job, []
+
+    def stop_job(sid):
+        asks.append(sid)
+        return len(asks) > 1 and taken(sid)
+
+    ray.stop_job = stop_job
+    if in_triggerer:
+        asyncio.run(a_stop_killed(ray, Storage(), SID))
+    else:
+        stop_killed(ray, Storage(), SID)  # within a worker's 4 s: asked again after ASK_AGAIN_NOT_TAKEN_S
+    assert len(asks) == 2
+    assert "while PENDING" in record_of(info)["failure"]["summary"]
+
+
+def test_the_watch_asks_again_sooner_while_no_stop_was_taken():
+    watch = stop.Watch(started=0.0, asked=0.0)
+    running = {"status": "RUNNING"}
+    assert watch.next(running, stop.ASK_AGAIN_NOT_TAKEN_S, confirm_s=30.0) == "ask"
+    watch.asked_again(True, stop.ASK_AGAIN_NOT_TAKEN_S)
+    assert watch.next(running, 2 * stop.ASK_AGAIN_NOT_TAKEN_S, confirm_s=30.0) == "wait"
+    assert watch.next(running, stop.ASK_AGAIN_NOT_TAKEN_S + stop.ASK_AGAIN_S, confirm_s=30.0) == "ask"
+    assert watch.next(running, 30.0, confirm_s=30.0) == "give_up"
+    assert watch.next({"status": "STOPPED"}, 1.0, confirm_s=30.0) == "ended"
+    assert watch.next(stop.UNREAD, 1.0, confirm_s=30.0) == "wait"
 
 
 def test_a_job_not_of_the_providers_gets_no_record(tmp_path):

@@ -377,6 +377,33 @@ def test_a_killed_task_stops_its_job(serve, tmp_path):
     assert ray.stopped == [TASK_RUN.submission_id(1)]
 
 
+def test_a_killed_task_keeps_its_attempts_record_with_the_s3_client_it_already_has(serve, s3, monkeypatch):
+    """Airflow SIGKILLs a task 5 s after its SIGTERM: at a high load a new S3 client (the connection read,
+    boto3's session and client) did not fit in that time beside the stop, and the attempt lost its record."""
+    made = []
+    monkeypatch.setattr(
+        Storage, "_client", lambda self, config, real=Storage._client: made.append(config) or real(self, config)
+    )
+    ray = FakeRay(
+        on_submit=lambda ray, call: ray.set_job(
+            call["submission_id"], {"status": "PENDING", "metadata": call["metadata"]}
+        )
+    )
+    serve(ray)
+    op = operator(storage_path=f"s3://{s3.bucket()}/runs", poll_interval_seconds=0.001, deferrable=False)
+    worker = threading.Thread(target=lambda: pytest.raises(RayJobError, op.execute, context()))
+    worker.start()
+    deadline = time.time() + 10
+    while op.submission_id is None and time.time() < deadline:
+        time.sleep(0.01)
+    clients = len(made)
+    op.on_kill()
+    worker.join(10)
+    assert len(made) == clients  # the kill made no S3 client of its own
+    record = Storage().read_json(ray.get_job_info(op.submission_id)["metadata"]["ahp_result_uri"])
+    assert "while PENDING" in record["failure"]["summary"]
+
+
 def test_a_task_killed_while_its_job_is_being_submitted_stops_that_job(serve, tmp_path):
     """Airflow's SIGTERM handler runs on_kill and lets execute go on: a kill that lands while the job is
     being submitted finds no job to stop yet; the job that submission makes must not outlive the task."""
