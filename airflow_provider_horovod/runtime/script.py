@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import glob
 import json
 import os
 import runpy
@@ -33,6 +34,8 @@ SNAPSHOT_INTERVAL_S = 1.0
 SETTLE_S = 0.5
 # Horovod's message on the ranks still in a collective once another rank has shut it down.
 HOROVOD_SHUT_DOWN = "Horovod has been shut down"
+# A worker's scratch folder (its checkpoint folder and stored copies) in the node's temp folder: this, its pid.
+SCRATCH_PREFIX = "ahp-script-"
 # Which ranks' scripts ended, beside the attempt's checkpoints; and a smoke run's signal to stop.
 ENDED_FILE = "script-ended.json"
 SMOKE_STOP_FILE = "smoke-stop.json"
@@ -89,9 +92,9 @@ class Snapshots(threading.Thread):
     for ``SETTLE_S``, as ``checkpoint_<time>`` (the name Train V2 gives its own, so resuming finds the newest).
     Only the newest copy is kept."""
 
-    def __init__(self, folder: str, run_uri: str, on_first: Callable[[], None] | None = None) -> None:
+    def __init__(self, folder: str, run_uri: str, scratch: str, on_first: Callable[[], None] | None = None) -> None:
         super().__init__(name="ahp-script-snapshots", daemon=True)
-        self.folder, self.run_uri, self.on_first = folder, run_uri, on_first
+        self.folder, self.run_uri, self.scratch, self.on_first = folder, run_uri, scratch, on_first
         self.uploaded: list[str] = []
         # The local copy of the last stored folder: what a stopped smoke run reports.
         self.kept: str | None = None
@@ -111,7 +114,7 @@ class Snapshots(threading.Thread):
                 print(f"The checkpoint folder could not be stored ({type(err).__name__}: {err}).", flush=True)
 
     def store(self, expected: tuple) -> None:
-        copy = tempfile.mkdtemp(prefix="ahp-snapshot-")
+        copy = tempfile.mkdtemp(prefix="snapshot-", dir=self.scratch)
         shutil.copytree(self.folder, copy, dirs_exist_ok=True)
         if state(self.folder) != expected:  # written to while being copied: the next round takes it
             shutil.rmtree(copy, ignore_errors=True)
@@ -295,13 +298,35 @@ def runner(spec: TrainingSpec) -> Callable[[], None]:
 
 
 def run_script(spec: TrainingSpec) -> None:
+    """The script on this worker, in a scratch folder of its own (its checkpoint folder, the stored copies)."""
     import ray.train
 
+    rank = ray.train.get_context().get_world_rank()
+    remove_scratch_of_ended_workers()
+    scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+    try:
+        run_in(spec, rank, scratch)
+    finally:  # the node outlives the job: what counts of these files is in storage by now
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def remove_scratch_of_ended_workers() -> None:
+    """The scratch folders of this node's workers that ended without removing theirs (killed, as a worker
+    group restarted after a failure is): named by their process, gone with it."""
+    import psutil
+
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{SCRATCH_PREFIX}*-*")):
+        pid = os.path.basename(path)[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def run_in(spec: TrainingSpec, rank: int, scratch: str) -> None:
     from airflow_provider_horovod.runtime.horovod_backend import shut_down_horovod
 
     script = dict(spec.script or {})
-    rank = ray.train.get_context().get_world_rank()
-    folder = tempfile.mkdtemp(prefix=f"ahp-checkpoint-rank{rank}-")
+    folder = os.path.join(scratch, "checkpoint")
+    os.makedirs(folder)
     if source := restore(spec, folder):
         print(f"[{rank}] {SCRIPT_CHECKPOINT_ENV} holds the last checkpoint, {source}", flush=True)
     os.environ[SCRIPT_CHECKPOINT_ENV] = folder
@@ -312,7 +337,7 @@ def run_script(spec: TrainingSpec) -> None:
 
     flag = f"{spec.run_uri}/{SMOKE_STOP_FILE}"
     first_stored = (lambda: write_json(flag, {"stopped": True})) if spec.smoke_run else None
-    snapshots = Snapshots(folder, spec.run_uri, first_stored) if rank == 0 else None
+    snapshots = Snapshots(folder, spec.run_uri, scratch, first_stored) if rank == 0 else None
     stop = SmokeStop(spec, threading.get_ident()) if spec.smoke_run else None
     if snapshots:
         snapshots.start()

@@ -95,6 +95,7 @@ def store_timeline(spec: TrainingSpec) -> None:
     if ray.train.get_context().get_world_rank() == 0 and os.path.exists(spec.timeline_local_path):
         with open(spec.timeline_local_path, encoding="utf-8") as f:
             write_text(spec.timeline_uri, f.read())
+        os.remove(spec.timeline_local_path)  # the node outlives the job, and a long run's timeline is large
         print(f"Horovod timeline: {spec.timeline_uri}", flush=True)
 
 

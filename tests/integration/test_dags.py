@@ -312,10 +312,12 @@ def test_taskflow_sweep_returns_its_values_picks_the_best_and_scores_it(
     assert picked["submission_id"] == best["submission_id"]
     assert scored["checkpoint_uri"] == best["checkpoint_uri"]
     assert scored["error"] < 0.05
-    # Horovod's timeline of rank 0, stored beside each training's checkpoints.
+    # Horovod's timeline of rank 0, stored beside each training's checkpoints, and not left on the node (this
+    # cluster's node is this machine).
     for result in results.values():
         assert result["timeline_uri"].startswith(result["storage_uri"])
         assert any(event.get("ph") for event in timeline_events(Path(result["timeline_uri"])))
+        assert not Path(f"/tmp/ahp-horovod-timeline-{result['submission_id']}.json").exists()
 
 
 def timeline_events(path: Path) -> list[dict]:

@@ -174,6 +174,7 @@ import torch
 checkpoint_dir = sys.argv[sys.argv.index("--checkpoint-dir") + 1]
 state_file = os.path.join(checkpoint_dir, "state.txt")
 hvd.init()
+print(f"scratch {os.path.dirname(checkpoint_dir)}")
 first = 0
 if os.path.exists(state_file):
     first = int(open(state_file).read()) + 1
@@ -202,6 +203,11 @@ def test_a_killed_worker_restarts_the_script_from_its_last_stored_checkpoint(ray
     assert [s["reason"] for s in result["segments"]] == ["start", "failure"]
     assert result["metrics"] == {"epoch": 3.0}
     assert (Path(result["checkpoint_uri"]) / "state.txt").read_text() == "3"
+    # Each worker's scratch folder is gone (this cluster's node is this machine): the killed group's once the
+    # new one started, the last group's as its scripts ended.
+    scratch = re.findall(r"<stdout>:scratch (\S+)", log)
+    assert len(scratch) == 4, log[-4000:]
+    assert [s for s in scratch if Path(s).exists()] == []
 
 
 # 60 epochs of a second, a checkpoint each: a minute whole, stopped far sooner in a smoke run.

@@ -94,3 +94,22 @@ def test_an_exception_comes_out_with_the_scripts_frame(script_folder):
         run(script_folder, "def step():\n    return 1 / 0\nstep()\n")
     frames = traceback.extract_tb(err.value.__traceback__)
     assert any(os.path.basename(f.filename) == "train.py" for f in frames)
+
+
+def test_the_scratch_folders_of_ended_workers_are_removed_and_no_other(tmp_path, monkeypatch):
+    """A worker killed with its group (a restart after a failure) cannot remove its own: the next worker on
+    the node does, and leaves a living worker's alone."""
+    import subprocess
+    import tempfile
+
+    from airflow_provider_horovod.runtime import script
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = tmp_path / f"{script.SCRATCH_PREFIX}{ended.stdout.strip()}-x1"
+    alive = tmp_path / f"{script.SCRATCH_PREFIX}{os.getpid()}-x2"
+    other = tmp_path / "ahp-something-else"
+    for folder in (dead, alive, other):
+        (folder / "checkpoint").mkdir(parents=True)
+    script.remove_scratch_of_ended_workers()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name])
