@@ -32,6 +32,13 @@ def job(status: str, root) -> dict:
     }
 
 
+@pytest.fixture(autouse=True)
+def quick_watch(monkeypatch):
+    """The watch's pace, scaled down: what it does between reads is what these tests check."""
+    monkeypatch.setattr(stop, "CONFIRM_POLL_S", 0.01)
+    monkeypatch.setattr(stop, "ASK_AGAIN_NOT_TAKEN_S", 0.1)
+
+
 def record_of(info: dict) -> dict | None:
     return Storage().read_json(info["metadata"][META_RESULT_URI])
 
@@ -90,16 +97,15 @@ def test_a_record_already_there_is_kept(tmp_path):
 def test_a_stop_ray_did_not_take_writes_nothing_is_asked_again_and_said_when_the_job_runs_on(
     tmp_path, monkeypatch, caplog
 ):
-    monkeypatch.setattr(stop, "ASK_AGAIN_NOT_TAKEN_S", 0.5)
     info = job("PENDING", tmp_path)
     ray = FakeRay({SID: info})
     asks = []
     ray.stop_job = lambda sid: asks.append(sid) and False  # no supervisor found: the job goes on
     with caplog.at_level(logging.WARNING):
-        stop_killed(ray, Storage(), SID, confirm_s=2.0)
+        stop_killed(ray, Storage(), SID, confirm_s=1.0)
     assert record_of(info) is None
     assert len(asks) >= 3  # asked again every ASK_AGAIN_NOT_TAKEN_S while no ask was taken
-    assert f"Ray job {SID} was still PENDING 2 s after it was asked to stop ({len(asks)} times)" in caplog.text
+    assert f"Ray job {SID} was still PENDING 1 s after it was asked to stop ({len(asks)} times)" in caplog.text
     assert f"ray job stop {SID}" in caplog.text
 
 
@@ -141,7 +147,7 @@ def test_a_job_stopped_a_moment_after_its_submission_gets_its_record_once_a_stop
     if in_triggerer:
         asyncio.run(a_stop_killed(ray, Storage(), SID))
     else:
-        stop_killed(ray, Storage(), SID)  # within a worker's 4 s: asked again after ASK_AGAIN_NOT_TAKEN_S
+        stop_killed(ray, Storage(), SID)  # within a worker's 4 s, asked again after ASK_AGAIN_NOT_TAKEN_S
     assert len(asks) == 2
     assert "while PENDING" in record_of(info)["failure"]["summary"]
 
