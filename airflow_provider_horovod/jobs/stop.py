@@ -1,7 +1,7 @@
 """Stopping a killed task's job, and the record of the attempt it stops.
 
-The side that stops a job keeps the attempt's record at once, unless one is there, since the driver may
-not: a PENDING job's driver (its supervisor not started yet: busy nodes, a runtime_env being set up) gets
+The side that stops a job keeps the attempt's record once Ray took its stop, unless one is there, since
+the driver may not: a PENDING job's driver (its supervisor not started yet: busy nodes, a runtime_env being set up) gets
 SIGTERM before Python starts the entrypoint, and a running driver may not unwind and write within Ray's
 SIGKILL grace (a busy node, storage refusing for a while). A driver that does write replaces that record
 with its own, which holds its timings and metric history (``runtime.entrypoint.report_stop``).
