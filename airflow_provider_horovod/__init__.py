@@ -66,6 +66,16 @@ def get_provider_info() -> dict:
                         "example": "True",
                         "default": "False",
                     },
+                    "defer_after_seconds": {
+                        "description": "How long a deferrable task follows its Ray job in the worker before it "
+                        "defers to the triggerer. A job that ends within it finishes its task at once; one that ends "
+                        "right after a deferral waits for the trigger's resume guard, up to 20 s "
+                        "(docs/reliability.md). 0: defer at once.",
+                        "version_added": "0.2.0",
+                        "type": "float",
+                        "example": "15",
+                        "default": "60",
+                    },
                     "smoke_rows": {
                         "description": "Rows a smoke run reads of each Ray dataset (a task's smoke_rows wins).",
                         "version_added": "0.2.0",

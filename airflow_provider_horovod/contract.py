@@ -33,9 +33,12 @@ POLL_INTERVAL_S = 1.0
 # Wait in the triggerer, not in a worker slot: a training waits for hours (unlike Airflow's own
 # [operators] default_deferrable, which is off in a stock install).
 DEFERRABLE = True
-# A deferred task first follows its job this long in the worker: a job that ends within its first
-# seconds then never goes through a deferral (whose resume Airflow can lose, apache/airflow#67287).
-SYNC_WAIT_BEFORE_DEFER_S = 15.0
+# Airflow's configuration section of the provider's options ([horovod] smoke_run, ...).
+CONFIG_SECTION = "horovod"
+# A deferrable task first follows its job this long in the worker ([horovod] defer_after_seconds): a job
+# that ends within it never defers, so it never waits for the resume guard below. Ray Train's own start
+# takes a good part of a minute on a busy cluster: a shorter follow defers short trainings just before their end.
+SYNC_WAIT_BEFORE_DEFER_S = 60.0
 # A trigger holds its event until this long after the deferral: Airflow 3.3.2 fails a task whose
 # resume it queues before it has seen the deferring worker exit (apache/airflow#67287); a loaded
 # LocalExecutor was seen to report that exit more than 10 s after the deferral.
@@ -185,6 +188,9 @@ SCRIPT_METRICS_PREFIX = "METRICS "
 # Before each line a script's rank writes, as horovodrun marks them: [1]<stdout>: (runtime/script.py).
 SCRIPT_LINE_MARK = "[{rank}]<{stream}>:"
 SCRIPT_LINE_MARKED = r"^\[\d+\]<std(?:out|err)>:"
+# Read by each Ray worker process at its start: its niceness (Ray's default is 15). A job's runtime_env cannot
+# set it (Ray's job supervisor removes it there); a driver's ray.init can.
+RAY_WORKER_NICENESS_ENV = "RAY_worker_niceness"
 
 # XCom keys the provider pushes (the return value aside).
 XCOM_CHECKPOINT_URI = "checkpoint_uri"

@@ -26,11 +26,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_provider_horovod import checks
-from airflow_provider_horovod.contract import SMOKE_ROWS, SMOKE_RUN_ENV
+from airflow_provider_horovod.contract import CONFIG_SECTION, SMOKE_ROWS, SMOKE_RUN_ENV
 from airflow_provider_horovod.documents import TrainingSpec
 from airflow_provider_horovod.plan import JobPlan
 
-CONFIG_SECTION = "horovod"
 # Enough ranks to run Horovod's collectives between processes; more only cost start-up time.
 SMOKE_MAX_WORKERS = 2
 SMOKE_WORKER_RESOURCES = {"CPU": 1.0}

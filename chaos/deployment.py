@@ -174,6 +174,8 @@ class Deployment:
             ),
             "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(aws),
             "CHAOS_STORAGE": STORAGE,
+            # The chaos's trainings last 20-40 s: deferred after 15 s, the triggerer's faults meet them.
+            "AIRFLOW__HOROVOD__DEFER_AFTER_SECONDS": "15",
             "AIRFLOW__CORE__PARALLELISM": "12",
             "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "12",
             "AIRFLOW__API__MAXIMUM_PAGE_LIMIT": "1000",

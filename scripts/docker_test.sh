@@ -21,6 +21,8 @@ WORK=$ROOT/.build/docker-test
 DOCKER=${DOCKER:-docker}
 [ -x /usr/bin/docker ] && DOCKER=/usr/bin/docker
 export DOCKER_BUILDKIT=1
+# The example's training lasts less than a minute: deferred sooner, the triggerer's tests have it to restart.
+export AHP_DEFER_AFTER_SECONDS=${AHP_DEFER_AFTER_SECONDS:-10}
 mkdir -p "$WORK"
 log() { printf '[docker-test %(%H:%M:%S)T] %s\n' -1 "$*"; }
 

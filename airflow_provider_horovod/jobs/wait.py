@@ -11,6 +11,7 @@ dict, from the operator or the sensor to the trigger.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import time
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_horovod import checks, failures
 from airflow_provider_horovod.contract import (
+    CONFIG_SECTION,
     ERROR_MARK,
     JOB_STOP_WAIT_S,
     META_MARK_TOKEN,
@@ -27,6 +29,7 @@ from airflow_provider_horovod.contract import (
     POLL_INTERVAL_S,
     RESULT_MARK,
     STALL_TIMEOUT_S,
+    SYNC_WAIT_BEFORE_DEFER_S,
     JobStatus,
     marked,
 )
@@ -76,6 +79,19 @@ class WaitPolicy:
     def stalled(self, cursor: LogCursor, now: float) -> bool:
         """Whether the job has shown no progress for longer than the stall timeout."""
         return bool(self.stall_timeout_s and cursor.progress_at and now - cursor.progress_at > self.stall_timeout_s)
+
+
+def follow_before_defer_s() -> float:
+    """How long a deferrable task follows its job in the worker before it defers: Airflow's ``[horovod]
+    defer_after_seconds``, checked (0: defer at once)."""
+    from airflow.configuration import conf
+
+    given: Any = conf.get(CONFIG_SECTION, "defer_after_seconds", fallback=None)
+    if given is None:
+        return SYNC_WAIT_BEFORE_DEFER_S
+    with contextlib.suppress(ValueError):
+        given = float(given)
+    return checks.check_seconds("[horovod] defer_after_seconds", given) or 0.0
 
 
 def mark_token(info: dict | None) -> str:

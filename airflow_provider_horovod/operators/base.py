@@ -23,7 +23,6 @@ from airflow_provider_horovod.contract import (
     POLL_INTERVAL_S,
     RESUME_GUARD_S,
     STALL_TIMEOUT_S,
-    SYNC_WAIT_BEFORE_DEFER_S,
     XCOM_LOG_CURSOR,
     JobStatus,
     TaskRun,
@@ -80,8 +79,8 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
     """
 
     operator_extra_links: tuple[BaseOperatorLink, ...] = (RayJobLink(),)
-    # How long a deferrable task follows its job in the worker before it defers.
-    sync_wait_before_defer_s: float = SYNC_WAIT_BEFORE_DEFER_S
+    # How long a deferrable task follows its job in the worker before it defers; None: [horovod] defer_after_seconds.
+    sync_wait_before_defer_s: float | None = None
 
     if TYPE_CHECKING:
         # Each declared parameter is an attribute of its name (``Declaration.store``), which mypy reads as
@@ -98,8 +97,8 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
         deferrable: Annotated[
             bool,
             Param(
-                "Wait in the triggerer, freeing the worker slot (a job that ends in its first seconds, or a "
-                "task with a task-level limit, waits in the worker: docs/backfills.md). False: wait in the "
+                "Wait in the triggerer, freeing the worker slot, after `[horovod] defer_after_seconds` in the "
+                "worker (a task with a task-level limit waits there: docs/backfills.md). False: wait in the "
                 "worker.",
                 check=checks.check_bool,
             ),
@@ -256,10 +255,12 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
         from airflow_provider_horovod.jobs.events import JobEvent
         from airflow_provider_horovod.jobs.logs import LogCursor
         from airflow_provider_horovod.jobs.submit import start
+        from airflow_provider_horovod.jobs.wait import follow_before_defer_s
         from airflow_provider_horovod.xcoms import push_job
 
         self._killed = killed = threading.Event()
         policy = self.wait_policy()
+        follow_s = follow_before_defer_s() if self.sync_wait_before_defer_s is None else self.sync_wait_before_defer_s
         plan = self.finished_plan(context, policy)
         job = start(self.hook, plan, self.storage, logger=self.log, stopped=killed.is_set)
         sid = self.submission_id = job["submission_id"]
@@ -289,10 +290,11 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
                 limit,
             )
         elif self.deferrable:
-            within_s = self.sync_wait_before_defer_s  # a job that ends within its first seconds is finished here
+            within_s = follow_s  # a job that ends within it never defers
         outcome = self.wait(context, sid, policy, cursor, within_s=within_s)
         if isinstance(outcome, JobEvent):
             return self.complete(context, outcome)
+        self.log.info("The job runs on after %g s followed here ([horovod] defer_after_seconds): deferred.", within_s)
         self.defer_to_trigger(context, sid, policy, outcome)
 
     def slot_limit(self) -> str | None:
@@ -322,13 +324,7 @@ class BaseRayJobOperator(WithRayHook, BaseOperator):
         )
 
     def wait(
-        self,
-        context: Context,
-        sid: str,
-        policy: WaitPolicy,
-        cursor: LogCursor,
-        *,
-        within_s: float | None = None,
+        self, context: Context, sid: str, policy: WaitPolicy, cursor: LogCursor, *, within_s: float | None = None
     ) -> JobEvent | Running:
         """The wait in the worker, the job's log streamed into the task log: the job's event (an error's
         when the wait could not go on, as the trigger's), or ``Running`` when ``within_s`` ran out."""

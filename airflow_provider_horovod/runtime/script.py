@@ -22,7 +22,12 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from airflow_provider_horovod.contract import SCRIPT_CHECKPOINT_ENV, SCRIPT_LINE_MARK, SCRIPT_METRICS_PREFIX
+from airflow_provider_horovod.contract import (
+    RAY_WORKER_NICENESS_ENV,
+    SCRIPT_CHECKPOINT_ENV,
+    SCRIPT_LINE_MARK,
+    SCRIPT_METRICS_PREFIX,
+)
 from airflow_provider_horovod.documents import TrainingSpec
 from airflow_provider_horovod.exceptions import ScriptEndedEarlyError, ScriptExitError, ScriptMissingError, SmokeRunDone
 from airflow_provider_horovod.runtime.history import HISTORY, point
@@ -285,6 +290,16 @@ def note_end(spec: TrainingSpec, rank: int, code: int) -> None:
     with contextlib.suppress(Exception):
         uri = f"{spec.run_uri}/{ENDED_FILE}"
         write_json(uri, {**(read_json(uri) or {}), str(rank): {"code": code, "at": time.time()}})
+
+
+def connect_for_ranks_at_niceness_0() -> None:
+    """In the driver, before anything of Ray: connect so that the job's workers start at niceness 0, as
+    horovodrun's ranks run. Ray starts its workers at 15, so every other process of the node (Ray's own,
+    Airflow's beside them) takes the CPU from a rank first, and a rank held back holds all the others at
+    their next allreduce."""
+    import ray
+
+    ray.init(runtime_env={"env_vars": {RAY_WORKER_NICENESS_ENV: "0"}})
 
 
 def runner(spec: TrainingSpec) -> Callable[[], None]:

@@ -46,6 +46,8 @@ def stack(ray_cluster, postgres, tmp_path_factory):
         REPO / "tests" / "dags_stack",
         free_port(),
         database_url=postgres.create_database("stack"),
+        # The tests' trainings last well under a minute; several are about what happens once deferred.
+        env={"AIRFLOW__HOROVOD__DEFER_AFTER_SECONDS": "15"},
     )
     try:
         running.start()

@@ -156,6 +156,9 @@ def test_a_taskflow_command_line_runs_its_script_which_leaves_no_checkpoint(airf
     output = captured.out + captured.err
     assert run.state == "success", output[-8000:]
     assert "[0]<stdout>:date 2026-05-06" in output
+    # Ray starts its workers at niceness 15; horovodrun's ranks run at 0, and so do a script's.
+    assert "[0]<stdout>:niceness 0" in output
+    assert "[1]<stdout>:niceness 0" in output
     assert "The script left no checkpoint (XCom checkpoint_uri: None)" in output
     result = xcom_values("ahp_script_command", "report_world", run.run_id)["return_value"]
     assert result["checkpoint_uri"] is None

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from support.browser import chromium, new_context
 
-from airflow_provider_horovod.contract import SYNC_WAIT_BEFORE_DEFER_S, TaskRun
+from airflow_provider_horovod.contract import TaskRun
 from harness.tasks import HUNG_S, assert_stopped, jobs_of, running_after, wait_for_status
 
 # One Airflow deployment (the session's `stack`) serves these tests: they run on one pytest-xdist worker.
@@ -86,7 +86,7 @@ def test_a_job_of_a_second_never_defers_and_succeeds_20_times_in_a_row(stack, ra
             # (runtime_env, driver) can take that long. The follow starts just before Ray's start_time.
             [job] = jobs_of(ray_hook, run_id, dag_id=SHORT, task_id="short")
             took_s = (job["end_time"] - job["start_time"]) / 1000
-            assert took_s > SYNC_WAIT_BEFORE_DEFER_S - 1, (run_id, took_s)
+            assert took_s > float(stack.config("horovod", "defer_after_seconds")) - 1, (run_id, took_s)
         assert stack.xcom(SHORT, run_id, "short") == 42
 
 

@@ -1,6 +1,7 @@
 """A script that leaves no checkpoint: it joins Horovod, sums the ranks and prints its metrics."""
 
 import argparse
+import os
 
 import horovod.torch as hvd
 import torch
@@ -10,6 +11,7 @@ parser.add_argument("--date", required=True)
 args = parser.parse_args()
 
 hvd.init()
+print(f"niceness {os.nice(0)}")
 total = hvd.allreduce(torch.tensor([float(hvd.rank())]), op=hvd.Sum).item()
 if hvd.rank() == 0:
     print(f"date {args.date}")

@@ -238,10 +238,10 @@ def test_without_waiting_the_task_returns_the_job(serve, tmp_path):
     assert "get_job_logs" not in ray.calls
 
 
-def test_deferred_the_trigger_gets_the_job_and_the_cursor_after_a_short_wait_here(serve, tmp_path, monkeypatch):
+def test_deferred_the_trigger_gets_the_job_and_the_cursor_after_a_short_wait_here(serve, tmp_path, monkeypatch, capsys):
     from airflow.sdk.exceptions import TaskDeferred
 
-    monkeypatch.setattr(BaseRayJobOperator, "sync_wait_before_defer_s", 0.3)
+    monkeypatch.setenv("AIRFLOW__HOROVOD__DEFER_AFTER_SECONDS", "0.3")
     ray = FakeRay(on_submit=runs_until_told(("epoch 0", "epoch 1", "epoch 2")))
     serve(ray, "my_ray")
     op = train_op(tmp_path, deferrable=True, pending_timeout_seconds=45, ray_conn_id="my_ray")
@@ -250,6 +250,10 @@ def test_deferred_the_trigger_gets_the_job_and_the_cursor_after_a_short_wait_her
     ctx = {**context(), "task_state_store": Store({XCOM_LOG_CURSOR: earlier.to_dict()})}
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
+    assert (
+        "The job runs on after 0.3 s followed here ([horovod] defer_after_seconds): deferred."
+        in capsys.readouterr().out
+    )
     classpath, kwargs = deferred.value.trigger.serialize()
     assert classpath == "airflow_provider_horovod.triggers.ray.RayJobTrigger"
     # The short wait here streamed the line the earlier try had not: the trigger goes on after it.
@@ -281,6 +285,17 @@ def test_deferred_the_trigger_gets_the_job_and_the_cursor_after_a_short_wait_her
     assert ctx["task_state_store"][XCOM_LOG_CURSOR] == {"submission_id": sid, "lines": 3}
     assert ctx["ti"].xcoms[XCOM_CHECKPOINT_URI] == result["checkpoint_uri"]
     assert RayJobLink().get_link(resumed, ti_key=None) == result["dashboard_url"]
+
+
+@pytest.mark.parametrize("given", ["soon", "-5"])
+def test_a_bad_defer_after_seconds_fails_the_task_before_anything_is_submitted(serve, tmp_path, monkeypatch, given):
+    monkeypatch.setenv("AIRFLOW__HOROVOD__DEFER_AFTER_SECONDS", given)
+    ray = FakeRay(on_submit=cluster_that_trains())
+    serve(ray)
+    with pytest.raises(InvalidParameterError, match=r"\[horovod\] defer_after_seconds") as raised:
+        operator(storage_path=str(tmp_path)).execute(context())
+    assert given in str(raised.value)
+    assert ray.submitted == []
 
 
 def test_a_deferrable_task_whose_job_ends_in_its_first_seconds_never_defers(serve, tmp_path):
