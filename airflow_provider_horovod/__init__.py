@@ -6,6 +6,7 @@ must import nothing but the standard library.
 
 from __future__ import annotations
 
+from airflow_provider_horovod.contract import SMOKE_ROWS, SYNC_WAIT_BEFORE_DEFER_S
 from airflow_provider_horovod.contract import VERSION as __version__
 
 _RAY_HOOK = "airflow_provider_horovod.hooks.ray.RayHook"
@@ -74,14 +75,14 @@ def get_provider_info() -> dict:
                         "version_added": "0.2.0",
                         "type": "float",
                         "example": "15",
-                        "default": "60",
+                        "default": f"{SYNC_WAIT_BEFORE_DEFER_S:g}",
                     },
                     "smoke_rows": {
                         "description": "Rows a smoke run reads of each Ray dataset (a task's smoke_rows wins).",
                         "version_added": "0.2.0",
                         "type": "integer",
                         "example": "16",
-                        "default": "64",
+                        "default": str(SMOKE_ROWS),
                     },
                 },
             }
