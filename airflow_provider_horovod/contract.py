@@ -189,8 +189,10 @@ SCRIPT_METRICS_PREFIX = "METRICS "
 SCRIPT_LINE_MARK = "[{rank}]<{stream}>:"
 SCRIPT_LINE_MARKED = r"^\[\d+\]<std(?:out|err)>:"
 # Read by each Ray worker process at its start: its niceness (Ray's default is 15). A job's runtime_env cannot
-# set it (Ray's job supervisor removes it there); a driver's ray.init can.
+# set it (Ray's job supervisor removes it there); an actor's runtime_env, or a driver's ray.init, can.
 RAY_WORKER_NICENESS_ENV = "RAY_worker_niceness"
+# A script's ranks run at niceness 0, as horovodrun's do: the env of their Ray workers.
+RANKS_AT_NICENESS_0 = {RAY_WORKER_NICENESS_ENV: "0"}
 
 # XCom keys the provider pushes (the return value aside).
 XCOM_CHECKPOINT_URI = "checkpoint_uri"

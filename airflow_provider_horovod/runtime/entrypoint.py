@@ -30,6 +30,7 @@ from airflow_provider_horovod.contract import (
     RESULT_MARK,
     JobKind,
     JobStatus,
+    TrainerApi,
     check_ray_version,
     marked,
     python_minor,
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             report_failure(spec, Failure(FailureClass.CONFIGURATION, problem), started_at)
             return 1
         print(banner(spec), flush=True)
-        if isinstance(spec, TrainingSpec) and spec.script:
+        if isinstance(spec, TrainingSpec) and spec.script and spec.trainer_api == TrainerApi.LEGACY.value:
             from airflow_provider_horovod.runtime.script import connect_for_ranks_at_niceness_0
 
             connect_for_ranks_at_niceness_0()

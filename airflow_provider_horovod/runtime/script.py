@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from airflow_provider_horovod.contract import (
-    RAY_WORKER_NICENESS_ENV,
+    RANKS_AT_NICENESS_0,
     SCRIPT_CHECKPOINT_ENV,
     SCRIPT_LINE_MARK,
     SCRIPT_METRICS_PREFIX,
@@ -293,13 +293,14 @@ def note_end(spec: TrainingSpec, rank: int, code: int) -> None:
 
 
 def connect_for_ranks_at_niceness_0() -> None:
-    """In the driver, before anything of Ray: connect so that the job's workers start at niceness 0, as
-    horovodrun's ranks run. Ray starts its workers at 15, so every other process of the node (Ray's own,
-    Airflow's beside them) takes the CPU from a rank first, and a rank held back holds all the others at
-    their next allreduce."""
+    """In the driver of a script on Ray's HorovodTrainer (Train V1), before anything of Ray: connect so that
+    the job's workers start at niceness 0, as horovodrun's ranks run. Ray starts its workers at 15, so every
+    other process of the node (Ray's own, Airflow's beside them) takes the CPU from a rank first, and a rank
+    held back holds all the others at their next allreduce. (V1 gives its workers no runtime env of their
+    own; on V2 only the ranks' workers get it, ``trainers.build_v2_trainer``.)"""
     import ray
 
-    ray.init(runtime_env={"env_vars": {RAY_WORKER_NICENESS_ENV: "0"}})
+    ray.init(runtime_env={"env_vars": RANKS_AT_NICENESS_0})
 
 
 def runner(spec: TrainingSpec) -> Callable[[], None]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from airflow_provider_horovod import failures
 from airflow_provider_horovod.contract import (
+    RANKS_AT_NICENESS_0,
     SEGMENT_FAILURE,
     SEGMENT_START,
     WORKER_GROUP_REASON_ENV,
@@ -261,15 +262,17 @@ def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, res
     # Wait as long as the operator's pending timeout instead (the driver's value reaches the controller).
     os.environ.setdefault(ray_compat.WORKER_GROUP_START_TIMEOUT_ENV, str(worker_group_start_timeout_s(spec)))
     os.environ.setdefault(ray_compat.HEALTH_CHECK_INTERVAL_ENV, str(HEALTH_CHECK_INTERVAL_S))
-
+    # A worker group that cannot start within the pending timeout fails the run, saying why (Ray Train's
+    # default retries it, a controller failure, without end).
+    config = run_config(spec, RunConfig, CheckpointConfig, FailureConfig, storage_fs, controller_failure_limit=0)
+    if spec.script:  # its ranks at niceness 0, as horovodrun's; Train's own actors stay at Ray's 15, below them
+        config.worker_runtime_env = {"env_vars": RANKS_AT_NICENESS_0}
     trainer = build(
         train_fn,
         train_loop_config=spec.train_loop_config if takes_config(train_fn) else None,
         datasets=datasets or None,
         scaling_config=scaling_config(spec),
-        # A worker group that cannot start within the pending timeout fails the run, saying why;
-        # Ray Train's default retries it (a controller failure) without end.
-        run_config=run_config(spec, RunConfig, CheckpointConfig, FailureConfig, storage_fs, controller_failure_limit=0),
+        run_config=config,
         resume_from=resume_from,
         timeout_s=spec.horovod_timeout_s,
         nics=list(spec.horovod_nics) if spec.horovod_nics else None,
@@ -333,8 +336,7 @@ def json_safe(metrics: dict) -> dict:
     out = {}
     for key, value in metrics.items():
         if isinstance(value, float) and not math.isfinite(value):
-            out[key] = str(value)
-            continue
+            value = str(value)
         try:
             json.dumps(value)
         except (TypeError, ValueError):
@@ -351,13 +353,11 @@ def best_checkpoint(result, spec: TrainingSpec):
     scored = [(s, c) for s, c in scored if isinstance(s, (int, float))]
     if not scored:
         return result.checkpoint
-    pick = max if spec.checkpoint_score_order == "max" else min
-    return pick(scored, key=lambda sc: sc[0])[1]
+    return (max if spec.checkpoint_score_order == "max" else min)(scored, key=lambda sc: sc[0])[1]
 
 
 def process_started_at(started_at: float) -> float:
-    """When the driver's process started (``started_at``, when the runtime's code began, if that cannot
-    be told): the time between is Python's start and its imports."""
+    """When the driver's process started (else ``started_at``): from then to ``started_at``, Python's imports."""
     try:
         import psutil
 

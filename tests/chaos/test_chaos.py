@@ -372,7 +372,8 @@ def test_a_retry_during_a_partition_is_counted_unless_another_fault_overlapped()
         "first": [(90.0, 0, ""), (120.0, 1, "w")],
     }
     found, unjudged = checks.partition_retries([partition], tries, settle_s=30.0)
-    assert len(found) == 1 and found[0].startswith("k went to try 2 at 150 s, during the partition worker-ray_head")
+    assert len(found) == 1, found
+    assert found[0].startswith("k went to try 2 at 150 s, during the partition worker-ray_head")
     assert unjudged == 0
     # After the settling time: not the partition's.
     assert checks.partition_retries([partition], {"k": [(0.0, 1, ""), (200.0, 2, "")]}, settle_s=30.0) == ([], 0)

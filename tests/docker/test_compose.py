@@ -276,7 +276,8 @@ def test_the_retraining_dag_trains_on_both_nodes_evaluates_and_promotes(airflow)
     uri = result["checkpoint_uri"]
     assert uri.startswith("s3://horovod/retraining/"), result
     summary = airflow.xcom(run_id, "promote")
-    assert summary["promoted"] is True and summary["checkpoint_uri"] == uri, summary
+    assert summary["promoted"] is True, summary
+    assert summary["checkpoint_uri"] == uri, summary
     # The checkpoint is in the compose's bucket, read from an Airflow container with its AWS environment.
     bucket, _, prefix = uri.removeprefix("s3://").partition("/")
     listing = exec_in(

@@ -365,7 +365,8 @@ def test_a_task_killed_while_its_job_is_pending_keeps_the_attempts_record(ray_ho
     assert ray_hook.get_job_logs(sid).rstrip().endswith(info["entrypoint"])
     with open(info["metadata"]["ahp_result_uri"]) as f:
         record = json.load(f)
-    assert record["submission_id"] == sid and record["attempt"] == 1, record
+    assert record["submission_id"] == sid, record
+    assert record["attempt"] == 1, record
     assert record["failure"]["failure_class"] == "infrastructure", record
     assert stopped_by_request(record["failure"]), record
     assert "PENDING" in record["failure"]["summary"], record

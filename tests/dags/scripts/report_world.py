@@ -4,6 +4,7 @@ import argparse
 import os
 
 import horovod.torch as hvd
+import psutil
 import torch
 
 parser = argparse.ArgumentParser()
@@ -16,3 +17,6 @@ total = hvd.allreduce(torch.tensor([float(hvd.rank())]), op=hvd.Sum).item()
 if hvd.rank() == 0:
     print(f"date {args.date}")
     print(f"METRICS size={hvd.size()} rank_sum={total:g}")
+    # Ray Train's controller, on this node: Ray's own niceness, below the ranks.
+    found = psutil.process_iter(["cmdline", "nice"])
+    print("controller niceness", sorted({p.info["nice"] for p in found if "TrainController" in str(p.info["cmdline"])}))

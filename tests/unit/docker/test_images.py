@@ -142,7 +142,8 @@ def test_the_airflow_image_installs_the_provider_wheel_with_its_amazon_extra(ver
     # provider's code rebuilds only the last.
     assert len(installs) == 2, installs
     (deps_run, deps), (run, args) = installs
-    assert "-r" in deps and not wheel_with_extra(deps_run, "amazon"), deps
+    assert "-r" in deps, deps
+    assert not wheel_with_extra(deps_run, "amazon"), deps
     assert (
         "COPY",
         "--from=requirements --chown=airflow:root /requirements.txt /tmp/provider-requirements.txt",

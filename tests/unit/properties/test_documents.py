@@ -105,5 +105,6 @@ def test_a_training_result_is_json_and_says_its_record(record, url):
 def test_a_metric_history_is_sampled_to_its_bound_keeping_its_ends(history, limit):
     kept = sampled(history, limit)
     assert len(kept) == min(len(history), limit)
-    assert kept[:1] == history[:1] and kept[-1:] == history[-1:]
+    assert kept[:1] == history[:1]
+    assert kept[-1:] == history[-1:]
     assert all(point in history for point in kept)

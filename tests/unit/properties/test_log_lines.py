@@ -47,7 +47,8 @@ def test_a_users_line_never_becomes_the_runtimes_verdict(token, lines):
     # Nor in the wait's event of a failed job whose log ends with them.
     info = {"status": "FAILED", "metadata": {META_MARK_TOKEN: token}, "message": "ended"}
     event = step(WaitPolicy(), LogCursor(SID), Poll(info, 0.0, tail=lines)).event
-    assert event is not None and (event.reason, event.failure) == ("", {})
+    assert event is not None
+    assert (event.reason, event.failure) == ("", {})
 
 
 @given(

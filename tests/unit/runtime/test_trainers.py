@@ -45,6 +45,14 @@ def test_a_users_own_worker_group_timeout_is_kept(tmp_path, monkeypatch):
     assert os.environ[WORKER_GROUP_START_TIMEOUT_ENV] == "42"
 
 
+def test_only_a_scripts_ranks_start_at_niceness_0(tmp_path):
+    """horovodrun's ranks run at 0; Ray starts its workers at 15, Train's own actors included, and keeps them so."""
+    script = build_v2_trainer(spec(tmp_path, script={"path": "train.py", "args": []}), train, {}, None)
+    assert script.run_config.worker_runtime_env["env_vars"] == {"RAY_worker_niceness": "0"}
+    function = build_v2_trainer(spec(tmp_path), train, {}, None)
+    assert "RAY_worker_niceness" not in function.run_config.worker_runtime_env.get("env_vars", {})
+
+
 def test_ray_train_gets_the_users_function_with_the_right_number_of_parameters(tmp_path, monkeypatch):
     """Ray passes `config` only to a function with one parameter: each wrapper keeps the user's shape."""
     import inspect
