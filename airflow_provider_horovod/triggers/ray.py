@@ -23,8 +23,9 @@ from airflow_provider_horovod.storage import Storage
 
 # Seconds of writing to the task log between yields to the event loop.
 WRITE_SLICE_S = 0.01
-# How long a trigger in a triggerer waits between the job's last lines and its event (see run()): long
-# beside the lag seen between the two (docker/README.md).
+# How long a trigger in a triggerer lets pass between writing the job's last lines and its event (see
+# run()): long beside the lag seen between the two (docker/README.md). Counted from the last write, since a
+# job's driver takes about as long again to exit after its last line.
 LOG_SETTLE_S = 0.5
 
 
@@ -66,6 +67,8 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
         self.stream_logs = stream_logs
         self.not_before = not_before
         self.aws_conn_id = aws_conn_id
+        # When the last lines were written to the task log (monotonic; None: none yet).
+        self._written_at: float | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -109,22 +112,32 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         # The wait finishes (and closes its HTTP client) before the one event is yielded.
         event = await self.wait()
-        # Only a triggerer (which sets task_instance) races the deferring worker's exit; `airflow dags
-        # test` runs the trigger inline, in the worker itself.
-        in_triggerer = self.task_instance is not None
-        early = self.not_before - time.time() if in_triggerer and self.not_before is not None else 0.0
+        early = self.guard_left_s()
         if early > LOG_SETTLE_S:
             self.log.info(
                 "The job ended right after the task deferred: the task resumes in %.1f s, once Airflow "
                 "has seen its worker exit.",
                 early,
             )
-            await asyncio.sleep(early)
-        elif in_triggerer:
-            # A triggerer closes the task's log file when the event reaches it, and the lines logged just
-            # before travel apart from the event: without a pause the job's last lines could miss the file.
-            await asyncio.sleep(LOG_SETTLE_S)
+        if (pause := max(early, self.settle_left_s())) > 0:
+            await asyncio.sleep(pause)
         yield TriggerEvent(event.to_dict())
+
+    # Only a triggerer (which sets task_instance) races the deferring worker's exit or closes the task's log
+    # file on the event; `airflow dags test` runs the trigger inline, in the worker itself.
+
+    def guard_left_s(self) -> float:
+        """Seconds until ``not_before`` (the deferral's guard), in a triggerer."""
+        if self.task_instance is None or self.not_before is None:
+            return 0.0
+        return self.not_before - time.time()
+
+    def settle_left_s(self) -> float:
+        """Seconds until ``LOG_SETTLE_S`` has passed since the last lines were written, in a triggerer: the
+        lines logged just before the event travel apart from it, and could miss the closed file."""
+        if self.task_instance is None or self._written_at is None:
+            return 0.0
+        return LOG_SETTLE_S - (time.monotonic() - self._written_at)
 
     async def wait(self) -> JobEvent:
         """Follow the job until it ends, streaming its log; the event the wait ended with."""
@@ -166,6 +179,7 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
             if time.monotonic() - since > WRITE_SLICE_S:
                 await asyncio.sleep(0)
                 since = time.monotonic()
+        self._written_at = time.monotonic()
 
     async def on_kill(self) -> None:
         # Only a user's kill lands here (not a triggerer restart): the job must not outlive the task.

@@ -173,6 +173,30 @@ def test_in_a_triggerer_the_event_waits_for_the_jobs_last_lines_to_reach_the_log
     assert JobEvent.from_dict(events[0].payload).succeeded
 
 
+def test_the_settle_counts_from_the_last_lines_written_not_from_the_jobs_end(run, monkeypatch):
+    # Every part of the pause delays the task's end: lines written a settle's time before the end need none.
+    from airflow_provider_horovod.triggers import ray as trigger_module
+
+    monkeypatch.setattr(trigger_module, "LOG_SETTLE_S", 0.5)
+    statuses = [job("RUNNING")] * 4 + [job("SUCCEEDED")]
+    ray = FakeRay({SID: statuses}, logs={SID: ["the last line\n", "", "", "", ""]})
+    slow = WaitPolicy(poll_interval_s=0.3).to_dict()
+    trigger = with_task(RayJobTrigger(submission_id=SID, policy=slow), monkeypatch, XComs())
+    ended_at = []
+    wait = trigger.wait
+
+    async def noted():
+        event = await wait()
+        ended_at.append(time.monotonic())
+        return event
+
+    monkeypatch.setattr(trigger, "wait", noted)
+    events = run(trigger, ray)
+    assert JobEvent.from_dict(events[0].payload).succeeded
+    # The line was written four polls before the end: the event followed the end at once, not 0.5 s later.
+    assert time.monotonic() - ended_at[0] < 0.4
+
+
 def test_run_inline_without_a_triggerer_holds_nothing(run):
     # `airflow dags test` runs the trigger in the worker, which has already deferred: no race to guard.
     ray = FakeRay({SID: [job("RUNNING"), job("SUCCEEDED")]}, logs={SID: ["", "done\n"]})
