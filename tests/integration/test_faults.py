@@ -136,6 +136,7 @@ def test_a_kill_while_deferred_stops_the_job(ray_cluster, ray_hook, tmp_path, qu
 
     ti = FakeTI(f"dkill-{uuid.uuid4().hex[:6]}")
     op = make_operator(tmp_path, deferrable=True, train_loop_config=long_quick_job())
+    op.sync_wait_before_defer_s = 0  # defer at once: the kill is what the test is about
     begun = time.monotonic()
     with pytest.raises(TaskDeferred) as deferred:
         op.execute({"ti": ti})
