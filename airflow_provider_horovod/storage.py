@@ -29,8 +29,9 @@ from airflow_provider_horovod.exceptions import MissingExtraError, StorageUnavai
 S3_CLIENT_CONFIG = {"connect_timeout": 10, "read_timeout": 30, "retries": {"max_attempts": 3, "mode": "standard"}}
 # Checking the bucket before submitting is one small request: a short wait is enough.
 S3_PROBE_CONFIG = {"connect_timeout": 5, "read_timeout": 10, "retries": {"max_attempts": 2, "mode": "standard"}}
-# S3 refusing for a while (throttled, or a server error of its own), not down, missing or forbidden: a
-# record written once and read by later tasks waits that out, up to WAIT_OUT_REFUSAL_S.
+# S3 refusing for a while (throttled, a server error of its own) or not answering (an outage, a network
+# cut), not missing or forbidden: a record written once and read by later tasks waits that out, up to
+# WAIT_OUT_REFUSAL_S, since the storage answered when the task started.
 REFUSAL_CODES = frozenset({"SlowDown", "503", "500", "InternalError", "ServiceUnavailable", "RequestTimeout"})
 WAIT_OUT_REFUSAL_S = 60.0
 
@@ -142,17 +143,17 @@ class Storage:
     def write_json(self, uri: str, data: dict) -> None:
         self.write_bytes(uri, json.dumps(data, sort_keys=True, default=str).encode("utf-8"))
 
-    def write_json_waiting(self, uri: str, data: dict) -> None:
-        """``write_json``, waiting out an S3 that refuses writes for a while (``REFUSAL_CODES``) for up to
+    def waiting(self, do: Callable[[], Any]) -> Any:
+        """``do()``, tried again while S3 refuses (``REFUSAL_CODES``) or does not answer, for up to
         ``WAIT_OUT_REFUSAL_S``: for a record nothing else would write again."""
         import tenacity
 
-        tenacity.Retrying(
+        return tenacity.Retrying(
             stop=tenacity.stop_after_delay(WAIT_OUT_REFUSAL_S),
             wait=tenacity.wait_exponential(multiplier=1, max=10),
             retry=tenacity.retry_if_exception(refused_for_a_while),
             reraise=True,
-        )(self.write_json, uri, data)
+        )(do)
 
     def write_bytes(self, uri: str, body: bytes) -> None:
         """Write atomically: a local temp file renamed into place, or a single S3 put."""
@@ -290,10 +291,13 @@ class Storage:
 
 
 def refused_for_a_while(err: BaseException) -> bool:
-    """Whether S3 answered a request with one of ``REFUSAL_CODES``: a refusal that passes."""
-    from botocore.exceptions import ClientError
+    """Whether S3 answered a request with one of ``REFUSAL_CODES``, or did not answer it (connection refused,
+    cut or timed out): what passes, unlike a missing bucket or refused credentials."""
+    from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
 
     cause = err.__cause__ if isinstance(err, StorageUnavailableError) else err
+    if isinstance(cause, ConnectionError | HTTPClientError):
+        return True
     return isinstance(cause, ClientError) and str(cause.response.get("Error", {}).get("Code", "")) in REFUSAL_CODES
 
 

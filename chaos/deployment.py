@@ -252,7 +252,8 @@ class Deployment:
         """An Airflow component killed outright (its whole process group), started again."""
         assert self.stack is not None
         process = self.stack.processes.pop(component)
-        os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # it exited on its own first: it is started all the same
+            os.killpg(process.pid, signal.SIGKILL)
         process.wait(10)
         self.stack.launch(component)
 

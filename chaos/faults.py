@@ -54,7 +54,8 @@ class Injector:
         except Exception as err:  # noqa: BLE001 - a fault that could not be done is reported, the run goes on
             entry["error"] = f"{type(err).__name__}: {err}"
         entry["ended_s"] = self.observer.now()
-        self.say(f"fault {fault.kind} at {entry['started_s']:.0f} s: {entry.get('target') or entry.get('skipped')}")
+        what = entry.get("target") or entry.get("skipped") or f"could not be done: {entry.get('error')}"
+        self.say(f"fault {fault.kind} at {entry['started_s']:.0f} s: {what}")
 
     # --- the faults (one method per kind, named as the kind) ------------------------------------
 

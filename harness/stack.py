@@ -126,7 +126,11 @@ class Stack:
 
     def terminate(self, name: str) -> None:
         process = self.processes.pop(name)
-        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+        except ProcessLookupError:  # it exited on its own first: nothing is left to stop
+            process.wait()
+            return
         try:
             process.wait(30)
         except subprocess.TimeoutExpired:

@@ -390,12 +390,17 @@ def keep_post_mortem(storage: Storage, event: JobEvent, failure: failures.Failur
     uri = event.metadata.get(META_RESULT_URI)
     if not uri:
         return
-    try:
+
+    def keep() -> dict[str, Any]:
         files = read_task_run(storage, event)
         if "record" in files.this.unread:  # what the runtime wrote cannot be read: leave it as it is
             raise files.this.unread["record"]
         record = post_mortem(event, failure, files)
-        storage.write_json_waiting(uri, record)  # a refusal that passes must not lose the attempt's record
+        storage.write_json(uri, record)
+        return record
+
+    try:
+        record = storage.waiting(keep)  # a refusal or an outage that passes must not lose the attempt's record
         log.info("%s (this failed attempt included)", cost.summary(record["cost"]))
     except Exception as err:  # the failure itself is what the task must say
         log.warning("Could not keep the failed attempt's record at %s: %s", uri, err)

@@ -173,7 +173,8 @@ def chaos_sweep():
 
     trainings = train.expand(learning_rate=[0.05, 0.1, 0.2])
 
-    @task
+    # Retried as the DAGs' other plain tasks are: Airflow's executor fails a task it cannot send to the broker.
+    @task(retries=4, retry_delay=timedelta(seconds=10))
     def pick_best(results: list[dict]) -> dict:
         return min(results, key=lambda result: result["return_value"]["loss"])
 

@@ -229,3 +229,23 @@ def test_each_ray_sessions_logs_are_kept_in_the_runs_folder(tmp_path):
         "ray-1/session_2026-11-30_18-00-01_2/dashboard.log",
         "ray/session_2026-11-30_18-00-00_1/dashboard.log",
     ]
+
+
+def test_a_component_that_exited_on_its_own_is_started_again_by_the_injectors_restart(tmp_path, monkeypatch):
+    # The soak of Dec 1: the triggerer exited on its own (PostgreSQL away as it started) and the injector's
+    # restart came before the service manager's; its SIGTERM found no process, and nothing started it again.
+    from types import SimpleNamespace
+
+    from chaos.deployment import Deployment
+    from harness.stack import Stack
+
+    stack = Stack(tmp_path, tmp_path, 0, "postgresql://unused")
+    launched = []
+    monkeypatch.setattr(stack, "launch", launched.append)
+    deployment = SimpleNamespace(stack=stack)  # kill_and_start needs only the deployment's stack
+    for restart in (stack.restart, lambda name: Deployment.kill_and_start(deployment, name)):
+        exited = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+        exited.wait()
+        stack.processes["triggerer"] = exited
+        restart("triggerer")
+    assert launched == ["triggerer", "triggerer"]

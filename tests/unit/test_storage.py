@@ -194,6 +194,38 @@ def test_the_connections_credentials_are_used(s3, monkeypatch):
         storage.check_bucket("s3://ahp-no-such-bucket")
 
 
+def test_a_record_is_kept_through_an_endpoint_that_does_not_answer_for_a_while(s3, monkeypatch):
+    # The chaos run's S3 outage: connections refused for a while, then answered again.
+    import boto3
+    from botocore.config import Config
+
+    from harness.ports import free_port
+
+    bucket, storage = s3.bucket(), Storage()
+    down = boto3.client(
+        "s3",
+        endpoint_url=f"http://127.0.0.1:{free_port()}",  # nothing listens there
+        region_name="us-east-1",
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+        config=Config(connect_timeout=1, retries={"max_attempts": 1}),
+    )
+    tries = []
+
+    def write_json(uri, data):  # the first try meets the outage, the next the endpoint back
+        tries.append(uri)
+        if len(tries) == 1:
+            storage.__dict__["_s3"] = down
+        else:
+            storage.__dict__.pop("_s3", None)
+        Storage.write_json(storage, uri, data)
+
+    monkeypatch.setattr(storage, "write_json", write_json)
+    storage.waiting(lambda: storage.write_json(f"s3://{bucket}/attempt-1/result.json", {"state": "failed"}))
+    assert len(tries) == 2
+    assert storage.read_json(f"s3://{bucket}/attempt-1/result.json") == {"state": "failed"}
+
+
 def test_a_record_is_kept_through_a_refusal_that_passes_and_a_missing_bucket_is_not_waited_on(s3, monkeypatch):
     from chaos.spread import SlowDown
 
@@ -209,12 +241,12 @@ def test_a_record_is_kept_through_a_refusal_that_passes_and_a_missing_bucket_is_
 
     monkeypatch.setattr(storage, "write_json", write_json)
     try:
-        storage.write_json_waiting(f"s3://{bucket}/attempt-2/result.json", {"state": "failed"})
+        storage.waiting(lambda: storage.write_json(f"s3://{bucket}/attempt-2/result.json", {"state": "failed"}))
     finally:
         wsgi.app = refusal.app
     assert refusal.refused >= 1
     assert len(tries) == 2
     assert storage.read_json(f"s3://{bucket}/attempt-2/result.json") == {"state": "failed"}
     with pytest.raises(StorageUnavailableError, match="does not exist"):
-        storage.write_json_waiting("s3://ahp-no-such-bucket/result.json", {})
+        storage.waiting(lambda: storage.write_json("s3://ahp-no-such-bucket/result.json", {}))
     assert len(tries) == 3  # a missing bucket is no refusal that passes: one try

@@ -128,3 +128,34 @@ def test_an_error_event_of_the_wait_keeps_its_class(tmp_path):
         finish(event, dashboard_url=URL, storage=Storage(), try_number=1)
     assert err.value.status is None
     assert "capacity: Ray job x stayed PENDING for 700 s" in str(err.value)
+
+
+class ComesBack(Storage):
+    """Local storage that does not answer its first ``down`` reads, as S3 in an outage that passes."""
+
+    def __init__(self, down: int):
+        super().__init__()
+        self.down = down
+
+    def read_text(self, uri):
+        from botocore.exceptions import EndpointConnectionError
+
+        from airflow_provider_horovod.exceptions import StorageUnavailableError
+
+        if self.down > 0:
+            self.down -= 1
+            raise StorageUnavailableError(f"the S3 endpoint does not answer: {uri}") from EndpointConnectionError(
+                endpoint_url="http://s3.test"
+            )
+        return super().read_text(uri)
+
+
+def test_a_failed_attempts_record_is_kept_through_a_storage_outage_that_passes(tmp_path):
+    # The chaos run's S3 outage: the job failed on it, and the Airflow side met it too as it read the attempt.
+    run = Run(tmp_path)
+    storage = ComesBack(down=1)
+    with pytest.raises(InfrastructureError):
+        finish(failed_event(run, exit_code=-9, tail=["Killed"]), dashboard_url=URL, storage=storage, try_number=1)
+    assert storage.down == 0  # the outage was met
+    written = json.loads(open(result_uri(run.storage_uri, 1)).read())
+    assert written["failure"]["failure_class"] == "infrastructure"
