@@ -24,9 +24,12 @@ from airflow_provider_horovod.storage import Storage
 # Seconds of writing to the task log between yields to the event loop.
 WRITE_SLICE_S = 0.01
 # How long a trigger in a triggerer lets pass between writing the job's last lines and its event (see
-# run()): long beside the lag seen between the two (docker/README.md). Counted from the last write, since a
-# job's driver takes about as long again to exit after its last line.
-LOG_SETTLE_S = 0.5
+# run()): ten times the lag seen between the two (docker/README.md), and longer after a burst of lines, which
+# the triggerer takes longer to file; counted from the last write. Airflow's trigger runner then passes the
+# event on at its next loop, up to a second later.
+LOG_SETTLE_S = 0.2
+LOG_SETTLE_PER_LINE_S = 0.002
+LOG_SETTLE_MAX_S = 1.0
 
 
 class RayJobTrigger(WithRayHook, BaseTrigger):
@@ -67,8 +70,9 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
         self.stream_logs = stream_logs
         self.not_before = not_before
         self.aws_conn_id = aws_conn_id
-        # When the last lines were written to the task log (monotonic; None: none yet).
+        # When the last lines were written to the task log (monotonic; None: none yet), and how many.
         self._written_at: float | None = None
+        self._written_lines = 0
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -133,11 +137,12 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
         return self.not_before - time.time()
 
     def settle_left_s(self) -> float:
-        """Seconds until ``LOG_SETTLE_S`` has passed since the last lines were written, in a triggerer: the
-        lines logged just before the event travel apart from it, and could miss the closed file."""
+        """Seconds until the settle has passed since the last lines were written, in a triggerer: the lines
+        logged just before the event travel apart from it, and could miss the closed file."""
         if self.task_instance is None or self._written_at is None:
             return 0.0
-        return LOG_SETTLE_S - (time.monotonic() - self._written_at)
+        settle = min(LOG_SETTLE_MAX_S, LOG_SETTLE_S + LOG_SETTLE_PER_LINE_S * self._written_lines)
+        return settle - (time.monotonic() - self._written_at)
 
     async def wait(self) -> JobEvent:
         """Follow the job until it ends, streaming its log; the event the wait ended with."""
@@ -179,7 +184,7 @@ class RayJobTrigger(WithRayHook, BaseTrigger):
             if time.monotonic() - since > WRITE_SLICE_S:
                 await asyncio.sleep(0)
                 since = time.monotonic()
-        self._written_at = time.monotonic()
+        self._written_at, self._written_lines = time.monotonic(), len(lines)
 
     async def on_kill(self) -> None:
         # Only a user's kill lands here (not a triggerer restart): the job must not outlive the task.

@@ -173,6 +173,28 @@ def test_in_a_triggerer_the_event_waits_for_the_jobs_last_lines_to_reach_the_log
     assert JobEvent.from_dict(events[0].payload).succeeded
 
 
+def test_a_burst_of_last_lines_gets_a_longer_settle_than_a_few(run, monkeypatch):
+    # The triggerer files a burst slower: the lines of a restart's first read all came with the job's end.
+    from airflow_provider_horovod.triggers import ray as trigger_module
+
+    ends = {}
+    for lines in (1, 400):
+        ray = FakeRay({SID: [job("SUCCEEDED")]}, logs={SID: "".join(f"line {i}\n" for i in range(lines))})
+        trigger = with_task(RayJobTrigger(submission_id=SID, policy=FAST), monkeypatch, XComs())
+        written_at = []
+        write = trigger._write
+
+        async def noted(batch, write=write, written_at=written_at):
+            await write(batch)
+            written_at.append(time.monotonic())
+
+        monkeypatch.setattr(trigger, "_write", noted)
+        run(trigger, ray)
+        ends[lines] = time.monotonic() - written_at[-1]
+    assert ends[1] >= trigger_module.LOG_SETTLE_S
+    assert ends[400] >= trigger_module.LOG_SETTLE_S + 400 * trigger_module.LOG_SETTLE_PER_LINE_S
+
+
 def test_the_settle_counts_from_the_last_lines_written_not_from_the_jobs_end(run, monkeypatch):
     # Every part of the pause delays the task's end: lines written a settle's time before the end need none.
     from airflow_provider_horovod.triggers import ray as trigger_module
