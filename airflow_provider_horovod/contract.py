@@ -185,6 +185,10 @@ SMOKE_ROWS = 64
 # last checkpoint's files there), and how rank 0 prints its metrics without an import of Ray.
 SCRIPT_CHECKPOINT_ENV = "AHP_CHECKPOINT_DIR"
 SCRIPT_METRICS_PREFIX = "METRICS "
+# What a script's rank process (runtime/script_rank.py) is told by its Ray worker: the socket that answers its
+# calls of Ray Train, and the worker's pid (the rank ends if that worker has ended).
+SCRIPT_BRIDGE_FD_ENV = "AHP_SCRIPT_BRIDGE_FD"
+SCRIPT_PARENT_PID_ENV = "AHP_SCRIPT_WORKER_PID"
 # Before each line a script's rank writes, as horovodrun marks them: [1]<stdout>: (runtime/script.py).
 SCRIPT_LINE_MARK = "[{rank}]<{stream}>:"
 SCRIPT_LINE_MARKED = r"^\[\d+\]<std(?:out|err)>:"

@@ -145,6 +145,16 @@ class ScriptExitError(HorovodProviderError, RuntimeError):
     """A rank's script exited with a non-zero code (``sys.exit(n)``)."""
 
 
+class ScriptRaisedError(HorovodProviderError, RuntimeError):
+    """A rank's script raised, in its own process: the exception's class and message, with the failure as
+    classed there (``ahp_user_error``: the user's own frames)."""
+
+
+class ScriptRankLostError(HorovodProviderError, RuntimeError):
+    """A rank's script failed in a collective because a peer was lost (Gloo, a connection): infrastructure,
+    as in the rank's process."""
+
+
 class ScriptMissingError(HorovodProviderError, FileNotFoundError):
     """The script is not in the job's ``working_dir`` on a node: what the task asked for, not the cluster."""
 

@@ -141,6 +141,7 @@ DIED = {
 # Errors of the ranks' communication: a peer gone, a rendezvous or a collective timed out.
 COMMUNICATION = {
     "HorovodInternalError",
+    "ScriptRankLostError",
     "HostsUpdatedInterrupt",
     "GlooError",
     "DistBackendError",
@@ -215,7 +216,7 @@ def worker_exception(error: BaseException) -> BaseException:
 def mark_user_error(error: BaseException, rank: int | None = None) -> None:
     """In a worker: the exception came out of the user's training function. A communication error
     raised there is no bug of the user's (a peer died); anything else is."""
-    if _communication(error) or _died(error):
+    if _communication(error) or _died(error) or getattr(error, "ahp_user_error", None):  # marked where it arose
         return
     try:
         error.ahp_user_error = user_failure(error, rank).to_dict()  # type: ignore[attr-defined]

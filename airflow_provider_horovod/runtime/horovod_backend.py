@@ -54,12 +54,15 @@ class HorovodV2Config(BackendConfig):
     :param nics: candidate network interfaces for Horovod: each host uses the first of them it has
         (for Gloo, and with the others it has for NCCL), so names may differ between hosts. None:
         each host uses the interface of the address Ray uses for its node.
+    :param import_horovod: import Horovod's torch module in each worker before its function starts (False for
+        a script, whose rank imports it in a process of its own, ``runtime.script_rank``).
 
     Tuning variables (``HOROVOD_FUSION_THRESHOLD``, ...) reach the workers through the job's runtime_env.
     """
 
     timeout_s: int = HOROVOD_TIMEOUT_S
     nics: Sequence[str] | None = None
+    import_horovod: bool = True
 
     @property
     def backend_cls(self):
@@ -108,13 +111,14 @@ def rank_env(slot, *, rendezvous_addr: str, rendezvous_port: int, config: Horovo
 # Run in the workers.
 
 
-def _prepare_worker(env: dict[str, str]) -> None:
+def _prepare_worker(env: dict[str, str], import_horovod: bool = True) -> None:
     """Runs in each worker, before its training function calls ``hvd.init()``: sets the rank's variables and
     imports Horovod's torch module. Ray Train starts the functions only once every worker is prepared, so the
     ranks reach ``hvd.init()`` together: a rank still importing torch while its peers wait in the rendezvous
     would, on a loaded node, outlast the Gloo timeout and abort them."""
     os.environ.update({k: v for k, v in env.items() if not (k in USER_SET_WINS and k in os.environ)})
-    import horovod.torch  # noqa: F401
+    if import_horovod:
+        import horovod.torch  # noqa: F401
 
 
 @functools.cache
@@ -245,6 +249,7 @@ class HorovodV2Backend(Backend):
                         **network_env(plan[node][0], plan[node]),
                         WORKER_GROUP_REASON_ENV: reason,
                     },
+                    backend_config.import_horovod,
                 )
                 for rank, (slot, node) in enumerate(zip(slots, node_ids))
             ]
@@ -311,6 +316,7 @@ def build_v2_trainer(
     resume_from: str | None,
     timeout_s: int,
     nics,
+    import_horovod: bool = True,
 ):
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
@@ -318,7 +324,7 @@ def build_v2_trainer(
     trainer = DataParallelTrainer(
         with_initial_checkpoint(train_fn, resume_from, run_config.storage_filesystem),
         train_loop_config=train_loop_config,
-        backend_config=HorovodV2Config(timeout_s=timeout_s, nics=nics),
+        backend_config=HorovodV2Config(timeout_s=timeout_s, nics=nics, import_horovod=import_horovod),
         scaling_config=scaling_config,
         run_config=run_config,
         datasets=datasets,

@@ -1,42 +1,54 @@
 """A user's Horovod script run unchanged on every worker, as ``horovodrun -np N python train.py ARGS``
-would run it: as ``__main__``, with that ``sys.argv``, from the job's copy of the script's folder.
+would run it: each rank a Python process of its own (``runtime.script_rank``), the script as ``__main__``
+with that ``sys.argv``, from the job's copy of the script's folder. The rank's Ray worker starts it and
+stays beside it: it marks each line the rank prints ``[rank]`` as horovodrun marks them, answers the
+script's own calls of Ray Train, and reports to Ray Train when the script ends.
 
 What the script leaves becomes the run's record without an import of Ray: the files rank 0 writes under
 ``$AHP_CHECKPOINT_DIR`` are the attempt's checkpoint (copied to storage whenever they settle, so a restart
 resumes from them, and reported to Ray Train when the script ends), and rank 0's lines printed as
-``METRICS name=value ...`` are its metrics. Each rank's lines are marked ``[rank]`` as horovodrun marks them.
+``METRICS name=value ...`` are its metrics.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import glob
 import json
 import os
-import runpy
+import select
 import shutil
+import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import IO, Any
 
 from airflow_provider_horovod.contract import (
     RANKS_AT_NICENESS_0,
+    SCRIPT_BRIDGE_FD_ENV,
     SCRIPT_CHECKPOINT_ENV,
     SCRIPT_LINE_MARK,
     SCRIPT_METRICS_PREFIX,
+    SCRIPT_PARENT_PID_ENV,
 )
 from airflow_provider_horovod.documents import TrainingSpec
-from airflow_provider_horovod.exceptions import ScriptEndedEarlyError, ScriptExitError, ScriptMissingError, SmokeRunDone
+from airflow_provider_horovod.exceptions import (
+    ScriptEndedEarlyError,
+    ScriptExitError,
+    ScriptMissingError,
+    ScriptRaisedError,
+    ScriptRankLostError,
+    SmokeRunDone,
+)
 from airflow_provider_horovod.runtime.history import HISTORY, point
-from airflow_provider_horovod.runtime.records import exists, latest_checkpoint, read_json, write_json
+from airflow_provider_horovod.runtime.records import exists, read_json, write_json
+from airflow_provider_horovod.runtime.script_checkpoints import Snapshots, restore
 
-# How often rank 0 looks at its checkpoint folder, and how long a changed folder must hold still before it
-# is copied (a file half written is not a checkpoint).
-SNAPSHOT_INTERVAL_S = 1.0
-SETTLE_S = 0.5
 # Horovod's message on the ranks still in a collective once another rank has shut it down.
 HOROVOD_SHUT_DOWN = "Horovod has been shut down"
 # A worker's scratch folder (its checkpoint folder and stored copies) in the node's temp folder: this, its pid.
@@ -44,6 +56,14 @@ SCRATCH_PREFIX = "ahp-script-"
 # Which ranks' scripts ended, beside the attempt's checkpoints; and a smoke run's signal to stop.
 ENDED_FILE = "script-ended.json"
 SMOKE_STOP_FILE = "smoke-stop.json"
+# How long a rank left alone in a collective looks for the note of the rank that ended.
+ENDED_NOTE_WAIT_S = 5.0
+# How long the rank's last lines may take to arrive once its process has ended.
+OUTPUT_DRAIN_S = 5.0
+# Ray's niceness for its worker processes (``RAY_worker_niceness``'s default).
+RAY_WORKER_NICENESS = 15
+# A smoke run's stop: how long a script stopped with Ctrl-C may take to end before it is killed.
+SMOKE_KILL_AFTER_S = 30.0
 
 
 def name_of(script: dict[str, Any]) -> str:
@@ -64,97 +84,149 @@ def parse_metrics(line: str) -> dict[str, float] | None:
     return metrics or None
 
 
-class RankLines:
-    """A stream that writes each whole line with the rank's mark before it (``[1]<stdout>:``, as horovodrun
-    does), and shows each line to ``on_line``. Anything else (``fileno``, ``encoding``) is the stream's."""
+class RankProcess:
+    """The script's rank as a process of its own (``runtime.script_rank``), started from the job's copy of its
+    folder: each line it prints marked with the rank (``[1]<stdout>:``, as horovodrun does) in this worker's
+    output and shown to ``on_line``; its calls of Ray Train answered by this worker (``answer``)."""
 
-    def __init__(self, stream: Any, mark: str, on_line: Callable[[str], None] | None = None) -> None:
-        self._stream, self._mark, self._on_line = stream, mark, on_line
-        self._partial = ""
-        self._lock = threading.Lock()
+    def __init__(self, script: dict[str, Any], folder: str, rank: int, scratch: str, on_line: Callable | None) -> None:
+        self.rank, self.on_line = rank, on_line
+        self.outcome_path = os.path.join(scratch, "outcome.json")
+        args = expand([str(a) for a in script.get("args") or []], folder)
+        if "path" in script:
+            self.cwd = script_root(script["path"])
+            path = os.path.join(self.cwd, script["path"])
+            self.request: dict[str, Any] = {"argv": [path, *args], "path": path}
+        else:
+            self.cwd = os.getcwd()
+            self.request = {"argv": [script["module"], *args], "module": script["module"]}
+        self.request.update(rank=rank, outcome=self.outcome_path)
+        self.request_path = os.path.join(scratch, "request.json")
+        self.process: subprocess.Popen | None = None
 
-    def write(self, text: str) -> int:
-        with self._lock:
-            lines = (self._partial + text).split("\n")
-            self._partial = lines.pop()
-            for line in lines:
-                self._stream.write(f"{self._mark}{line}\n")
-                if self._on_line:
-                    self._on_line(line)
-        return len(text)
+    def start(self) -> None:
+        with open(self.request_path, "w") as f:
+            json.dump(self.request, f)
+        self.bridge, theirs = socket.socketpair()
+        env = {
+            **os.environ,
+            SCRIPT_BRIDGE_FD_ENV: str(theirs.fileno()),
+            SCRIPT_PARENT_PID_ENV: str(os.getpid()),
+            # What this worker imports from (the job's working_dir and py_modules among it), the rank does too.
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        }
+        env.setdefault("PYTHONUNBUFFERED", "1")  # each line in the task log as it is printed
+        command = [sys.executable, "-m", "airflow_provider_horovod.runtime.script_rank", self.request_path]
+        with theirs:
+            self.process = subprocess.Popen(
+                command,
+                cwd=self.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(theirs.fileno(),),
+            )
+        step_back_from_rank()
+        self.pumps = [
+            threading.Thread(target=pump, args=(self.process.stdout, sys.stdout, self.mark("stdout"), self.on_line)),
+            threading.Thread(target=pump, args=(self.process.stderr, sys.stderr, self.mark("stderr"), None)),
+        ]
+        for thread in self.pumps:
+            thread.daemon = True
+            thread.start()
 
-    def close_line(self) -> None:
-        if self._partial:
-            self.write("\n")
-        self._stream.flush()
+    def mark(self, stream: str) -> str:
+        return SCRIPT_LINE_MARK.format(rank=self.rank, stream=stream)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
-
-
-class Snapshots(threading.Thread):
-    """On rank 0: the checkpoint folder copied to the attempt's folder whenever it changed and then held still
-    for ``SETTLE_S``, as ``checkpoint_<time>`` (the name Train V2 gives its own, so resuming finds the newest).
-    Only the newest copy is kept."""
-
-    def __init__(self, folder: str, run_uri: str, scratch: str, on_first: Callable[[], None] | None = None) -> None:
-        super().__init__(name="ahp-script-snapshots", daemon=True)
-        self.folder, self.run_uri, self.scratch, self.on_first = folder, run_uri, scratch, on_first
-        self.uploaded: list[str] = []
-        # The local copy of the last stored folder: what a stopped smoke run reports.
-        self.kept: str | None = None
-        self._stop_event = threading.Event()
-        self._stored_state: tuple | None = state(folder)  # what the folder held at the start is stored already
-
-    def run(self) -> None:
-        while not self._stop_event.wait(SNAPSHOT_INTERVAL_S):
-            seen = state(self.folder)
-            if not seen or seen == self._stored_state or self._stop_event.wait(SETTLE_S):
+    def wait(self) -> int:
+        """Answer the script's calls until its process ends; its exit code (negative: the signal that ended it)."""
+        assert self.process is not None
+        calls = self.bridge.makefile("rw", encoding="utf-8")
+        while self.process.poll() is None:
+            if not select.select([self.bridge], [], [], 0.2)[0]:
                 continue
-            if state(self.folder) != seen:  # still being written
-                continue
-            try:
-                self.store(seen)
-            except Exception as err:  # noqa: BLE001 - storage may refuse for a while: the next round tries again
-                print(f"The checkpoint folder could not be stored ({type(err).__name__}: {err}).", flush=True)
+            if not (line := calls.readline()):  # the process closed its end: it is ending
+                self.process.wait()
+                break
+            calls.write(json.dumps(answer(json.loads(line)), default=str) + "\n")
+            calls.flush()
+        for thread in self.pumps:  # a process the script started and left running may hold its output open
+            thread.join(timeout=OUTPUT_DRAIN_S)
+        self.bridge.close()
+        return self.process.returncode
 
-    def store(self, expected: tuple) -> None:
-        copy = tempfile.mkdtemp(prefix="snapshot-", dir=self.scratch)
-        shutil.copytree(self.folder, copy, dirs_exist_ok=True)
-        if state(self.folder) != expected:  # written to while being copied: the next round takes it
-            shutil.rmtree(copy, ignore_errors=True)
-            return
-        uri = f"{self.run_uri}/checkpoint_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S.%f}"
-        copy_folder(copy, uri)
-        if self.kept:
-            shutil.rmtree(self.kept, ignore_errors=True)
-        self._stored_state, self.kept = expected, copy
-        print(f"Checkpoint folder stored: {uri}", flush=True)
-        for old in self.uploaded:
-            delete_folder(old)
-        self.uploaded = [uri]
-        if self.on_first:
-            self.on_first()
-            self.on_first = None
+    def interrupt(self) -> None:
+        """Ctrl-C, as a user stops a script: KeyboardInterrupt in it, its ``finally`` blocks run."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
 
-    def stop(self) -> None:
-        self._stop_event.set()
-        self.join()
+    def end(self) -> None:
+        """Kill the process if it still runs (this worker's own training ended another way)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
 
-    def discard(self) -> None:
-        """The copies, once Ray Train holds the final checkpoint."""
-        for uri in self.uploaded:
-            delete_folder(uri)
-        self.uploaded = []
+    def outcome(self) -> dict[str, Any]:
+        """What the rank's process said of its end: ``error`` (and ``failure``, classed there) when the script
+        raised, ``smoke_run_done`` when its own report ended a smoke run; {} when it exited."""
+        try:
+            with open(self.outcome_path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return {}
+
+
+def step_back_from_rank() -> None:
+    """This worker below its rank once the rank runs: each of its threads (Linux keeps a niceness per thread)
+    at Ray's niceness for its processes, so what the worker does meanwhile (Ray's threads, the controller's
+    polls, the rank's output) waits for the rank, as Ray's processes wait for horovodrun's ranks."""
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError, ValueError):
+            niceness = os.getpriority(os.PRIO_PROCESS, int(tid))
+            os.setpriority(os.PRIO_PROCESS, int(tid), max(niceness, RAY_WORKER_NICENESS))
+
+
+def pump(source: IO[bytes], sink: IO[str], mark: str, on_line: Callable[[str], None] | None) -> None:
+    """Each line of the rank's stream into this worker's, marked; a last line without its newline too."""
+    for raw in iter(source.readline, b""):
+        line = raw.decode(errors="replace").rstrip("\n")
+        sink.write(f"{mark}{line}\n")
+        sink.flush()
+        if on_line:
+            on_line(line)
+
+
+def answer(request: dict[str, Any]) -> dict[str, Any]:
+    """One call of Ray Train made by the script in its process, made here, where Ray Train's session is."""
+    import ray.train
+
+    try:
+        if request["call"] == "report":
+            folder = request.get("checkpoint")
+            checkpoint = ray.train.Checkpoint.from_directory(folder) if folder else None
+            ray.train.report(request.get("metrics") or {}, checkpoint=checkpoint)
+            return {}
+        if request["call"] == "get_checkpoint":
+            found = ray.train.get_checkpoint()
+            return {"value": found.to_directory() if found else None}
+        if request["call"] == "context":
+            return {"value": getattr(ray.train.get_context(), request["name"])()}
+        return {"error": f"no such call: {request['call']}"}
+    except SmokeRunDone:
+        return {"smoke_run_done": True}
+    except Exception as err:  # noqa: BLE001 - raised in the script, where it was called
+        return {"error": f"{type(err).__name__}: {err}", "os_error": isinstance(err, OSError)}
 
 
 class SmokeStop(threading.Thread):
     """A smoke run's bound: once rank 0 has stored its first checkpoint folder, the script of every rank is
-    stopped (``SmokeRunDone`` raised in its thread) and the run ends with that checkpoint."""
+    stopped (Ctrl-C, ``RankProcess.interrupt``; killed if it has not ended ``SMOKE_KILL_AFTER_S`` later) and the
+    run ends with that checkpoint."""
 
-    def __init__(self, spec: TrainingSpec, script_thread: int) -> None:
+    def __init__(self, spec: TrainingSpec, process: RankProcess) -> None:
         super().__init__(name="ahp-smoke-stop", daemon=True)
-        self.flag, self.script_thread = f"{spec.run_uri}/{SMOKE_STOP_FILE}", script_thread
+        self.flag, self.process = f"{spec.run_uri}/{SMOKE_STOP_FILE}", process
         self.fired = False
         self._cancelled = threading.Event()
 
@@ -162,69 +234,14 @@ class SmokeStop(threading.Thread):
         while not self._cancelled.wait(1.0):
             if exists(self.flag):
                 self.fired = True
-                async_raise(self.script_thread, SmokeRunDone)
+                self.process.interrupt()
+                if not self._cancelled.wait(SMOKE_KILL_AFTER_S):
+                    self.process.end()
                 return
 
     def cancel(self) -> None:
         self._cancelled.set()
         self.join()
-        async_raise(self.script_thread, None)  # one raised as the script ended must not land in what follows
-
-
-def async_raise(thread_id: int, error: type[BaseException] | None) -> None:
-    """Raise ``error`` in the thread at its next Python instruction (None: take back one not raised yet)."""
-    import ctypes
-
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(error) if error else None)
-
-
-def state(folder: str) -> tuple:
-    """Each file's path, size and modification time: the folder changed when this did."""
-    found = []
-    for root, _, files in os.walk(folder):
-        for name in files:
-            path = os.path.join(root, name)
-            with contextlib.suppress(OSError):
-                info = os.stat(path)
-                found.append((os.path.relpath(path, folder), info.st_size, info.st_mtime_ns))
-    return tuple(sorted(found))
-
-
-def copy_folder(source: str, uri: str) -> None:
-    import pyarrow.fs
-
-    from airflow_provider_horovod.runtime.records import filesystem
-
-    fs, path = filesystem(uri)
-    fs.create_dir(path, recursive=True)  # a local destination's folder is not made by copy_files
-    pyarrow.fs.copy_files(source, path, source_filesystem=pyarrow.fs.LocalFileSystem(), destination_filesystem=fs)
-
-
-def delete_folder(uri: str) -> None:
-    from airflow_provider_horovod.runtime.records import filesystem
-
-    fs, path = filesystem(uri)
-    with contextlib.suppress(OSError):
-        fs.delete_dir(path)
-
-
-def restore(spec: TrainingSpec, folder: str) -> str | None:
-    """Fill the checkpoint folder with the last checkpoint: this attempt's newest (a restarted worker group),
-    else the one Ray Train hands the workers (an earlier attempt's). Returns where it came from."""
-    import ray.train
-
-    if found := latest_checkpoint(spec.run_uri):
-        import pyarrow.fs
-
-        from airflow_provider_horovod.runtime.records import filesystem
-
-        fs, path = filesystem(found)
-        pyarrow.fs.copy_files(path, folder, source_filesystem=fs, destination_filesystem=pyarrow.fs.LocalFileSystem())
-        return found
-    if checkpoint := ray.train.get_checkpoint():
-        checkpoint.to_directory(folder)
-        return checkpoint.path
-    return None
 
 
 def script_root(path: str) -> str:
@@ -246,47 +263,24 @@ def expand(args: list[str], folder: str) -> list[str]:
     ]
 
 
-@contextlib.contextmanager
-def as_main(script: dict[str, Any], folder: str, rank: int, on_line: Callable[[str], None] | None) -> Iterator[None]:
-    """sys.argv, the working directory, the Python path and the marked output a script sees under horovodrun."""
-    saved = sys.argv, list(sys.path), os.getcwd(), sys.stdout, sys.stderr
-    args = expand([str(a) for a in script.get("args") or []], folder)
-    if "path" in script:
-        root = script_root(script["path"])
-        path = os.path.join(root, script["path"])
-        sys.argv = [path, *args]
-        sys.path.insert(0, os.path.dirname(path))  # its neighbour modules import, as under `python train.py`
-        os.chdir(root)
-    else:
-        sys.argv = [script["module"], *args]
-    out = sys.stdout = RankLines(saved[3], SCRIPT_LINE_MARK.format(rank=rank, stream="stdout"), on_line)
-    err = sys.stderr = RankLines(saved[4], SCRIPT_LINE_MARK.format(rank=rank, stream="stderr"))
-    try:
-        yield
-    finally:
-        out.close_line()
-        err.close_line()
-        sys.argv, sys.path[:] = saved[0], saved[1]
-        os.chdir(saved[2])
-        sys.stdout, sys.stderr = saved[3], saved[4]
-
-
-def ended_ranks(spec: TrainingSpec) -> str:
-    """The ranks of this worker group whose script ended (exit code), as a failing rank names them; "" when
-    none did (then a peer was lost: Horovod shuts down on the others as well)."""
+def ended_ranks(spec: TrainingSpec, within_s: float = 0.0) -> str:
+    """The ranks of this worker group whose script ended (exit code), as a failing rank names them, looked
+    for up to ``within_s`` (a rank's worker notes its end once its process has gone, and Horovod shut down
+    with that process); "" when none did (then a peer was lost: Horovod shuts down on the others as well)."""
     import psutil
 
     started = psutil.Process().create_time()  # each worker group runs in new processes
-    ended = read_json(f"{spec.run_uri}/{ENDED_FILE}") or {}
-    return ", ".join(
-        f"rank {r} (exit code {note['code']})" for r, note in sorted(ended.items()) if note["at"] >= started
-    )
+    deadline = time.monotonic() + within_s
+    while True:
+        ended = read_json(f"{spec.run_uri}/{ENDED_FILE}") or {}
+        found = [f"rank {r} (exit code {n['code']})" for r, n in sorted(ended.items()) if n["at"] >= started]
+        if found or time.monotonic() >= deadline:
+            return ", ".join(found)
+        time.sleep(0.2)
 
 
 def note_end(spec: TrainingSpec, rank: int, code: int) -> None:
     """Rank ``rank``'s script ended: a rank still in a collective names it (best effort, one small file)."""
-    import time
-
     with contextlib.suppress(Exception):
         uri = f"{spec.run_uri}/{ENDED_FILE}"
         write_json(uri, {**(read_json(uri) or {}), str(rank): {"code": code, "at": time.time()}})
@@ -338,8 +332,6 @@ def remove_scratch_of_ended_workers() -> None:
 
 
 def run_in(spec: TrainingSpec, rank: int, scratch: str) -> None:
-    from airflow_provider_horovod.runtime.horovod_backend import shut_down_horovod
-
     script = dict(spec.script or {})
     folder = os.path.join(scratch, "checkpoint")
     os.makedirs(folder)
@@ -354,37 +346,37 @@ def run_in(spec: TrainingSpec, rank: int, scratch: str) -> None:
     flag = f"{spec.run_uri}/{SMOKE_STOP_FILE}"
     first_stored = (lambda: write_json(flag, {"stopped": True})) if spec.smoke_run else None
     snapshots = Snapshots(folder, spec.run_uri, scratch, first_stored) if rank == 0 else None
-    stop = SmokeStop(spec, threading.get_ident()) if spec.smoke_run else None
+    process = RankProcess(script, folder, rank, scratch, metrics_line if rank == 0 else None)
+    stop = SmokeStop(spec, process) if spec.smoke_run else None
     if snapshots:
         snapshots.start()
-    if stop:
-        stop.start()
-    smoke_stopped = False
     try:
+        process.start()
+        if stop:
+            stop.start()
         try:
-            code = run_as_main(script, folder, rank, metrics_line if rank == 0 else None)
-        finally:  # before anything else: a stop raised as the script ended lands here, not further on
+            code = process.wait()
+        finally:
             if stop:
                 stop.cancel()
-    except SmokeRunDone:
-        if not (stop and stop.fired):  # the script's own report with a checkpoint stopped it: that is the run's
-            raise
-        code, smoke_stopped = 0, True
-    except Exception as err:
-        if HOROVOD_SHUT_DOWN in str(err) and spec.smoke_run and exists(flag):  # a peer stopped first
-            code, smoke_stopped = 0, True
-        elif HOROVOD_SHUT_DOWN in str(err) and (ended := ended_ranks(spec)):
-            raise ScriptEndedEarlyError(
-                f"rank {rank} of {name_of(script)} waited in a Horovod collective after {ended} had ended: "
-                "every rank must make the same collective calls."
-            ) from err
-        else:
-            raise
     finally:
+        process.end()
         if snapshots:
             snapshots.stop()
+    outcome = process.outcome()
+    smoke_stopped = bool(stop and stop.fired)
+    if smoke_stopped:
+        code = 0
+    elif outcome.get("smoke_run_done"):  # the script's own report with a checkpoint: as a function's ends
+        raise SmokeRunDone()
+    elif code < 0:
+        lost(rank, code)
+    elif error := outcome.get("error"):
+        if HOROVOD_SHUT_DOWN in error and spec.smoke_run and exists(flag):  # a peer stopped first
+            code, smoke_stopped = 0, True
+        else:
+            raise failed(spec, rank, outcome)
     note_end(spec, rank, code)
-    shut_down_horovod()
     if code:
         raise ScriptExitError(f"rank {rank} (exit code {code}): {name_of(script)} exited with code {code}.")
     if smoke_stopped:
@@ -397,22 +389,27 @@ def run_in(spec: TrainingSpec, rank: int, scratch: str) -> None:
             snapshots.discard()
 
 
-def run_as_main(script: dict[str, Any], folder: str, rank: int, on_line: Callable[[str], None] | None) -> int:
-    """Run the script as ``__main__``; its exit code (0 when it returned or called ``sys.exit(0)``)."""
-    with as_main(script, folder, rank, on_line):
-        try:
-            if "path" in script:
-                runpy.run_path(sys.argv[0], run_name="__main__")
-            else:
-                runpy.run_module(script["module"], run_name="__main__", alter_sys=True)
-        except SystemExit as done:
-            if done.code is None or done.code == 0:
-                return 0
-            if isinstance(done.code, int):
-                return done.code
-            print(done.code, file=sys.stderr)  # sys.exit("message"), as Python prints it
-            return 1
-    return 0
+def failed(spec: TrainingSpec, rank: int, outcome: dict[str, Any]) -> Exception:
+    """What this worker raises for a script that raised: classed as in the rank's process (the user's error
+    with its own frames, or a peer lost), or, for a rank left alone in a collective, naming who ended."""
+    error = f"rank {rank}: {outcome['error']}"
+    if HOROVOD_SHUT_DOWN in error and (ended := ended_ranks(spec, within_s=ENDED_NOTE_WAIT_S)):
+        return ScriptEndedEarlyError(
+            f"rank {rank} of {name_of(dict(spec.script or {}))} waited in a Horovod collective after {ended} had "
+            "ended: every rank must make the same collective calls."
+        )
+    if not outcome.get("failure"):
+        return ScriptRankLostError(error)
+    raised = ScriptRaisedError(error)
+    raised.ahp_user_error = outcome["failure"]  # type: ignore[attr-defined]
+    return raised
+
+
+def lost(rank: int, code: int) -> None:
+    """The rank's process was killed (the kernel's OOM killer, a signal): this worker dies the same way, so Ray
+    Train sees a lost worker, as when the script ran inside it, and restarts the group (``max_failures``)."""
+    print(f"[{rank}] The script's process was ended by signal {-code}: its worker ends with it.", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def report(folder: str, rank: int) -> None:

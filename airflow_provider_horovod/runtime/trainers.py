@@ -276,6 +276,7 @@ def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, res
         resume_from=resume_from,
         timeout_s=spec.horovod_timeout_s,
         nics=list(spec.horovod_nics) if spec.horovod_nics else None,
+        import_horovod=not spec.script,
     )
     return trainer if spec.retry_on_user_error else fail_fast_on_user_errors(trainer)
 

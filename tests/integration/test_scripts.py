@@ -1,7 +1,8 @@
 """Horovod scripts run unchanged (``train_script``), on the real cluster over Gloo: the example DAG with
 templated arguments, a neighbour module, its checkpoint on S3 read by the evaluation downstream; a rank
 that exits early while the other waits in a collective, a rank that raises, a script that leaves nothing, a
-restart that resumes from the stored folder, and a smoke run stopped after its first checkpoint."""
+restart that resumes from the stored folder, a script that reports to Ray Train itself, and a smoke run stopped
+after its first checkpoint."""
 
 from __future__ import annotations
 
@@ -165,6 +166,31 @@ def test_a_taskflow_command_line_runs_its_script_which_leaves_no_checkpoint(airf
     assert result["checkpoint_uri"] is None
     assert result["metrics"] == {"size": 2.0, "rank_sum": 1.0}
     assert result["world_size"] == 2
+
+
+# A script that reports to Ray Train itself, from its own process: its calls are answered by its worker.
+REPORTS_ITSELF = """
+import os, tempfile
+import horovod.torch as hvd
+import ray.train
+import torch
+
+hvd.init()
+assert ray.train.get_context().get_world_rank() == hvd.rank()
+size = hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum, name="size").item()
+with tempfile.TemporaryDirectory() as folder:
+    if hvd.rank() == 0:
+        with open(os.path.join(folder, "model.txt"), "w") as f:
+            f.write("reported")
+    checkpoint = ray.train.Checkpoint.from_directory(folder) if hvd.rank() == 0 else None
+    ray.train.report({"size": size}, checkpoint=checkpoint)
+"""
+
+
+def test_a_script_that_reports_to_ray_train_itself_is_recorded_as_a_function_is(ray_hook, tmp_path):
+    result = script_operator(tmp_path, REPORTS_ITSELF).execute({"ti": FakeTI(f"script-report-{uuid.uuid4().hex[:6]}")})
+    assert result["metrics"] == {"size": 2.0}
+    assert (Path(result["checkpoint_uri"]) / "model.txt").read_text() == "reported"
 
 
 # Rank 0 saves each epoch; its checkpoint folder is stored once it holds still for a couple of seconds.

@@ -1,14 +1,13 @@
-"""The parts of a script run that need no cluster: metrics lines, rank-marked output, the checkpoint
-folder in the arguments, and a script run as ``__main__`` with its argv, its folder and its exit code."""
+"""The parts of a script run that need no cluster: metrics lines, the checkpoint folder in the arguments and
+its changes, the scratch folders of ended workers. The rank's own process: test_script_rank.py."""
 
-import io
 import os
 import sys
-import traceback
 
 import pytest
 
-from airflow_provider_horovod.runtime.script import RankLines, expand, parse_metrics, run_as_main, state
+from airflow_provider_horovod.runtime.script import expand, parse_metrics
+from airflow_provider_horovod.runtime.script_checkpoints import state
 
 
 def test_the_runner_ray_pickles_records_into_this_modules_history():
@@ -39,17 +38,6 @@ def test_metrics_lines(line, metrics):
     assert parse_metrics(line) == metrics
 
 
-def test_each_whole_line_is_marked_with_the_rank_and_shown_once():
-    out, seen = io.StringIO(), []
-    stream = RankLines(out, "[1]<stdout>:", seen.append)
-    stream.write("epoch 1\nepo")
-    stream.write("ch 2\n")
-    stream.write("no newline")
-    stream.close_line()
-    assert out.getvalue() == "[1]<stdout>:epoch 1\n[1]<stdout>:epoch 2\n[1]<stdout>:no newline\n"
-    assert seen == ["epoch 1", "epoch 2", "no newline"]
-
-
 def test_the_checkpoint_folder_is_expanded_in_the_arguments_as_a_shell_would():
     args = ["--checkpoint-dir", "$AHP_CHECKPOINT_DIR", "--out=${AHP_CHECKPOINT_DIR}/m.pt", "$HOME"]
     assert expand(args, "/tmp/c") == ["--checkpoint-dir", "/tmp/c", "--out=/tmp/c/m.pt", "$HOME"]
@@ -60,40 +48,6 @@ def test_a_folder_changes_state_when_a_file_is_written(tmp_path):
     (tmp_path / "model.pt").write_bytes(b"x")
     assert empty == ()
     assert state(str(tmp_path)) != empty
-
-
-@pytest.fixture
-def script_folder(tmp_path, monkeypatch):
-    (tmp_path / "neighbour.py").write_text("VALUE = 'from the neighbour'\n")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-def run(folder, body, args=()):
-    (folder / "train.py").write_text(body)
-    return run_as_main({"path": "train.py", "args": list(args)}, "/tmp/ckpt", 0, None)
-
-
-def test_a_script_runs_as_main_with_its_argv_and_its_neighbour_module(script_folder, capsys):
-    body = "import sys, neighbour\nif __name__ == '__main__':\n    print(sys.argv[1:], neighbour.VALUE)\n"
-    assert run(script_folder, body, ["--epochs", "3"]) == 0
-    assert capsys.readouterr().out == "[0]<stdout>:['--epochs', '3'] from the neighbour\n"
-    assert "neighbour" in sys.modules  # imported from the script's folder, which left sys.path again
-    assert str(script_folder) not in sys.path
-
-
-@pytest.mark.parametrize(
-    ("ending", "code"), [("sys.exit(0)", 0), ("sys.exit()", 0), ("sys.exit(3)", 3), ("sys.exit('bad')", 1)]
-)
-def test_the_exit_code_is_the_scripts(script_folder, ending, code):
-    assert run(script_folder, f"import sys\n{ending}\n") == code
-
-
-def test_an_exception_comes_out_with_the_scripts_frame(script_folder):
-    with pytest.raises(ZeroDivisionError) as err:
-        run(script_folder, "def step():\n    return 1 / 0\nstep()\n")
-    frames = traceback.extract_tb(err.value.__traceback__)
-    assert any(os.path.basename(f.filename) == "train.py" for f in frames)
 
 
 def test_the_scratch_folders_of_ended_workers_are_removed_and_no_other(tmp_path, monkeypatch):
