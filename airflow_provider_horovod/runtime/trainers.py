@@ -262,8 +262,7 @@ def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, res
     # Wait as long as the operator's pending timeout instead (the driver's value reaches the controller).
     os.environ.setdefault(ray_compat.WORKER_GROUP_START_TIMEOUT_ENV, str(worker_group_start_timeout_s(spec)))
     os.environ.setdefault(ray_compat.HEALTH_CHECK_INTERVAL_ENV, str(HEALTH_CHECK_INTERVAL_S))
-    # A worker group that cannot start within the pending timeout fails the run, saying why (Ray Train's
-    # default retries it, a controller failure, without end).
+    # A worker group that cannot start within the pending timeout fails the run, saying why (Ray retries it for ever).
     config = run_config(spec, RunConfig, CheckpointConfig, FailureConfig, storage_fs, controller_failure_limit=0)
     if spec.script:  # its ranks at niceness 0, as horovodrun's; Train's own actors stay at Ray's 15, below them
         config.worker_runtime_env = {"env_vars": RANKS_AT_NICENESS_0}
