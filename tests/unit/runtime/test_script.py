@@ -7,7 +7,6 @@ import sys
 import pytest
 
 from airflow_provider_horovod.runtime.script import expand, parse_metrics
-from airflow_provider_horovod.runtime.script_checkpoints import state
 
 
 def test_the_runner_ray_pickles_records_into_this_modules_history():
@@ -41,13 +40,6 @@ def test_metrics_lines(line, metrics):
 def test_the_checkpoint_folder_is_expanded_in_the_arguments_as_a_shell_would():
     args = ["--checkpoint-dir", "$AHP_CHECKPOINT_DIR", "--out=${AHP_CHECKPOINT_DIR}/m.pt", "$HOME"]
     assert expand(args, "/tmp/c") == ["--checkpoint-dir", "/tmp/c", "--out=/tmp/c/m.pt", "$HOME"]
-
-
-def test_a_folder_changes_state_when_a_file_is_written(tmp_path):
-    empty = state(str(tmp_path))
-    (tmp_path / "model.pt").write_bytes(b"x")
-    assert empty == ()
-    assert state(str(tmp_path)) != empty
 
 
 def test_the_scratch_folders_of_ended_workers_are_removed_and_no_other(tmp_path, monkeypatch):
