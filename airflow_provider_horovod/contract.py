@@ -195,6 +195,7 @@ SCRIPT_LINE_MARKED = r"^\[\d+\]<std(?:out|err)>:"
 # Read by each Ray worker process at its start: its niceness (Ray's default is 15). A job's runtime_env cannot
 # set it (Ray's job supervisor removes it there); an actor's runtime_env, or a driver's ray.init, can.
 RAY_WORKER_NICENESS_ENV = "RAY_worker_niceness"
+RAY_WORKER_NICENESS = 15  # Ray's default for it
 # A script's ranks run at niceness 0, as horovodrun's do: the env of their Ray workers.
 RANKS_AT_NICENESS_0 = {RAY_WORKER_NICENESS_ENV: "0"}
 

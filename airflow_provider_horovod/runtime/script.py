@@ -30,6 +30,7 @@ from typing import IO, Any
 
 from airflow_provider_horovod.contract import (
     RANKS_AT_NICENESS_0,
+    RAY_WORKER_NICENESS,
     SCRIPT_BRIDGE_FD_ENV,
     SCRIPT_CHECKPOINT_ENV,
     SCRIPT_LINE_MARK,
@@ -60,8 +61,6 @@ SMOKE_STOP_FILE = "smoke-stop.json"
 ENDED_NOTE_WAIT_S = 5.0
 # How long the rank's last lines may take to arrive once its process has ended.
 OUTPUT_DRAIN_S = 5.0
-# Ray's niceness for its worker processes (``RAY_worker_niceness``'s default).
-RAY_WORKER_NICENESS = 15
 # A smoke run's stop: how long a script stopped with Ctrl-C may take to end before it is killed.
 SMOKE_KILL_AFTER_S = 30.0
 
