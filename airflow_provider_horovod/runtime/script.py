@@ -1,8 +1,8 @@
 """A user's Horovod script run unchanged on every worker, as ``horovodrun -np N python train.py ARGS``
 would run it: each rank a Python process of its own (``runtime.script_rank``), the script as ``__main__``
 with that ``sys.argv``, from the job's copy of the script's folder. The rank's Ray worker starts it and
-stays beside it: it marks each line the rank prints ``[rank]`` as horovodrun marks them, answers the
-script's own calls of Ray Train, and reports to Ray Train when the script ends.
+stays beside it (``runtime.rank_process``): it marks each line the rank prints ``[rank]`` as horovodrun
+marks them, answers the script's own calls of Ray Train, and reports to Ray Train when the script ends.
 
 What the script leaves becomes the run's record without an import of Ray: the files rank 0 writes under
 ``$AHP_CHECKPOINT_DIR`` are the attempt's checkpoint (copied to storage whenever they settle, so a restart
@@ -16,37 +16,29 @@ import contextlib
 import glob
 import json
 import os
-import select
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from typing import IO, Any
+from typing import Any
 
 from airflow_provider_horovod.contract import (
     RANKS_AT_NICENESS_0,
-    RAY_WORKER_NICENESS,
-    SCRIPT_BRIDGE_FD_ENV,
     SCRIPT_CHECKPOINT_ENV,
-    SCRIPT_LINE_MARK,
     SCRIPT_METRICS_PREFIX,
-    SCRIPT_PARENT_PID_ENV,
 )
 from airflow_provider_horovod.documents import TrainingSpec
 from airflow_provider_horovod.exceptions import (
     ScriptEndedEarlyError,
     ScriptExitError,
-    ScriptMissingError,
     ScriptRaisedError,
     ScriptRankLostError,
     SmokeRunDone,
 )
 from airflow_provider_horovod.runtime.history import HISTORY, point
+from airflow_provider_horovod.runtime.rank_process import RankProcess
 from airflow_provider_horovod.runtime.records import exists, read_json, write_json
 from airflow_provider_horovod.runtime.script_checkpoints import Snapshots, restore
 
@@ -59,8 +51,6 @@ ENDED_FILE = "script-ended.json"
 SMOKE_STOP_FILE = "smoke-stop.json"
 # How long a rank left alone in a collective looks for the note of the rank that ended.
 ENDED_NOTE_WAIT_S = 5.0
-# How long the rank's last lines may take to arrive once its process has ended.
-OUTPUT_DRAIN_S = 5.0
 # A smoke run's stop: how long a script stopped with Ctrl-C may take to end before it is killed.
 SMOKE_KILL_AFTER_S = 30.0
 
@@ -81,141 +71,6 @@ def parse_metrics(line: str) -> dict[str, float] | None:
     except (ValueError, TypeError, AttributeError):
         return None
     return metrics or None
-
-
-class RankProcess:
-    """The script's rank as a process of its own (``runtime.script_rank``), started from the job's copy of its
-    folder: each line it prints marked with the rank (``[1]<stdout>:``, as horovodrun does) in this worker's
-    output and shown to ``on_line``; its calls of Ray Train answered by this worker (``answer``)."""
-
-    def __init__(self, script: dict[str, Any], folder: str, rank: int, scratch: str, on_line: Callable | None) -> None:
-        self.rank, self.on_line = rank, on_line
-        self.outcome_path = os.path.join(scratch, "outcome.json")
-        args = expand([str(a) for a in script.get("args") or []], folder)
-        if "path" in script:
-            self.cwd = script_root(script["path"])
-            path = os.path.join(self.cwd, script["path"])
-            self.request: dict[str, Any] = {"argv": [path, *args], "path": path}
-        else:
-            self.cwd = os.getcwd()
-            self.request = {"argv": [script["module"], *args], "module": script["module"]}
-        self.request.update(rank=rank, outcome=self.outcome_path)
-        self.request_path = os.path.join(scratch, "request.json")
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        with open(self.request_path, "w") as f:
-            json.dump(self.request, f)
-        self.bridge, theirs = socket.socketpair()
-        env = {
-            **os.environ,
-            SCRIPT_BRIDGE_FD_ENV: str(theirs.fileno()),
-            SCRIPT_PARENT_PID_ENV: str(os.getpid()),
-            # What this worker imports from (the job's working_dir and py_modules among it), the rank does too.
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-        }
-        env.setdefault("PYTHONUNBUFFERED", "1")  # each line in the task log as it is printed
-        command = [sys.executable, "-m", "airflow_provider_horovod.runtime.script_rank", self.request_path]
-        with theirs:
-            self.process = subprocess.Popen(
-                command,
-                cwd=self.cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=(theirs.fileno(),),
-            )
-        step_back_from_rank()
-        self.pumps = [
-            threading.Thread(target=pump, args=(self.process.stdout, sys.stdout, self.mark("stdout"), self.on_line)),
-            threading.Thread(target=pump, args=(self.process.stderr, sys.stderr, self.mark("stderr"), None)),
-        ]
-        for thread in self.pumps:
-            thread.daemon = True
-            thread.start()
-
-    def mark(self, stream: str) -> str:
-        return SCRIPT_LINE_MARK.format(rank=self.rank, stream=stream)
-
-    def wait(self) -> int:
-        """Answer the script's calls until its process ends; its exit code (negative: the signal that ended it)."""
-        assert self.process is not None
-        calls = self.bridge.makefile("rw", encoding="utf-8")
-        while self.process.poll() is None:
-            if not select.select([self.bridge], [], [], 0.2)[0]:
-                continue
-            if not (line := calls.readline()):  # the process closed its end: it is ending
-                self.process.wait()
-                break
-            calls.write(json.dumps(answer(json.loads(line)), default=str) + "\n")
-            calls.flush()
-        for thread in self.pumps:  # a process the script started and left running may hold its output open
-            thread.join(timeout=OUTPUT_DRAIN_S)
-        self.bridge.close()
-        return self.process.returncode
-
-    def interrupt(self) -> None:
-        """Ctrl-C, as a user stops a script: KeyboardInterrupt in it, its ``finally`` blocks run."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-
-    def end(self) -> None:
-        """Kill the process if it still runs (this worker's own training ended another way)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-    def outcome(self) -> dict[str, Any]:
-        """What the rank's process said of its end: ``error`` (and ``failure``, classed there) when the script
-        raised, ``smoke_run_done`` when its own report ended a smoke run; {} when it exited."""
-        try:
-            with open(self.outcome_path) as f:
-                return json.load(f)
-        except (OSError, ValueError):
-            return {}
-
-
-def step_back_from_rank() -> None:
-    """This worker below its rank once the rank runs: each of its threads (Linux keeps a niceness per thread)
-    at Ray's niceness for its processes, so what the worker does meanwhile (Ray's threads, the controller's
-    polls, the rank's output) waits for the rank, as Ray's processes wait for horovodrun's ranks."""
-    for tid in os.listdir("/proc/self/task"):
-        with contextlib.suppress(OSError, ValueError):
-            niceness = os.getpriority(os.PRIO_PROCESS, int(tid))
-            os.setpriority(os.PRIO_PROCESS, int(tid), max(niceness, RAY_WORKER_NICENESS))
-
-
-def pump(source: IO[bytes], sink: IO[str], mark: str, on_line: Callable[[str], None] | None) -> None:
-    """Each line of the rank's stream into this worker's, marked; a last line without its newline too."""
-    for raw in iter(source.readline, b""):
-        line = raw.decode(errors="replace").rstrip("\n")
-        sink.write(f"{mark}{line}\n")
-        sink.flush()
-        if on_line:
-            on_line(line)
-
-
-def answer(request: dict[str, Any]) -> dict[str, Any]:
-    """One call of Ray Train made by the script in its process, made here, where Ray Train's session is."""
-    import ray.train
-
-    try:
-        if request["call"] == "report":
-            folder = request.get("checkpoint")
-            checkpoint = ray.train.Checkpoint.from_directory(folder) if folder else None
-            ray.train.report(request.get("metrics") or {}, checkpoint=checkpoint)
-            return {}
-        if request["call"] == "get_checkpoint":
-            found = ray.train.get_checkpoint()
-            return {"value": found.to_directory() if found else None}
-        if request["call"] == "context":
-            return {"value": getattr(ray.train.get_context(), request["name"])()}
-        return {"error": f"no such call: {request['call']}"}
-    except SmokeRunDone:
-        return {"smoke_run_done": True}
-    except Exception as err:  # noqa: BLE001 - raised in the script, where it was called
-        return {"error": f"{type(err).__name__}: {err}", "os_error": isinstance(err, OSError)}
 
 
 class SmokeStop(threading.Thread):
@@ -241,25 +96,6 @@ class SmokeStop(threading.Thread):
     def cancel(self) -> None:
         self._cancelled.set()
         self.join()
-
-
-def script_root(path: str) -> str:
-    """The folder of the job's ``working_dir`` that holds the script: the worker's start folder, or an entry of
-    its Python path (Ray gives a job's workers both)."""
-    for folder in [os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep), *sys.path]:
-        if folder and os.path.isfile(os.path.join(folder, path)):
-            return folder
-    raise ScriptMissingError(
-        f"the script {path} is not in the job's working_dir on this node ({os.getcwd()}): give runtime_env a "
-        "working_dir that holds it, or leave working_dir out to ship the script's own folder."
-    )
-
-
-def expand(args: list[str], folder: str) -> list[str]:
-    """The arguments with ``$AHP_CHECKPOINT_DIR`` (or ``${...}``) as the shell would have expanded it."""
-    return [
-        a.replace("${" + SCRIPT_CHECKPOINT_ENV + "}", folder).replace("$" + SCRIPT_CHECKPOINT_ENV, folder) for a in args
-    ]
 
 
 def ended_ranks(spec: TrainingSpec, within_s: float = 0.0) -> str:

@@ -1,12 +1,12 @@
-"""The parts of a script run that need no cluster: metrics lines, the checkpoint folder in the arguments and
-its changes, the scratch folders of ended workers. The rank's own process: test_script_rank.py."""
+"""The parts of a script run that need no cluster: metrics lines, the scratch folders of ended workers. The
+rank's own process: test_script_rank.py; its worker's side of it: test_rank_process.py."""
 
 import os
 import sys
 
 import pytest
 
-from airflow_provider_horovod.runtime.script import expand, parse_metrics
+from airflow_provider_horovod.runtime.script import parse_metrics
 
 
 def test_the_runner_ray_pickles_records_into_this_modules_history():
@@ -35,11 +35,6 @@ def test_the_runner_ray_pickles_records_into_this_modules_history():
 )
 def test_metrics_lines(line, metrics):
     assert parse_metrics(line) == metrics
-
-
-def test_the_checkpoint_folder_is_expanded_in_the_arguments_as_a_shell_would():
-    args = ["--checkpoint-dir", "$AHP_CHECKPOINT_DIR", "--out=${AHP_CHECKPOINT_DIR}/m.pt", "$HOME"]
-    assert expand(args, "/tmp/c") == ["--checkpoint-dir", "/tmp/c", "--out=/tmp/c/m.pt", "$HOME"]
 
 
 def test_the_scratch_folders_of_ended_workers_are_removed_and_no_other(tmp_path, monkeypatch):

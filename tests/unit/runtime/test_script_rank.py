@@ -1,9 +1,7 @@
-"""A script's rank as a process of its own, started as its Ray worker starts it (``RankProcess``), with no
-cluster: the script as ``__main__`` with its argv and its folder, its exit code, its lines marked with the
-rank, what it raised classed in its process, its calls of Ray Train answered by the worker's side, and the
-process ending with its worker."""
+"""A script's rank as a process of its own, with no cluster: the script as ``__main__`` with its argv and its
+folder, its exit code, what it raised classed in its process, its calls of Ray Train sent to its worker, the
+process ending with its worker, Ctrl-C. The worker's side of it (its lines, its niceness): test_rank_process.py."""
 
-import json
 import os
 import signal
 import subprocess
@@ -13,39 +11,13 @@ import time
 
 import pytest
 
-from airflow_provider_horovod.runtime import script
-from airflow_provider_horovod.runtime.script import RankProcess
+from airflow_provider_horovod.runtime import rank_process, script
+from airflow_provider_horovod.runtime.rank_process import RankProcess
+
+pytestmark = pytest.mark.usefixtures("worker_keeps_its_niceness")
 
 
-@pytest.fixture(autouse=True)
-def worker_keeps_its_niceness(monkeypatch):
-    """The step back is for good: here, only in a worker process of its own (the last test but two)."""
-    monkeypatch.setattr(script, "step_back_from_rank", lambda: None)
-
-
-@pytest.fixture
-def folder(tmp_path, monkeypatch):
-    (tmp_path / "job" / "scripts").mkdir(parents=True)
-    (tmp_path / "job" / "scripts" / "neighbour.py").write_text("VALUE = 'from the neighbour'\n")
-    (tmp_path / "scratch").mkdir()
-    monkeypatch.chdir(tmp_path / "job")  # the worker's start folder: the job's working_dir
-    return tmp_path
-
-
-def run(folder, body, args=(), rank=0, capfd=None, on_line=None):
-    (folder / "job" / "scripts" / "train.py").write_text(textwrap.dedent(body))
-    process = RankProcess(
-        {"path": "scripts/train.py", "args": list(args)}, "/tmp/ckpt", rank, str(folder / "scratch"), on_line
-    )
-    process.start()
-    try:
-        code = process.wait()
-    finally:
-        process.end()
-    return code, process.outcome()
-
-
-def test_the_script_runs_as_main_in_a_process_of_its_own_with_its_argv_and_neighbour(folder, capfd):
+def test_the_script_runs_as_main_in_a_process_of_its_own_with_its_argv_and_neighbour(capfd, run_rank):
     seen = []
     body = """
         import os, sys, neighbour
@@ -55,7 +27,7 @@ def test_the_script_runs_as_main_in_a_process_of_its_own_with_its_argv_and_neigh
             print("METRICS loss=0.5")
             sys.stdout.write("no newline")
     """
-    code, outcome = run(folder, body, ["--epochs", "3", "--out", "$AHP_CHECKPOINT_DIR"], rank=1, on_line=seen.append)
+    code, outcome = run_rank(body, ["--epochs", "3", "--out", "$AHP_CHECKPOINT_DIR"], rank=1, on_line=seen.append)
     out = capfd.readouterr().out
     assert (code, outcome) == (0, {})
     # The shell's expansion of the checkpoint folder; the job's folder as the start folder, as under horovodrun.
@@ -68,12 +40,12 @@ def test_the_script_runs_as_main_in_a_process_of_its_own_with_its_argv_and_neigh
 @pytest.mark.parametrize(
     ("ending", "code"), [("sys.exit(0)", 0), ("sys.exit()", 0), ("sys.exit(3)", 3), ("sys.exit('bad')", 1)]
 )
-def test_the_exit_code_is_the_scripts(folder, ending, code):
-    assert run(folder, f"import sys\n{ending}\n") == (code, {})
+def test_the_exit_code_is_the_scripts(run_rank, ending, code):
+    assert run_rank(f"import sys\n{ending}\n") == (code, {})
 
 
-def test_what_the_script_raised_is_classed_in_its_process_with_its_own_frames(folder, capfd):
-    code, outcome = run(folder, "def step():\n    return 1 / 0\n\nstep()\n", rank=1)
+def test_what_the_script_raised_is_classed_in_its_process_with_its_own_frames(run_rank, capfd):
+    code, outcome = run_rank("def step():\n    return 1 / 0\n\nstep()\n", rank=1)
     assert code == 1
     assert outcome["error"] == "ZeroDivisionError: division by zero"
     failure = outcome["failure"]
@@ -83,9 +55,9 @@ def test_what_the_script_raised_is_classed_in_its_process_with_its_own_frames(fo
     assert "[1]<stderr>:ZeroDivisionError: division by zero" in capfd.readouterr().err  # as Python prints it
 
 
-def test_a_lost_peer_is_no_users_error(folder):
+def test_a_lost_peer_is_no_users_error(run_rank):
     body = "class GlooError(RuntimeError):\n    pass\n\nraise GlooError('Connection closed by peer')\n"
-    code, outcome = run(folder, body)
+    code, outcome = run_rank(body)
     assert code == 1
     assert outcome == {"error": "GlooError: Connection closed by peer", "failure": None}
     raised = script.failed(None, 0, outcome)
@@ -95,7 +67,7 @@ def test_a_lost_peer_is_no_users_error(folder):
     assert failures.of_error(raised, user_code=True).failure_class is failures.FailureClass.INFRASTRUCTURE
 
 
-def test_the_scripts_calls_of_ray_train_are_answered_by_the_worker(folder, monkeypatch, tmp_path):
+def test_the_scripts_calls_of_ray_train_are_answered_by_the_worker(folder, monkeypatch, tmp_path, run_rank):
     asked = []
 
     def answer(request):
@@ -106,7 +78,7 @@ def test_the_scripts_calls_of_ray_train_are_answered_by_the_worker(folder, monke
             return {"value": str(tmp_path)}
         return {}
 
-    monkeypatch.setattr(script, "answer", answer)
+    monkeypatch.setattr(rank_process, "answer", answer)
     body = """
         import os, tempfile
         import ray.train
@@ -118,7 +90,7 @@ def test_the_scripts_calls_of_ray_train_are_answered_by_the_worker(folder, monke
             report({"loss": 0.25, "rank": rank}, checkpoint=Checkpoint.from_directory(d))
             print(start.path)
     """
-    code, outcome = run(folder, body)
+    code, outcome = run_rank(body)
     assert (code, outcome) == (0, {})
     assert [r["call"] for r in asked] == ["context", "get_checkpoint", "report"]
     assert asked[0]["name"] == "get_world_rank"
@@ -126,8 +98,8 @@ def test_the_scripts_calls_of_ray_train_are_answered_by_the_worker(folder, monke
     assert os.path.isabs(asked[2]["checkpoint"])  # the script's own folder, on this node
 
 
-def test_a_report_that_ends_a_smoke_run_ends_the_script_as_it_ends_a_function(folder, monkeypatch):
-    monkeypatch.setattr(script, "answer", lambda request: {"smoke_run_done": True})
+def test_a_report_that_ends_a_smoke_run_ends_the_script_as_it_ends_a_function(run_rank, monkeypatch):
+    monkeypatch.setattr(rank_process, "answer", lambda request: {"smoke_run_done": True})
     body = """
         import ray.train
         try:
@@ -136,7 +108,7 @@ def test_a_report_that_ends_a_smoke_run_ends_the_script_as_it_ends_a_function(fo
             print("a smoke run's stop is no Exception: the script's own handlers let it through")
         print("not reached")
     """
-    assert run(folder, body) == (0, {"smoke_run_done": True})
+    assert run_rank(body) == (0, {"smoke_run_done": True})
 
 
 def test_the_scripts_process_ends_with_its_worker(folder, tmp_path):
@@ -146,7 +118,7 @@ def test_the_scripts_process_ends_with_its_worker(folder, tmp_path):
         import os, sys, time
         sys.path[:0] = {sys.path!r}
         os.chdir({str(folder / "job")!r})
-        from airflow_provider_horovod.runtime.script import RankProcess
+        from airflow_provider_horovod.runtime.rank_process import RankProcess
         process = RankProcess({{"path": "scripts/train.py"}}, "/tmp/ckpt", 0, {str(folder / "scratch")!r}, None)
         process.start()
         print(process.process.pid, flush=True)
@@ -161,28 +133,6 @@ def test_the_scripts_process_ends_with_its_worker(folder, tmp_path):
     while time.monotonic() < deadline and alive(child):
         time.sleep(0.1)
     assert not alive(child)
-
-
-def test_the_worker_steps_back_below_its_rank_once_the_rank_runs(folder):
-    """The rank at the worker's niceness (0 for a script's ranks, as horovodrun's); each of the worker's
-    threads, one started before the rank's included, at Ray's 15, as Ray's other processes."""
-    (folder / "job" / "scripts" / "train.py").write_text("import os\nprint(os.getpriority(os.PRIO_PROCESS, 0))\n")
-    worker = textwrap.dedent(f"""
-        import os, sys, threading
-        sys.path[:0] = {sys.path!r}
-        os.chdir({str(folder / "job")!r})
-        from airflow_provider_horovod.runtime.script import RankProcess
-        before = threading.Event()
-        threading.Thread(target=before.wait, daemon=True).start()
-        process = RankProcess({{"path": "scripts/train.py"}}, "/tmp/ckpt", 0, {str(folder / "scratch")!r}, None)
-        process.start()
-        process.wait()
-        tasks = os.listdir("/proc/self/task")
-        print("worker", sorted({{os.getpriority(os.PRIO_PROCESS, int(t)) for t in tasks}}), len(tasks) > 1)
-    """)
-    out = subprocess.run([sys.executable, "-c", worker], capture_output=True, text=True, timeout=120).stdout
-    assert "[0]<stdout>:0\n" in out
-    assert "worker [15] True\n" in out
 
 
 def alive(pid):
@@ -216,10 +166,3 @@ def test_ctrl_c_stops_the_script_even_where_the_worker_ignores_and_blocks_it(fol
     assert process.wait() == 1
     assert time.monotonic() - started < 20
     assert process.outcome()["error"].startswith("KeyboardInterrupt")
-
-
-def test_the_outcome_is_read_as_the_process_left_it(tmp_path):
-    process = RankProcess({"module": "x"}, "/tmp/ckpt", 0, str(tmp_path), None)
-    assert process.outcome() == {}
-    (tmp_path / "outcome.json").write_text(json.dumps({"error": "E: x", "failure": None}))
-    assert process.outcome() == {"error": "E: x", "failure": None}
