@@ -125,7 +125,8 @@ class RankProcess:
         return SCRIPT_LINE_MARK.format(rank=self.rank, stream=stream)
 
     def wait(self) -> int:
-        """Answer the script's calls until its process ends; its exit code (negative: the signal that ended it)."""
+        """Answer the script's calls until its process ends, and read its output to the end; its exit code
+        (negative: the signal that ended it). What the lines show may still be in hand: ``handled``."""
         assert self.process is not None
         calls = self.bridge.makefile("rw", encoding="utf-8")
         while self.process.poll() is None:
@@ -142,14 +143,17 @@ class RankProcess:
 
     def drain(self) -> None:
         """The rank's last lines, once its process has ended: read until its output closes, or until none came
-        for ``OUTPUT_DRAIN_S`` (a process the script started and left running may hold it open); then each line
-        read is handled, however long that takes (MLflow's client bounds its own calls)."""
+        for ``OUTPUT_DRAIN_S`` (a process the script started and left running may hold it open)."""
         ended_at = time.monotonic()
         while any(thread.is_alive() for thread in self.pumps):
             if time.monotonic() - max(self.read_at, ended_at) > OUTPUT_DRAIN_S:
                 break
             for thread in self.pumps:
                 thread.join(timeout=0.1)
+
+    def handled(self) -> None:
+        """Once ``wait`` has returned: until each line read has been handled, however long that takes (MLflow's
+        client bounds its own calls)."""
         self.lines.put(None)
         self.handler.join()
 

@@ -198,20 +198,23 @@ def run_in(spec: TrainingSpec, rank: int, scratch: str) -> None:
         process.end()
         if snapshots:
             snapshots.stop()
-    outcome = process.outcome()
-    smoke_stopped = bool(stop and stop.fired)
-    if smoke_stopped:
-        code = 0
-    elif outcome.get("smoke_run_done"):  # the script's own report with a checkpoint: as a function's ends
-        raise SmokeRunDone()
-    elif code < 0:
-        lost(rank, code)
-    elif error := outcome.get("error"):
-        if HOROVOD_SHUT_DOWN in error and spec.smoke_run and exists(flag):  # a peer stopped first
-            code, smoke_stopped = 0, True
-        else:
-            raise failed(spec, rank, outcome)
-    note_end(spec, rank, code)
+    try:
+        outcome = process.outcome()
+        smoke_stopped = bool(stop and stop.fired)
+        if smoke_stopped:
+            code = 0
+        elif outcome.get("smoke_run_done"):  # the script's own report with a checkpoint: as a function's ends
+            raise SmokeRunDone()
+        elif code < 0:
+            lost(rank, code)
+        elif error := outcome.get("error"):
+            if HOROVOD_SHUT_DOWN in error and spec.smoke_run and exists(flag):  # a peer stopped first
+                code, smoke_stopped = 0, True
+            else:
+                raise failed(spec, rank, outcome)
+        note_end(spec, rank, code)  # as soon as it can be: a rank left alone in a collective looks for it
+    finally:
+        process.handled()  # every line the rank printed in its history before its end is reported or raised
     if code:
         raise ScriptExitError(f"rank {rank} (exit code {code}): {name_of(script)} exited with code {code}.")
     if smoke_stopped:

@@ -38,6 +38,7 @@ def run_rank(folder, worker_keeps_its_niceness):
             code = process.wait()
         finally:
             process.end()
+        process.handled()
         return code, process.outcome()
 
     return run
