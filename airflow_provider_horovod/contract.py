@@ -189,6 +189,8 @@ SCRIPT_METRICS_PREFIX = "METRICS "
 # calls of Ray Train, and the worker's pid (the rank ends if that worker has ended).
 SCRIPT_BRIDGE_FD_ENV = "AHP_SCRIPT_BRIDGE_FD"
 SCRIPT_PARENT_PID_ENV = "AHP_SCRIPT_WORKER_PID"
+# The modules a script's rank imports before it is handed its script (runtime.rank_process.start_in_worker).
+SCRIPT_EARLY_IMPORTS_ENV = "AHP_SCRIPT_EARLY_IMPORTS"
 # Before each line a script's rank writes, as horovodrun marks them: [1]<stdout>: (runtime/script.py).
 SCRIPT_LINE_MARK = "[{rank}]<{stream}>:"
 SCRIPT_LINE_MARKED = r"^\[\d+\]<std(?:out|err)>:"

@@ -186,14 +186,17 @@ class Stack:
     def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict:
         return self.api("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
 
-    def wait_for_state(self, dag_id: str, run_id: str, task_id: str, states: set[str], timeout: float = HUNG_S) -> dict:
+    def wait_for_state(
+        self, dag_id: str, run_id: str, task_id: str, states: set[str], timeout: float = HUNG_S, every: float = 1.0
+    ) -> dict:
+        """``every``: seconds between asks (each costs the api-server and the database CPU beside the task)."""
         deadline = time.monotonic() + timeout
         ti = {}
         while time.monotonic() < deadline:
             ti = self.task_instance(dag_id, run_id, task_id)
             if ti.get("state") in states:
                 return ti
-            time.sleep(1)
+            time.sleep(every)
         raise AssertionError(
             f"{dag_id}.{task_id} never reached {states}: {ti.get('state')}\n"
             f"{self.log_tail('scheduler')}\n{self.log_tail('triggerer')}"

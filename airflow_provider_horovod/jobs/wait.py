@@ -332,13 +332,7 @@ async def follow(
             yield Update(cursor, lines, Running(cursor))
             return
         yield Update(cursor, lines)
-        await asyncio.sleep(
-            next_poll_s(
-                policy.poll_interval_s,
-                finishing=time.monotonic() < finishing_until,
-                within_deadline=deadline is not None,
-            )
-        )
+        await asyncio.sleep(next_poll_s(policy.poll_interval_s, finishing=time.monotonic() < finishing_until))
 
 
 async def until_ended(hook: RayJobsApi, submission_id: str, within_s: float = JOB_STOP_WAIT_S + 5.0) -> None:
@@ -356,9 +350,8 @@ async def until_ended(hook: RayJobsApi, submission_id: str, within_s: float = JO
         await asyncio.sleep(0.5)
 
 
-def next_poll_s(interval_s: float, *, finishing: bool, within_deadline: bool) -> float:
-    """Seconds to the next poll: the interval; less while the job is finishing, and at most 0.5 s
-    while the wait has a deadline (the operator's first seconds before it defers)."""
-    if finishing:
-        return min(interval_s, FINISHING_POLL_S)
-    return min(interval_s, 0.5) if within_deadline else interval_s
+def next_poll_s(interval_s: float, *, finishing: bool) -> float:
+    """Seconds to the next poll: the interval; less while the job is finishing. No faster while the task
+    follows its job before deferring (a minute by default): each poll reads the job's status and log through
+    the dashboard, CPU taken beside the ranks on a node they share (bench/results.md, figure 9)."""
+    return min(interval_s, FINISHING_POLL_S) if finishing else interval_s

@@ -26,6 +26,7 @@ from ray.train.backend import Backend, BackendConfig
 
 from airflow_provider_horovod.contract import (
     HOROVOD_TIMEOUT_S,
+    RANKS_AT_NICENESS_0,
     SEGMENT_FAILURE,
     SEGMENT_GROW,
     SEGMENT_NODE_LOST,
@@ -316,15 +317,21 @@ def build_v2_trainer(
     resume_from: str | None,
     timeout_s: int,
     nics,
-    import_horovod: bool = True,
+    script: dict | None = None,
 ):
+    """``script``: a script's run (``runtime.script``): its ranks, processes of their own, run at niceness 0 as
+    horovodrun's (Ray Train's own actors stay at Ray's 15, below them) and start as their workers start."""
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     run_config.callbacks += [ControllerChanges(), KeepHistoryAtShutdown()]
+    if script:
+        from airflow_provider_horovod.runtime import rank_process
+
+        run_config.worker_runtime_env = {"env_vars": {**RANKS_AT_NICENESS_0, **rank_process.early_start_env(script)}}
     trainer = DataParallelTrainer(
         with_initial_checkpoint(train_fn, resume_from, run_config.storage_filesystem),
         train_loop_config=train_loop_config,
-        backend_config=HorovodV2Config(timeout_s=timeout_s, nics=nics, import_horovod=import_horovod),
+        backend_config=HorovodV2Config(timeout_s=timeout_s, nics=nics, import_horovod=not script),
         scaling_config=scaling_config,
         run_config=run_config,
         datasets=datasets,

@@ -1,8 +1,10 @@
 """A script's rank as a process of its own, seen from the Ray worker that starts it and stays beside it, as
 horovodrun's launcher stays beside each rank it starts: the rank's lines marked ``[rank]`` in the worker's
 output, what they show handled in the worker, the script's own calls of Ray Train answered there (where Ray
-Train's session is), and the worker below its rank for CPU while the rank runs. The rank's own side is
-``runtime.script_rank``; what a script's run does around it, ``runtime.script``."""
+Train's session is), and the worker below its rank for CPU while the rank runs. The rank's process may be
+started with its worker's (Ray's worker process setup hook), importing while Ray Train sets up the worker
+group, and handed its script once the group is ready. The rank's own side is ``runtime.script_rank``; what a
+script's run does around it, ``runtime.script``."""
 
 from __future__ import annotations
 
@@ -17,13 +19,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from airflow_provider_horovod.contract import (
     RAY_WORKER_NICENESS,
     SCRIPT_BRIDGE_FD_ENV,
     SCRIPT_CHECKPOINT_ENV,
+    SCRIPT_EARLY_IMPORTS_ENV,
     SCRIPT_LINE_MARK,
     SCRIPT_PARENT_PID_ENV,
 )
@@ -31,6 +34,74 @@ from airflow_provider_horovod.exceptions import ScriptMissingError, SmokeRunDone
 
 # Once the rank's process has ended, how long its output may stay open with no line coming before it is left.
 OUTPUT_DRAIN_S = 5.0
+# What a rank started early may import before its script is handed to it, when the script imports it: the heavy
+# modules of a torch script, which read none of the rank's variables at import (Horovod and NCCL read them at
+# ``hvd.init()``, torch reads CUDA_VISIBLE_DEVICES at its first use of CUDA).
+EARLY_IMPORTS = ("numpy", "torch", "horovod.torch")
+# This worker's rank's process started early (``start_in_worker``), waiting for its script: at most one.
+_EARLY: list[RankProcess] = []
+
+
+def early_start_env(script: dict[str, Any]) -> dict[str, str]:
+    """The variables of a script's Ray workers that start its rank's process as each worker's process starts
+    (``start_in_worker``, Ray's worker process setup hook), importing what the script imports of
+    ``EARLY_IMPORTS``: while Ray Train sets up the worker group, as horovodrun's ranks import while nothing else
+    runs. {} when the job has a setup hook of its own (its ranks then start with their script)."""
+    from airflow_provider_horovod.runtime import ray_compat
+
+    try:
+        hook = ray_compat.worker_setup_hook_env(f"{__name__}.start_in_worker")
+    except Exception:  # noqa: BLE001 - a Ray without it: the ranks start with their script
+        return {}
+    return {**hook, SCRIPT_EARLY_IMPORTS_ENV: ",".join(imports_of(script))} if hook else {}
+
+
+def start_in_worker() -> None:
+    """Ray's setup hook in each of a script's workers, as its process starts: the rank's process started (its
+    rank not known yet), importing ``SCRIPT_EARLY_IMPORTS_ENV``'s modules; it never fails the worker's start."""
+    with contextlib.suppress(Exception):
+        imports = [m for m in os.environ.get(SCRIPT_EARLY_IMPORTS_ENV, "").split(",") if m]
+        _EARLY[:] = [RankProcess(None, imports).start()]
+
+
+def take(rank: int) -> RankProcess:
+    """This worker's process for rank ``rank``: the one started early when it still waits, else one started now."""
+    early = _EARLY.pop() if _EARLY else None
+    if early is not None and early.process is not None and early.process.poll() is None:
+        early.rank = rank
+        return early
+    return RankProcess(rank).start()
+
+
+def imports_of(script: dict[str, Any]) -> list[str]:
+    """Which of ``EARLY_IMPORTS`` the script's source imports, anywhere in it; none when it cannot be read."""
+    import ast
+    import importlib.util
+
+    try:
+        if "path" in script:
+            path = os.path.join(script_root(script["path"]), script["path"])
+        else:
+            path = str(importlib.util.find_spec(script["module"]).origin)  # type: ignore[union-attr]
+        with open(path) as f:
+            tree = ast.parse(f.read())
+    except Exception:  # noqa: BLE001 - a missing or broken script fails as it runs, saying why
+        return []
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.update([node.module, *(f"{node.module}.{alias.name}" for alias in node.names)])
+    return [m for m in EARLY_IMPORTS if any(n == m or n.startswith(f"{m}.") for n in names)]
+
+
+def rank_env(extra: dict[str, str]) -> dict[str, str]:
+    """The rank's environment: this worker's, and what it imports from (the job's working_dir and py_modules
+    among it)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), **extra}
+    env.setdefault("PYTHONUNBUFFERED", "1")  # each line in the task log as it is printed
+    return env
 
 
 def script_root(path: str) -> str:
@@ -53,53 +124,36 @@ def expand(args: list[str], folder: str) -> list[str]:
 
 
 class RankProcess:
-    """The script's rank as a process of its own (``runtime.script_rank``), started from the job's copy of its
-    folder: each line it prints marked with the rank (``[1]<stdout>:``, as horovodrun does) in this worker's
-    output and shown to ``on_line``; its calls of Ray Train answered by this worker (``answer``)."""
+    """The script's rank as a process of its own (``runtime.script_rank``): started (``start``), it imports what
+    it was given and waits; handed its script (``run``), it runs it from the job's copy of its folder. Each line
+    it prints is marked with the rank (``[1]<stdout>:``, as horovodrun does) in this worker's output and shown
+    to ``on_line``; its calls of Ray Train are answered by this worker (``answer``)."""
 
-    def __init__(self, script: dict[str, Any], folder: str, rank: int, scratch: str, on_line: Callable | None) -> None:
-        self.rank, self.on_line = rank, on_line
-        self.outcome_path = os.path.join(scratch, "outcome.json")
-        args = expand([str(a) for a in script.get("args") or []], folder)
-        if "path" in script:
-            self.cwd = script_root(script["path"])
-            path = os.path.join(self.cwd, script["path"])
-            self.request: dict[str, Any] = {"argv": [path, *args], "path": path}
-        else:
-            self.cwd = os.getcwd()
-            self.request = {"argv": [script["module"], *args], "module": script["module"]}
-        self.request.update(rank=rank, outcome=self.outcome_path)
-        self.request_path = os.path.join(scratch, "request.json")
+    def __init__(self, rank: int | None, imports: Sequence[str] = ()) -> None:
+        self.rank, self.imports = rank, list(imports)
+        self.on_line: Callable[[str], None] | None = None
+        self.outcome_path = ""
         self.process: subprocess.Popen | None = None
+        self.parent = {SCRIPT_PARENT_PID_ENV: str(os.getpid())}
 
-    def start(self) -> None:
-        with open(self.request_path, "w") as f:
-            json.dump(self.request, f)
+    def start(self) -> RankProcess:
         self.bridge, theirs = socket.socketpair()
-        env = {
-            **os.environ,
-            SCRIPT_BRIDGE_FD_ENV: str(theirs.fileno()),
-            SCRIPT_PARENT_PID_ENV: str(os.getpid()),
-            # What this worker imports from (the job's working_dir and py_modules among it), the rank does too.
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-        }
-        env.setdefault("PYTHONUNBUFFERED", "1")  # each line in the task log as it is printed
-        command = [sys.executable, "-m", "airflow_provider_horovod.runtime.script_rank", self.request_path]
+        env = rank_env({SCRIPT_BRIDGE_FD_ENV: str(theirs.fileno()), **self.parent})
+        command = [sys.executable, "-m", "airflow_provider_horovod.runtime.script_rank", *self.imports]
         with theirs:
             self.process = subprocess.Popen(
                 command,
-                cwd=self.cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 pass_fds=(theirs.fileno(),),
             )
-        step_back_from_rank()
+        self.calls = self.bridge.makefile("rw", encoding="utf-8")
         self.read_at = time.monotonic()
         self.pumps = [
-            threading.Thread(target=pump, args=(self.process.stdout, sys.stdout, self.mark("stdout"), self.read_out)),
-            threading.Thread(target=pump, args=(self.process.stderr, sys.stderr, self.mark("stderr"), self.read_err)),
+            threading.Thread(target=pump, args=(self.process.stdout, sys.stdout, self.marked("stdout"), self.read_out)),
+            threading.Thread(target=pump, args=(self.process.stderr, sys.stderr, self.marked("stderr"), self.read_err)),
         ]
         # What a line shows (a metric to record, to MLflow) is handled apart from reading: a slow handling never
         # holds back the rank's output, and each line read is handled before the rank's end is reported.
@@ -108,6 +162,23 @@ class RankProcess:
         for thread in [*self.pumps, self.handler]:
             thread.daemon = True
             thread.start()
+        return self
+
+    def run(self, script: dict[str, Any], folder: str, scratch: str, on_line: Callable[[str], None] | None) -> None:
+        """Hand the started process its script: as ``__main__`` with its arguments (``folder``, the checkpoint
+        folder, expanded in them), in this worker's environment as it is now."""
+        self.on_line, self.outcome_path = on_line, os.path.join(scratch, "outcome.json")
+        args = expand([str(a) for a in script.get("args") or []], folder)
+        if "path" in script:
+            cwd = script_root(script["path"])
+            path = os.path.join(cwd, script["path"])
+            request: dict[str, Any] = {"argv": [path, *args], "path": path}
+        else:
+            cwd, request = os.getcwd(), {"argv": [script["module"], *args], "module": script["module"]}
+        request.update(rank=self.rank, outcome=self.outcome_path, cwd=cwd, env=rank_env(self.parent))
+        self.calls.write(json.dumps(request) + "\n")
+        self.calls.flush()
+        step_back_from_rank()
 
     def read_out(self, line: str) -> None:
         self.read_at = time.monotonic()
@@ -121,14 +192,15 @@ class RankProcess:
         while (line := self.lines.get()) is not None:
             self.on_line(line)  # type: ignore[misc]
 
-    def mark(self, stream: str) -> str:
-        return SCRIPT_LINE_MARK.format(rank=self.rank, stream=stream)
+    def marked(self, stream: str) -> Callable[[], str]:
+        """The mark of the stream's next line: its rank once known (a process started early learns it later)."""
+        return lambda: SCRIPT_LINE_MARK.format(rank="?" if self.rank is None else self.rank, stream=stream)
 
     def wait(self) -> int:
         """Answer the script's calls until its process ends, and read its output to the end; its exit code
         (negative: the signal that ended it). What the lines show may still be in hand: ``handled``."""
         assert self.process is not None
-        calls = self.bridge.makefile("rw", encoding="utf-8")
+        calls = self.calls
         while self.process.poll() is None:
             if not select.select([self.bridge], [], [], 0.2)[0]:
                 continue
@@ -188,12 +260,12 @@ def step_back_from_rank() -> None:
             os.setpriority(os.PRIO_PROCESS, int(tid), max(niceness, RAY_WORKER_NICENESS))
 
 
-def pump(source: IO[bytes], sink: IO[str], mark: str, read: Callable[[str], None]) -> None:
+def pump(source: IO[bytes], sink: IO[str], mark: Callable[[], str], read: Callable[[str], None]) -> None:
     """Each line of the rank's stream into this worker's, marked, then to ``read``; a last line without its
     newline too."""
     for raw in iter(source.readline, b""):
         line = raw.decode(errors="replace").rstrip("\n")
-        sink.write(f"{mark}{line}\n")
+        sink.write(f"{mark()}{line}\n")
         sink.flush()
         read(line)
 

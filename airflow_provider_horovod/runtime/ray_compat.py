@@ -26,6 +26,8 @@ import dataclasses
 import functools
 import importlib
 import inspect
+import json
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -422,19 +424,27 @@ def _no_datasets_callback_class() -> type:
 
 
 def lean_callbacks(callbacks: list, *, has_datasets: bool) -> list:
-    """V2's callbacks without the actors a provider job does not use, each one more process to start
-    (seconds of CPU for its imports). The placement-group cleaner, a detached actor per run, removes the
-    workers' placement group should the controller die while the driver lives on (a notebook); a
-    provider job's driver ends when ``fit()`` does, and Ray removes a job's placement groups with the
-    job; the controller also waits for the cleaner after the workers start and at the end. The datasets
-    callback starts a DatasetManager actor whether or not the run has datasets. A Ray without these
-    callbacks keeps what it has."""
+    """V2's callbacks without the actors a provider job does not use, each one more process to start (seconds
+    of CPU for its imports). The placement-group cleaner, a detached actor per run, removes the workers'
+    placement group should the controller die while the driver lives on (a notebook); a provider job's driver
+    ends when ``fit()`` does, and Ray removes a job's placement groups with the job; the controller also waits
+    for the cleaner after the workers start and at the end. The datasets callback starts a DatasetManager
+    actor whether or not the run has datasets. A Ray without these callbacks keeps what it has."""
     cleaner, datasets = _attr(*PLACEMENT_GROUP_CLEANER), _attr(*DATASETS_CALLBACK)
-    kept = []
-    for callback in callbacks:
-        if cleaner is not None and isinstance(callback, cleaner):
-            continue
-        if datasets is not None and not has_datasets and isinstance(callback, datasets):
-            callback = _no_datasets_callback_class()()
-        kept.append(callback)
-    return kept
+    no_datasets = datasets is not None and not has_datasets
+    return [
+        _no_datasets_callback_class()() if no_datasets and isinstance(c, datasets) else c
+        for c in callbacks
+        if cleaner is None or not isinstance(c, cleaner)
+    ]
+
+
+def worker_setup_hook_env(hook: str) -> dict[str, str]:
+    """The variables that have Ray run ``hook`` (an import path) as each worker process of a runtime env starts,
+    as Ray sets them for a job's ``worker_process_setup_hook``; {} when the job has a hook of its own (kept)."""
+    from ray._private import ray_constants
+    from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
+
+    job = json.loads(os.environ.get(RAY_JOB_CONFIG_JSON_ENV_VAR) or "{}").get("runtime_env") or {}
+    name = ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR
+    return {} if "worker_process_setup_hook" in job or name in os.environ else {name: hook}

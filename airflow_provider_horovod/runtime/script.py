@@ -37,6 +37,7 @@ from airflow_provider_horovod.exceptions import (
     ScriptRankLostError,
     SmokeRunDone,
 )
+from airflow_provider_horovod.runtime import rank_process
 from airflow_provider_horovod.runtime.history import HISTORY, point
 from airflow_provider_horovod.runtime.rank_process import RankProcess
 from airflow_provider_horovod.runtime.records import exists, read_json, write_json
@@ -181,12 +182,12 @@ def run_in(spec: TrainingSpec, rank: int, scratch: str) -> None:
     flag = f"{spec.run_uri}/{SMOKE_STOP_FILE}"
     first_stored = (lambda: write_json(flag, {"stopped": True})) if spec.smoke_run else None
     snapshots = Snapshots(folder, spec.run_uri, scratch, first_stored) if rank == 0 else None
-    process = RankProcess(script, folder, rank, scratch, metrics_line if rank == 0 else None)
+    process = rank_process.take(rank)
     stop = SmokeStop(spec, process) if spec.smoke_run else None
     if snapshots:
         snapshots.start()
     try:
-        process.start()
+        process.run(script, folder, scratch, metrics_line if rank == 0 else None)
         if stop:
             stop.start()
         try:

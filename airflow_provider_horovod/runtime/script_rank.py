@@ -1,6 +1,7 @@
 """One rank of a user's script, as a process of its own, as horovodrun starts ``python train.py`` for each
-rank: ``python -m airflow_provider_horovod.runtime.script_rank REQUEST``, started by the rank's Ray worker
-(``runtime.script``), which marks the lines it prints, stores its checkpoint folder and reports to Ray Train.
+rank: ``python -m airflow_provider_horovod.runtime.script_rank [MODULE ...]``, started by the rank's Ray worker
+(``runtime.rank_process``), which marks the lines it prints, stores its checkpoint folder and reports to Ray
+Train. It imports the modules given, then waits for its script (the first line on the socket).
 
 The script runs as ``__main__`` with its ``sys.argv``, in a plain Python process: inside a Ray worker, Ray's
 own threads and imports beside it cost a script's rank a few percent of its CPU (bench/results.md, figure 9).
@@ -12,6 +13,8 @@ socket it passes (``SCRIPT_BRIDGE_FD_ENV``): one JSON line each way a call.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import importlib.abc
 import importlib.util
 import json
@@ -32,16 +35,26 @@ PR_SET_PDEATHSIG = 1
 
 
 def main(argv: list[str]) -> int:
+    """``argv``: modules to import while waiting for the script (``rank_process.start_in_worker``)."""
     die_with_worker()
     # Ctrl-C and SIGTERM as a rank started from a shell has them: a Ray worker ignores SIGINT and its threads
     # block signals, and a process started from one inherits both.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    with open(argv[0]) as f:
-        request = json.load(f)
-    if fd := os.environ.pop(SCRIPT_BRIDGE_FD_ENV, None):
-        sys.meta_path.insert(0, RayTrainThroughWorker(Bridge(int(fd))))
+    bridge = Bridge(int(os.environ.pop(SCRIPT_BRIDGE_FD_ENV)))
+    for module in argv:
+        with contextlib.suppress(Exception):  # the script's own import says what is wrong
+            importlib.import_module(module)
+    request = bridge.receive()
+    if request is None:  # the worker ended before handing over a script
+        return 0
+    # The worker's environment as the script was handed over (the rank's Horovod variables, its checkpoint
+    # folder), from the script's folder, as a shell would start it.
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    sys.meta_path.insert(0, RayTrainThroughWorker(bridge))
     try:
         return run_as_main(request)
     except SmokeRunDone:  # the script's own report ended a smoke run
@@ -73,6 +86,7 @@ def run_as_main(request: dict[str, Any]) -> int:
             sys.path[0] = os.path.dirname(path)  # its neighbour modules import, as under `python train.py`
             runpy.run_path(path, run_name="__main__")
         else:
+            sys.path[0] = os.getcwd()  # as under `python -m module` from the job's folder
             runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
     except SystemExit as done:
         if done.code is None or done.code == 0:
@@ -95,6 +109,10 @@ class Bridge:
     def __init__(self, fd: int) -> None:
         self._file = socket.socket(fileno=fd).makefile("rw", encoding="utf-8")
         self._lock = threading.Lock()
+
+    def receive(self) -> dict[str, Any] | None:
+        line = self._file.readline()
+        return json.loads(line) if line else None
 
     def call(self, **request: Any) -> Any:
         with self._lock:

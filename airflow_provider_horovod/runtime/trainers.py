@@ -13,7 +13,6 @@ from typing import Any
 
 from airflow_provider_horovod import failures
 from airflow_provider_horovod.contract import (
-    RANKS_AT_NICENESS_0,
     SEGMENT_FAILURE,
     SEGMENT_START,
     WORKER_GROUP_REASON_ENV,
@@ -264,8 +263,6 @@ def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, res
     os.environ.setdefault(ray_compat.HEALTH_CHECK_INTERVAL_ENV, str(HEALTH_CHECK_INTERVAL_S))
     # A worker group that cannot start within the pending timeout fails the run, saying why (Ray retries it for ever).
     config = run_config(spec, RunConfig, CheckpointConfig, FailureConfig, storage_fs, controller_failure_limit=0)
-    if spec.script:  # its ranks at niceness 0, as horovodrun's; Train's own actors stay at Ray's 15, below them
-        config.worker_runtime_env = {"env_vars": RANKS_AT_NICENESS_0}
     trainer = build(
         train_fn,
         train_loop_config=spec.train_loop_config if takes_config(train_fn) else None,
@@ -275,7 +272,7 @@ def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, res
         resume_from=resume_from,
         timeout_s=spec.horovod_timeout_s,
         nics=list(spec.horovod_nics) if spec.horovod_nics else None,
-        import_horovod=not spec.script,
+        script=spec.script,
     )
     return trainer if spec.retry_on_user_error else fail_fast_on_user_errors(trainer)
 

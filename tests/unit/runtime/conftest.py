@@ -30,11 +30,9 @@ def run_rank(folder, worker_keeps_its_niceness):
 
     def run(body, args=(), rank=0, on_line=None):
         (folder / "job" / "scripts" / "train.py").write_text(textwrap.dedent(body))
-        process = RankProcess(
-            {"path": "scripts/train.py", "args": list(args)}, "/tmp/ckpt", rank, str(folder / "scratch"), on_line
-        )
-        process.start()
+        process = RankProcess(rank).start()
         try:
+            process.run({"path": "scripts/train.py", "args": list(args)}, "/tmp/ckpt", str(folder / "scratch"), on_line)
             code = process.wait()
         finally:
             process.end()

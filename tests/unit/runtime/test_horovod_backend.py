@@ -201,3 +201,41 @@ print("initialized after the function:", hvd.is_initialized())
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "initialized after the function: False" in done.stdout, done.stdout
+
+
+def test_a_scripts_workers_start_their_ranks_as_they_start_and_a_functions_import_horovod(tmp_path, monkeypatch):
+    """A script's rank imports torch and Horovod while the worker group is set up (Ray's worker process setup
+    hook); a function's worker imports Horovod itself, and starts no rank."""
+    from ray._private import ray_constants
+    from ray.train import RunConfig, ScalingConfig
+
+    from airflow_provider_horovod.runtime.horovod_backend import build_v2_trainer
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("import horovod.torch as hvd\n")
+
+    def build(script):
+        config = RunConfig(storage_path=str(tmp_path), name="run")
+        trainer = build_v2_trainer(
+            lambda: None,
+            train_loop_config=None,
+            datasets=None,
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=config,
+            resume_from=None,
+            timeout_s=30,
+            nics=None,
+            script=script,
+        )
+        return trainer, (config.worker_runtime_env or {}).get("env_vars", {})
+
+    trainer, env = build(None)
+    assert trainer.backend_config.import_horovod and ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR not in env
+    trainer, env = build({"path": "train.py"})
+    assert not trainer.backend_config.import_horovod
+    assert (
+        env[ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR]
+        == "airflow_provider_horovod.runtime.rank_process.start_in_worker"
+    )
+    assert env["AHP_SCRIPT_EARLY_IMPORTS"] == "horovod.torch"
+    assert env["RAY_worker_niceness"] == "0"

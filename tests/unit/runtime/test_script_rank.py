@@ -119,8 +119,8 @@ def test_the_scripts_process_ends_with_its_worker(folder, tmp_path):
         sys.path[:0] = {sys.path!r}
         os.chdir({str(folder / "job")!r})
         from airflow_provider_horovod.runtime.rank_process import RankProcess
-        process = RankProcess({{"path": "scripts/train.py"}}, "/tmp/ckpt", 0, {str(folder / "scratch")!r}, None)
-        process.start()
+        process = RankProcess(0).start()
+        process.run({{"path": "scripts/train.py"}}, "/tmp/ckpt", {str(folder / "scratch")!r}, None)
         print(process.process.pid, flush=True)
         process.wait()
     """)
@@ -150,11 +150,11 @@ def test_ctrl_c_stops_the_script_even_where_the_worker_ignores_and_blocks_it(fol
         "import time\ntry:\n    print('up', flush=True)\n    time.sleep(60)\nfinally:\n    print('cleaned up')\n"
     )
     seen = []
-    process = RankProcess({"path": "scripts/train.py"}, "/tmp/ckpt", 0, str(folder / "scratch"), seen.append)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        process.start()
+        process = RankProcess(0).start()
+        process.run({"path": "scripts/train.py"}, "/tmp/ckpt", str(folder / "scratch"), seen.append)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         signal.signal(signal.SIGINT, previous)

@@ -48,7 +48,7 @@ def test_a_users_own_worker_group_timeout_is_kept(tmp_path, monkeypatch):
 def test_only_a_scripts_ranks_start_at_niceness_0(tmp_path):
     """horovodrun's ranks run at 0; Ray starts its workers at 15, Train's own actors included, and keeps them so."""
     script = build_v2_trainer(spec(tmp_path, script={"path": "train.py", "args": []}), train, {}, None)
-    assert script.run_config.worker_runtime_env["env_vars"] == {"RAY_worker_niceness": "0"}
+    assert script.run_config.worker_runtime_env["env_vars"]["RAY_worker_niceness"] == "0"
     function = build_v2_trainer(spec(tmp_path), train, {}, None)
     assert "RAY_worker_niceness" not in function.run_config.worker_runtime_env.get("env_vars", {})
 
