@@ -191,14 +191,15 @@ SCRIPT_BRIDGE_FD_ENV = "AHP_SCRIPT_BRIDGE_FD"
 SCRIPT_PARENT_PID_ENV = "AHP_SCRIPT_WORKER_PID"
 # The modules a script's rank imports before it is handed its script (runtime.rank_process.start_in_worker).
 SCRIPT_EARLY_IMPORTS_ENV = "AHP_SCRIPT_EARLY_IMPORTS"
-# Before each line a script's rank writes, as horovodrun marks them: [1]<stdout>: (runtime/script.py).
+# Before each line a script's rank writes, as horovodrun marks them: [1]<stdout>: (runtime/rank_process.py).
 SCRIPT_LINE_MARK = "[{rank}]<{stream}>:"
 SCRIPT_LINE_MARKED = r"^\[\d+\]<std(?:out|err)>:"
-# Read by each Ray worker process at its start: its niceness (Ray's default is 15). A job's runtime_env cannot
-# set it (Ray's job supervisor removes it there); an actor's runtime_env, or a driver's ray.init, can.
+# Read by each Ray worker process at its start: its Python thread's niceness (Ray's default is 15; Ray's own
+# threads stay at 0). A job's runtime_env cannot set it (Ray's job supervisor removes it there); an actor's
+# runtime_env, or a driver's ray.init, can.
 RAY_WORKER_NICENESS_ENV = "RAY_worker_niceness"
 RAY_WORKER_NICENESS = 15  # Ray's default for it
-# A script's ranks run at niceness 0, as horovodrun's do: the env of their Ray workers.
+# A script's ranks run at niceness 0, as horovodrun's do: the env of its job's Ray workers.
 RANKS_AT_NICENESS_0 = {RAY_WORKER_NICENESS_ENV: "0"}
 
 # XCom keys the provider pushes (the return value aside).

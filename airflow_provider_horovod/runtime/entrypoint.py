@@ -30,7 +30,6 @@ from airflow_provider_horovod.contract import (
     RESULT_MARK,
     JobKind,
     JobStatus,
-    TrainerApi,
     check_ray_version,
     marked,
     python_minor,
@@ -63,10 +62,10 @@ def main(argv: list[str] | None = None) -> int:
             report_failure(spec, Failure(FailureClass.CONFIGURATION, problem), started_at)
             return 1
         print(banner(spec), flush=True)
-        if isinstance(spec, TrainingSpec) and spec.script and spec.trainer_api == TrainerApi.LEGACY.value:
-            from airflow_provider_horovod.runtime.script import connect_for_ranks_at_niceness_0
+        if isinstance(spec, TrainingSpec) and spec.script:
+            from airflow_provider_horovod.runtime.script import connect_at_niceness_0
 
-            connect_for_ranks_at_niceness_0()
+            connect_at_niceness_0()
         if isinstance(spec, TrainingSpec):
             record = run_training(spec, folder, started_at)
         else:

@@ -320,7 +320,8 @@ def build_v2_trainer(
     script: dict | None = None,
 ):
     """``script``: a script's run (``runtime.script``): its ranks, processes of their own, run at niceness 0 as
-    horovodrun's (Ray Train's own actors stay at Ray's 15, below them) and start as their workers start."""
+    horovodrun's (the whole job's workers start at 0, ``script.connect_at_niceness_0``; the ranks' own runtime
+    env says so too) and start as their workers start."""
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     run_config.callbacks += [ControllerChanges(), KeepHistoryAtShutdown()]

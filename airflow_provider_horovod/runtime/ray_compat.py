@@ -63,10 +63,10 @@ REPORT_METHODS = (
     (V2_CONTEXT, "TrainContext", "_sync_checkpoint_dir_name_across_ranks"),
     (V1_SESSION, "_TrainSession", None),
 )
-# How long V2 waits for a worker group's resources (the driver's value reaches the controller).
+# Read by V2's controller from the driver's environment: its wait for a worker group, its polls, a preemption watcher.
 WORKER_GROUP_START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
-# How often V2's controller polls its workers (the driver's value reaches the controller).
 HEALTH_CHECK_INTERVAL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+PREEMPTION_WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
 # V2's callbacks that start actors a provider job does without, where the Ray has them (lean_callbacks).
 PLACEMENT_GROUP_CLEANER = ("ray.train.v2._internal.callbacks.placement_group_callback", "PlacementGroupCleanerCallback")
 DATASETS_CALLBACK = ("ray.train.v2._internal.callbacks.datasets", "DatasetsCallback")

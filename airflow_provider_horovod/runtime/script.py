@@ -122,12 +122,13 @@ def note_end(spec: TrainingSpec, rank: int, code: int) -> None:
         write_json(uri, {**(read_json(uri) or {}), str(rank): {"code": code, "at": time.time()}})
 
 
-def connect_for_ranks_at_niceness_0() -> None:
-    """In the driver of a script on Ray's HorovodTrainer (Train V1), before anything of Ray: connect so that
-    the job's workers start at niceness 0, as horovodrun's ranks run. Ray starts its workers at 15, so every
-    other process of the node (Ray's own, Airflow's beside them) takes the CPU from a rank first, and a rank
-    held back holds all the others at their next allreduce. (V1 gives its workers no runtime env of their
-    own; on V2 only the ranks' workers get it, ``trainers.build_v2_trainer``.)"""
+def connect_at_niceness_0() -> None:
+    """In the driver of a script, before anything of Ray: connect so that the job's workers start at niceness 0,
+    as horovodrun's ranks run. Ray lowers each worker's Python thread to 15, so every other process of the node
+    (Ray's own, Airflow's beside them) takes the CPU from a rank first, and a rank held back holds all the others
+    at their next allreduce. Train's own actors start at 0 too: at 15 the synchronization actor's imports (a
+    second of CPU) wait for the ranks and run in their timed loop instead of before it. Each rank's worker steps
+    back to 15 once its rank runs (``rank_process.step_back_from_rank``)."""
     import ray
 
     ray.init(runtime_env={"env_vars": RANKS_AT_NICENESS_0})

@@ -261,6 +261,8 @@ def build_v2_trainer(spec: TrainingSpec, train_fn: Callable, datasets: dict, res
     # Wait as long as the operator's pending timeout instead (the driver's value reaches the controller).
     os.environ.setdefault(ray_compat.WORKER_GROUP_START_TIMEOUT_ENV, str(worker_group_start_timeout_s(spec)))
     os.environ.setdefault(ray_compat.HEALTH_CHECK_INTERVAL_ENV, str(HEALTH_CHECK_INTERVAL_S))
+    if spec.script:  # it cannot read a preemption notice: the watcher would be one more process to start
+        os.environ.setdefault(ray_compat.PREEMPTION_WATCHER_ENV, "0")
     # A worker group that cannot start within the pending timeout fails the run, saying why (Ray retries it for ever).
     config = run_config(spec, RunConfig, CheckpointConfig, FailureConfig, storage_fs, controller_failure_limit=0)
     trainer = build(

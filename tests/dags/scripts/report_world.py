@@ -17,6 +17,7 @@ total = hvd.allreduce(torch.tensor([float(hvd.rank())]), op=hvd.Sum).item()
 if hvd.rank() == 0:
     print(f"date {args.date}")
     print(f"METRICS size={hvd.size()} rank_sum={total:g}")
-    # Ray Train's controller, on this node: Ray's own niceness, below the ranks.
+    # Ray Train's controller, on this node: at 0 with the whole job's workers (its imports, and the synchronization
+    # actor's, done before the ranks' loop rather than in it).
     found = psutil.process_iter(["cmdline", "nice"])
     print("controller niceness", sorted({p.info["nice"] for p in found if "TrainController" in str(p.info["cmdline"])}))

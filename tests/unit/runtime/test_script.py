@@ -54,3 +54,16 @@ def test_the_scratch_folders_of_ended_workers_are_removed_and_no_other(tmp_path,
         (folder / "checkpoint").mkdir(parents=True)
     script.remove_scratch_of_ended_workers()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name])
+
+
+def test_a_scripts_driver_connects_so_that_its_jobs_workers_start_at_niceness_0(monkeypatch):
+    """Train's own actors too (the entrypoint connects so for a script on either trainer API): at Ray's 15 the
+    synchronization actor's imports waited for the ranks and ran in their timed loop."""
+    import ray
+
+    from airflow_provider_horovod.runtime.script import connect_at_niceness_0
+
+    calls = []
+    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
+    connect_at_niceness_0()
+    assert calls == [{"runtime_env": {"env_vars": {"RAY_worker_niceness": "0"}}}]

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from airflow_provider_horovod.documents import TrainingSpec
-from airflow_provider_horovod.runtime.ray_compat import WORKER_GROUP_START_TIMEOUT_ENV
+from airflow_provider_horovod.runtime.ray_compat import PREEMPTION_WATCHER_ENV, WORKER_GROUP_START_TIMEOUT_ENV
 from airflow_provider_horovod.runtime.trainers import (
     NO_LIMIT_S,
     build_v2_trainer,
@@ -46,11 +46,25 @@ def test_a_users_own_worker_group_timeout_is_kept(tmp_path, monkeypatch):
 
 
 def test_only_a_scripts_ranks_start_at_niceness_0(tmp_path):
-    """horovodrun's ranks run at 0; Ray starts its workers at 15, Train's own actors included, and keeps them so."""
+    """horovodrun's ranks run at 0; Ray starts its workers at 15 (a script's driver connects at 0, script.py)."""
     script = build_v2_trainer(spec(tmp_path, script={"path": "train.py", "args": []}), train, {}, None)
     assert script.run_config.worker_runtime_env["env_vars"]["RAY_worker_niceness"] == "0"
     function = build_v2_trainer(spec(tmp_path), train, {}, None)
     assert "RAY_worker_niceness" not in function.run_config.worker_runtime_env.get("env_vars", {})
+
+
+def test_a_scripts_run_starts_no_preemption_watcher(tmp_path, monkeypatch):
+    """A script cannot read a preemption notice (nothing hands it one), and the watcher is one more Ray process
+    starting beside its ranks: off for a script, Ray's own default for a function."""
+    from ray.train.v2._internal.constants import ENV_VARS_TO_PROPAGATE
+
+    assert PREEMPTION_WATCHER_ENV in ENV_VARS_TO_PROPAGATE  # the driver's value reaches the controller
+    monkeypatch.setenv(PREEMPTION_WATCHER_ENV, "unset")
+    monkeypatch.delenv(PREEMPTION_WATCHER_ENV)
+    build_v2_trainer(spec(tmp_path), train, {}, None)
+    assert PREEMPTION_WATCHER_ENV not in os.environ
+    build_v2_trainer(spec(tmp_path, script={"path": "train.py", "args": []}), train, {}, None)
+    assert os.environ[PREEMPTION_WATCHER_ENV] == "0"
 
 
 def test_ray_train_gets_the_users_function_with_the_right_number_of_parameters(tmp_path, monkeypatch):
